@@ -1,0 +1,436 @@
+//! The merged, namespaced view of every upstream's tools, prompts, resources
+//! and resource templates.
+//!
+//! Each upstream actor publishes its complete lists as an [`UpstreamLists`]
+//! through [`CatalogStore::publish`]. The store rebuilds one immutable
+//! [`Catalog`] and swaps it in whole (`ArcSwap`), so list requests read a
+//! consistent snapshot without locks. Items are serialized once at rebuild;
+//! a list page is a concatenation of pre-serialized items. Pages are
+//! addressed by opaque cursors the gateway issues; a cursor is bound to one
+//! generation of its list, so a change to that list invalidates it.
+
+pub mod naming;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// The four lists an MCP server can expose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ListKind {
+    Tools,
+    Prompts,
+    Resources,
+    Templates,
+}
+
+impl ListKind {
+    pub const ALL: [ListKind; 4] = [Self::Tools, Self::Prompts, Self::Resources, Self::Templates];
+
+    /// The member of a list result that holds the items.
+    pub fn result_key(self) -> &'static str {
+        match self {
+            Self::Tools => "tools",
+            Self::Prompts => "prompts",
+            Self::Resources => "resources",
+            Self::Templates => "resourceTemplates",
+        }
+    }
+
+    /// The request that lists this kind.
+    pub fn method(self) -> &'static str {
+        match self {
+            Self::Tools => "tools/list",
+            Self::Prompts => "prompts/list",
+            Self::Resources => "resources/list",
+            Self::Templates => "resources/templates/list",
+        }
+    }
+
+    /// The notification that says this kind changed (templates share the resources one).
+    pub fn list_changed_method(self) -> &'static str {
+        match self {
+            Self::Tools => "notifications/tools/list_changed",
+            Self::Prompts => "notifications/prompts/list_changed",
+            Self::Resources | Self::Templates => "notifications/resources/list_changed",
+        }
+    }
+
+    /// The server capability that declares this list.
+    pub fn capability(self) -> &'static str {
+        match self {
+            Self::Tools => "tools",
+            Self::Prompts => "prompts",
+            Self::Resources | Self::Templates => "resources",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn tag(self) -> char {
+        match self {
+            Self::Tools => 't',
+            Self::Prompts => 'p',
+            Self::Resources => 'r',
+            Self::Templates => 'u',
+        }
+    }
+}
+
+/// One upstream's complete lists, as the upstream sent them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpstreamLists {
+    pub tools: Vec<Map<String, Value>>,
+    pub prompts: Vec<Map<String, Value>>,
+    pub resources: Vec<Map<String, Value>>,
+    pub templates: Vec<Map<String, Value>>,
+}
+
+impl UpstreamLists {
+    pub fn get(&self, kind: ListKind) -> &[Map<String, Value>] {
+        match kind {
+            ListKind::Tools => &self.tools,
+            ListKind::Prompts => &self.prompts,
+            ListKind::Resources => &self.resources,
+            ListKind::Templates => &self.templates,
+        }
+    }
+
+    pub fn get_mut(&mut self, kind: ListKind) -> &mut Vec<Map<String, Value>> {
+        match kind {
+            ListKind::Tools => &mut self.tools,
+            ListKind::Prompts => &mut self.prompts,
+            ListKind::Resources => &mut self.resources,
+            ListKind::Templates => &mut self.templates,
+        }
+    }
+}
+
+/// What a connected upstream contributes to the merged view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamView {
+    pub lists: UpstreamLists,
+    /// The upstream's `instructions` from `initialize`, if any.
+    pub instructions: Option<String>,
+}
+
+/// Where an exposed tool or prompt name leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub upstream: Arc<str>,
+    pub original: Box<str>,
+}
+
+/// One merged list, serialized item by item.
+#[derive(Debug, Default)]
+struct MergedList {
+    generation: u64,
+    items: Vec<Box<RawValue>>,
+}
+
+/// An immutable snapshot of the merged view.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    /// Random per process, so cursors from an earlier run are rejected.
+    epoch: u32,
+    lists: [MergedList; 4],
+    tools: HashMap<Box<str>, Target>,
+    prompts: HashMap<Box<str>, Target>,
+    instructions: Option<String>,
+}
+
+/// Why a cursor was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CursorError {
+    #[error("invalid cursor: it was not issued by this gateway for this list")]
+    Invalid,
+    #[error("stale cursor: the list changed since it was issued; list again from the start")]
+    Stale,
+}
+
+impl Catalog {
+    pub fn tool(&self, exposed: &str) -> Option<&Target> {
+        self.tools.get(exposed)
+    }
+
+    pub fn prompt(&self, exposed: &str) -> Option<&Target> {
+        self.prompts.get(exposed)
+    }
+
+    pub fn len(&self, kind: ListKind) -> usize {
+        self.lists[kind.index()].items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lists.iter().all(|l| l.items.is_empty())
+    }
+
+    /// The merged `instructions` of the connected upstreams.
+    pub fn instructions(&self) -> Option<&str> {
+        self.instructions.as_deref()
+    }
+
+    /// One page of a merged list as a result object's JSON text.
+    pub fn page(
+        &self,
+        kind: ListKind,
+        cursor: Option<&str>,
+        page_size: usize,
+    ) -> Result<String, CursorError> {
+        let list = &self.lists[kind.index()];
+        let start = match cursor {
+            None => 0,
+            Some(c) => self.decode_cursor(kind, list.generation, c)?,
+        };
+        let end = (start + page_size).min(list.items.len());
+        let items = &list.items[start..end];
+        let mut out =
+            String::with_capacity(32 + items.iter().map(|i| i.get().len() + 1).sum::<usize>());
+        out.push_str("{\"");
+        out.push_str(kind.result_key());
+        out.push_str("\":[");
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(item.get());
+        }
+        out.push(']');
+        if end < list.items.len() {
+            out.push_str(",\"nextCursor\":\"");
+            out.push_str(&self.encode_cursor(kind, list.generation, end));
+            out.push('"');
+        }
+        out.push('}');
+        Ok(out)
+    }
+
+    fn encode_cursor(&self, kind: ListKind, generation: u64, offset: usize) -> String {
+        let plain = format!("{}:{:x}:{generation:x}:{offset:x}", kind.tag(), self.epoch);
+        URL_SAFE_NO_PAD.encode(plain)
+    }
+
+    fn decode_cursor(
+        &self,
+        kind: ListKind,
+        generation: u64,
+        cursor: &str,
+    ) -> Result<usize, CursorError> {
+        let bytes = URL_SAFE_NO_PAD
+            .decode(cursor)
+            .map_err(|_| CursorError::Invalid)?;
+        let text = std::str::from_utf8(&bytes).map_err(|_| CursorError::Invalid)?;
+        let mut parts = text.split(':');
+        let (Some(tag), Some(epoch), Some(gen_), Some(offset), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(CursorError::Invalid);
+        };
+        let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| CursorError::Invalid);
+        if tag.len() != 1 || !tag.starts_with(kind.tag()) {
+            return Err(CursorError::Invalid);
+        }
+        if hex(epoch)? != u64::from(self.epoch) || hex(gen_)? != generation {
+            return Err(CursorError::Stale);
+        }
+        let offset = usize::try_from(hex(offset)?).map_err(|_| CursorError::Invalid)?;
+        if offset == 0 || offset > self.lists[kind.index()].items.len() {
+            return Err(CursorError::Invalid);
+        }
+        Ok(offset)
+    }
+}
+
+/// Holds the current [`Catalog`] and the per-upstream inputs it is built from.
+pub struct CatalogStore {
+    snapshot: ArcSwap<Catalog>,
+    /// Config order of upstreams and their views (None while an upstream is down).
+    /// Held only by `publish`, never across an await.
+    sources: Mutex<Sources>,
+}
+
+struct Sources {
+    order: IndexMap<Arc<str>, SourceEntry>,
+    next_generation: u64,
+}
+
+struct SourceEntry {
+    prefix: String,
+    view: Option<Arc<UpstreamView>>,
+}
+
+impl CatalogStore {
+    /// A store for these upstreams `(name, prefix)`, in config order, all down.
+    pub fn new(upstreams: impl IntoIterator<Item = (Arc<str>, String)>) -> Self {
+        let order = upstreams
+            .into_iter()
+            .map(|(name, prefix)| (name, SourceEntry { prefix, view: None }))
+            .collect();
+        let epoch = rand::random::<u32>();
+        Self {
+            snapshot: ArcSwap::from_pointee(Catalog {
+                epoch,
+                ..Catalog::default()
+            }),
+            sources: Mutex::new(Sources {
+                order,
+                next_generation: 1,
+            }),
+        }
+    }
+
+    /// The current snapshot.
+    pub fn load(&self) -> Arc<Catalog> {
+        self.snapshot.load_full()
+    }
+
+    /// Replaces one upstream's view (`None` when it goes down) and swaps in
+    /// the rebuilt catalog. Returns the list kinds whose merged content changed.
+    pub fn publish(&self, upstream: &str, view: Option<Arc<UpstreamView>>) -> Vec<ListKind> {
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(entry) = sources.order.get_mut(upstream) else {
+            return Vec::new();
+        };
+        entry.view = view;
+        let old = self.snapshot.load();
+        let mut next = build(&sources.order, old.epoch);
+        let mut changed = Vec::new();
+        for kind in ListKind::ALL {
+            let i = kind.index();
+            let same = old.lists[i].items.len() == next.lists[i].items.len()
+                && old.lists[i]
+                    .items
+                    .iter()
+                    .zip(&next.lists[i].items)
+                    .all(|(a, b)| a.get() == b.get());
+            if same {
+                next.lists[i].generation = old.lists[i].generation;
+            } else {
+                next.lists[i].generation = sources.next_generation;
+                sources.next_generation += 1;
+                changed.push(kind);
+            }
+        }
+        self.snapshot.store(Arc::new(next));
+        changed
+    }
+}
+
+/// Builds a merged catalog from the upstream views in config order.
+fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
+    let mut catalog = Catalog {
+        epoch,
+        ..Catalog::default()
+    };
+    let mut instructions = Vec::new();
+    // An upstream listing one URI twice would otherwise show it twice.
+    let mut seen_uris = HashSet::new();
+    for (name, entry) in order {
+        let Some(view) = &entry.view else { continue };
+        if let Some(text) = view
+            .instructions
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+        {
+            instructions.push(format!("## {name}\n{}", text.trim()));
+        }
+        for kind in ListKind::ALL {
+            for item in view.lists.get(kind) {
+                let mut item = item.clone();
+                match kind {
+                    ListKind::Tools | ListKind::Prompts => {
+                        let original = item
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned();
+                        let names = if kind == ListKind::Tools {
+                            &mut catalog.tools
+                        } else {
+                            &mut catalog.prompts
+                        };
+                        let exposed = unique_name(names, &entry.prefix, name, &original, kind);
+                        item.insert("name".into(), Value::String(exposed.clone()));
+                        names.insert(
+                            exposed.into_boxed_str(),
+                            Target {
+                                upstream: name.clone(),
+                                original: original.into_boxed_str(),
+                            },
+                        );
+                    }
+                    ListKind::Resources => {
+                        namespace_member(&mut item, "uri", name);
+                        if let Some(uri) = item.get("uri").and_then(Value::as_str)
+                            && !seen_uris.insert(uri.to_owned())
+                        {
+                            continue;
+                        }
+                    }
+                    ListKind::Templates => namespace_member(&mut item, "uriTemplate", name),
+                }
+                if let Ok(raw) = serde_json::value::to_raw_value(&item) {
+                    catalog.lists[kind.index()].items.push(raw);
+                }
+            }
+        }
+    }
+    if !instructions.is_empty() {
+        catalog.instructions = Some(format!(
+            "This server is an MCP gateway. Tools and prompts are named {{upstream}}__{{name}}; resource URIs are {{upstream}}+{{uri}}.\n\n{}",
+            instructions.join("\n\n")
+        ));
+    }
+    catalog
+}
+
+/// The exposed name for `original`, made unique among `taken` deterministically.
+fn unique_name(
+    taken: &HashMap<Box<str>, Target>,
+    prefix: &str,
+    upstream: &str,
+    original: &str,
+    kind: ListKind,
+) -> String {
+    let base = naming::exposed_name(prefix, original);
+    if !taken.contains_key(base.as_str()) {
+        return base;
+    }
+    let mut seed = format!("{upstream}\0{original}");
+    loop {
+        let candidate = naming::with_hash_suffix(&base, &seed);
+        if !taken.contains_key(candidate.as_str()) {
+            tracing::warn!(
+                upstream = %upstream,
+                original = %original,
+                exposed = %candidate,
+                kind = kind.result_key(),
+                "name collision: exposing under a hashed name"
+            );
+            return candidate;
+        }
+        seed.push('\0');
+    }
+}
+
+fn namespace_member(item: &mut Map<String, Value>, key: &str, upstream: &str) {
+    if let Some(Value::String(uri)) = item.get_mut(key) {
+        *uri = naming::namespaced_uri(upstream, uri);
+    }
+}
+
+#[cfg(test)]
+mod tests;

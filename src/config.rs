@@ -1,0 +1,513 @@
+//! The YAML configuration: types, defaults, `${VAR}` expansion and validation.
+//!
+//! Loading is two steps. [`RawConfig`] mirrors the file (every struct denies
+//! unknown keys and keeps the YAML location of the values it validates), then
+//! [`RawConfig::validate`] expands variables, checks names and ranges, and
+//! builds the typed [`Config`] the rest of the gateway uses. Every error names
+//! `file:line:column`. Secrets (upstream `env` values) live in [`Secret`],
+//! whose `Debug` prints a mask.
+
+mod expand;
+mod secret;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_saphyr::{Location, Spanned};
+
+pub use expand::Lookup;
+pub use secret::Secret;
+
+/// The config `mcpmux serve` runs when no `--config` is given: two copies of
+/// the bundled example server, started as stdio children.
+pub const DEMO_CONFIG: &str = include_str!("config/demo.yaml");
+
+/// Where the address comes from when neither the CLI nor the file sets one.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// A config that failed to load. Each variant renders as one line.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{}", render_issues(.file, .issues))]
+    Invalid { file: String, issues: Vec<Issue> },
+}
+
+/// One problem in a config file, at a line and column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    pub line: u64,
+    pub column: u64,
+    pub message: String,
+}
+
+fn render_issues(file: &str, issues: &[Issue]) -> String {
+    issues
+        .iter()
+        .map(|i| format!("{file}:{}:{}: {}", i.line, i.column, i.message))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl ConfigError {
+    /// The problems found, one per line (a read error is one line too).
+    pub fn lines(&self) -> Vec<String> {
+        self.to_string().lines().map(str::to_owned).collect()
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Address to serve on, if the file sets one.
+    pub listen: Option<SocketAddr>,
+    /// Upstream servers in file order (the order breaks naming ties).
+    pub upstreams: Vec<UpstreamConfig>,
+    pub sessions: SessionConfig,
+    pub http: HttpConfig,
+    /// Items per page of the merged lists.
+    pub page_size: usize,
+    /// How long shutdown waits for in-flight requests and for children.
+    pub shutdown_grace: Duration,
+}
+
+/// Downstream session settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionConfig {
+    /// A legacy session with no request for this long is removed.
+    pub idle_timeout: Duration,
+    /// Sessions beyond this many are refused with 503.
+    pub max: usize,
+}
+
+/// Downstream HTTP settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpConfig {
+    /// Largest accepted request body; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// Extra `Origin` values accepted besides loopback origins.
+    pub allowed_origins: Vec<String>,
+}
+
+/// One upstream MCP server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamConfig {
+    /// `[a-z][a-z0-9-]{0,31}`; also the resource URI prefix.
+    pub name: String,
+    /// Prefix for tool and prompt names; `""` exposes original names.
+    pub prefix: String,
+    pub transport: Transport,
+    /// Per-request deadline; progress notifications restart it.
+    pub timeout: Duration,
+}
+
+/// How the gateway reaches an upstream.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Transport {
+    Stdio(StdioConfig),
+}
+
+/// A local MCP server started as a child process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StdioConfig {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, Secret>,
+    pub cwd: Option<PathBuf>,
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path, lookup: &Lookup) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Self::parse(&text, &file, lookup)
+    }
+
+    /// Parses and validates config text; `file` names it in errors.
+    pub fn parse(text: &str, file: &str, lookup: &Lookup) -> Result<Config, ConfigError> {
+        let invalid = |issues| ConfigError::Invalid {
+            file: file.to_owned(),
+            issues,
+        };
+        let raw: RawConfig =
+            serde_saphyr::from_str(text).map_err(|e| invalid(vec![yaml_issue(&e)]))?;
+        raw.validate(lookup).map_err(invalid)
+    }
+}
+
+fn yaml_issue(err: &serde_saphyr::Error) -> Issue {
+    let (line, column) = err.location().map_or((1, 1), |l| (l.line(), l.column()));
+    let rendered = err.without_snippet().to_string();
+    // The library appends its own location; keep the message on one line without it.
+    let message = rendered.lines().next().unwrap_or("invalid YAML").to_owned();
+    let message = match message.rfind(" at line ") {
+        Some(cut) => message[..cut].to_owned(),
+        None => message,
+    };
+    Issue {
+        line,
+        column,
+        message,
+    }
+}
+
+/// The file as written, before validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    listen: Option<Spanned<String>>,
+    #[serde(default)]
+    upstreams: Option<Spanned<IndexMap<Spanned<String>, RawUpstream>>>,
+    #[serde(default)]
+    sessions: Option<RawSessions>,
+    #[serde(default)]
+    http: Option<RawHttp>,
+    #[serde(default)]
+    page_size: Option<Spanned<u64>>,
+    #[serde(default)]
+    shutdown_grace: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSessions {
+    #[serde(default)]
+    idle_timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    max: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    #[serde(default)]
+    max_body_bytes: Option<Spanned<u64>>,
+    #[serde(default)]
+    allowed_origins: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstream {
+    #[serde(default)]
+    command: Option<Spanned<String>>,
+    #[serde(default)]
+    args: Vec<Spanned<String>>,
+    #[serde(default)]
+    env: IndexMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
+    cwd: Option<Spanned<String>>,
+    /// Reserved for remote upstreams (Streamable HTTP, legacy SSE).
+    #[serde(default)]
+    url: Option<Spanned<String>>,
+    #[serde(default)]
+    prefix: Option<Spanned<String>>,
+    #[serde(default)]
+    timeout: Option<Spanned<String>>,
+}
+
+/// Collects validation problems so one run reports all of them.
+struct Problems {
+    issues: Vec<Issue>,
+}
+
+impl Problems {
+    fn at(&mut self, location: Location, message: impl fmt::Display) {
+        self.issues.push(Issue {
+            line: location.line(),
+            column: location.column(),
+            message: message.to_string(),
+        });
+    }
+
+    /// Expands `${VAR}` in a spanned string, reporting failures at its location.
+    fn expand(&mut self, value: &Spanned<String>, what: &str, lookup: &Lookup) -> Option<String> {
+        match expand::expand(&value.value, lookup) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                self.at(value.referenced, format_args!("{what}: {e}"));
+                None
+            }
+        }
+    }
+
+    fn duration(
+        &mut self,
+        value: &Spanned<String>,
+        what: &str,
+        lookup: &Lookup,
+    ) -> Option<Duration> {
+        let text = self.expand(value, what, lookup)?;
+        match humantime::parse_duration(text.trim()) {
+            Ok(d) if !d.is_zero() => Some(d),
+            Ok(_) => {
+                self.at(
+                    value.referenced,
+                    format_args!("{what}: must be greater than zero"),
+                );
+                None
+            }
+            Err(e) => {
+                self.at(
+                    value.referenced,
+                    format_args!("{what}: {e} (write a duration such as \"30s\" or \"5m\")"),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// Upstream names: `[a-z][a-z0-9-]{0,31}`.
+pub fn check_upstream_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return Err("is empty".into()),
+        Some(c) if !c.is_ascii_lowercase() => {
+            return Err(format!("must start with a lowercase letter a-z, not {c:?}"));
+        }
+        Some(_) => {}
+    }
+    if name.len() > 32 {
+        return Err(format!(
+            "is {} characters long; the limit is 32",
+            name.len()
+        ));
+    }
+    if let Some(c) = chars.find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')) {
+        return Err(format!("may contain only a-z, 0-9 and '-', not {c:?}"));
+    }
+    Ok(())
+}
+
+impl RawConfig {
+    fn validate(self, lookup: &Lookup) -> Result<Config, Vec<Issue>> {
+        let mut p = Problems { issues: Vec::new() };
+
+        let listen = self.listen.as_ref().and_then(|l| {
+            let text = p.expand(l, "listen", lookup)?;
+            match text.parse::<SocketAddr>() {
+                Ok(addr) => Some(addr),
+                Err(_) => {
+                    p.at(
+                        l.referenced,
+                        format_args!(
+                            "listen: {text:?} is not an IP:port address such as \"127.0.0.1:8080\""
+                        ),
+                    );
+                    None
+                }
+            }
+        });
+
+        let mut upstreams = Vec::new();
+        match &self.upstreams {
+            Some(map) if !map.value.is_empty() => {
+                for (name, raw) in &map.value {
+                    if let Some(upstream) = raw.validate(name, lookup, &mut p) {
+                        upstreams.push(upstream);
+                    }
+                }
+            }
+            Some(map) => p.at(
+                map.referenced,
+                "upstreams: at least one upstream is required",
+            ),
+            None => p.issues.push(Issue {
+                line: 1,
+                column: 1,
+                message: "upstreams: missing; list at least one upstream server".into(),
+            }),
+        }
+
+        let idle_timeout = self
+            .sessions
+            .as_ref()
+            .and_then(|s| s.idle_timeout.as_ref())
+            .map_or(Some(Duration::from_secs(30 * 60)), |d| {
+                p.duration(d, "sessions.idle_timeout", lookup)
+            });
+
+        let max_sessions = match self.sessions.as_ref().and_then(|s| s.max.as_ref()) {
+            None => 10_000,
+            Some(v) if v.value == 0 => {
+                p.at(v.referenced, "sessions.max: must be at least 1");
+                0
+            }
+            Some(v) => usize::try_from(v.value).unwrap_or(usize::MAX),
+        };
+        let max_body_bytes = match self.http.as_ref().and_then(|h| h.max_body_bytes.as_ref()) {
+            None => 4 * 1024 * 1024,
+            Some(v) if v.value < 1024 => {
+                p.at(v.referenced, "http.max_body_bytes: must be at least 1024");
+                0
+            }
+            Some(v) => usize::try_from(v.value).unwrap_or(usize::MAX),
+        };
+        let allowed_origins = self
+            .http
+            .as_ref()
+            .map(|h| h.allowed_origins.iter())
+            .into_iter()
+            .flatten()
+            .filter_map(|o| p.expand(o, "http.allowed_origins", lookup))
+            .collect();
+
+        let page_size = match &self.page_size {
+            None => 100,
+            Some(v) if v.value == 0 || v.value > 10_000 => {
+                p.at(v.referenced, "page_size: must be between 1 and 10000");
+                0
+            }
+            Some(v) => v.value as usize,
+        };
+        let shutdown_grace = self
+            .shutdown_grace
+            .as_ref()
+            .map_or(Some(Duration::from_secs(10)), |d| {
+                p.duration(d, "shutdown_grace", lookup)
+            });
+
+        if !p.issues.is_empty() {
+            p.issues.sort_by_key(|i| (i.line, i.column));
+            return Err(p.issues);
+        }
+        Ok(Config {
+            listen,
+            upstreams,
+            sessions: SessionConfig {
+                idle_timeout: idle_timeout.unwrap_or_default(),
+                max: max_sessions,
+            },
+            http: HttpConfig {
+                max_body_bytes,
+                allowed_origins,
+            },
+            page_size,
+            shutdown_grace: shutdown_grace.unwrap_or_default(),
+        })
+    }
+}
+
+impl RawUpstream {
+    fn validate(
+        &self,
+        name: &Spanned<String>,
+        lookup: &Lookup,
+        p: &mut Problems,
+    ) -> Option<UpstreamConfig> {
+        let before = p.issues.len();
+        if let Err(why) = check_upstream_name(&name.value) {
+            p.at(
+                name.referenced,
+                format_args!(
+                    "upstream name {:?} {why} (names match [a-z][a-z0-9-]{{0,31}})",
+                    name.value
+                ),
+            );
+        }
+        let label = format!("upstreams.{}", name.value);
+
+        if let Some(url) = &self.url {
+            p.at(
+                url.referenced,
+                format_args!("{label}.url: remote upstreams are not supported yet; use command"),
+            );
+        }
+        let command = match &self.command {
+            Some(c) => p.expand(c, &format!("{label}.command"), lookup),
+            None => {
+                p.at(
+                    name.referenced,
+                    format_args!("{label}: needs a command to start"),
+                );
+                None
+            }
+        };
+        if let (Some(c), Some(raw)) = (&command, &self.command)
+            && c.trim().is_empty()
+        {
+            p.at(raw.referenced, format_args!("{label}.command: is empty"));
+        }
+        let args: Vec<String> = self
+            .args
+            .iter()
+            .filter_map(|a| p.expand(a, &format!("{label}.args"), lookup))
+            .collect();
+        let mut env = BTreeMap::new();
+        for (key, value) in &self.env {
+            if key.value.is_empty() || key.value.contains(['=', '\0']) {
+                p.at(
+                    key.referenced,
+                    format_args!("{label}.env: {:?} is not a valid variable name", key.value),
+                );
+            }
+            if let Some(v) = p.expand(value, &format!("{label}.env.{}", key.value), lookup) {
+                env.insert(key.value.clone(), Secret::new(v));
+            }
+        }
+        let cwd = self
+            .cwd
+            .as_ref()
+            .and_then(|c| p.expand(c, &format!("{label}.cwd"), lookup))
+            .map(PathBuf::from);
+
+        let prefix = match &self.prefix {
+            None => Some(name.value.clone()),
+            Some(raw) => {
+                let prefix = p.expand(raw, &format!("{label}.prefix"), lookup)?;
+                if prefix.len() > 32
+                    || !prefix
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                {
+                    p.at(
+                        raw.referenced,
+                        format_args!("{label}.prefix: {prefix:?} must be at most 32 characters of a-z, A-Z, 0-9, '_' and '-'"),
+                    );
+                }
+                Some(prefix)
+            }
+        };
+        let timeout = self
+            .timeout
+            .as_ref()
+            .map_or(Some(Duration::from_secs(60)), |t| {
+                p.duration(t, &format!("{label}.timeout"), lookup)
+            });
+
+        if p.issues.len() != before {
+            return None;
+        }
+        Some(UpstreamConfig {
+            name: name.value.clone(),
+            prefix: prefix?,
+            transport: Transport::Stdio(StdioConfig {
+                command: command?,
+                args,
+                env,
+                cwd,
+            }),
+            timeout: timeout?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

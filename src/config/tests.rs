@@ -1,0 +1,86 @@
+//! Unit tests for config parsing and validation.
+
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(
+        text,
+        "test.yaml",
+        &Lookup::from_pairs([("TOKEN", "hunter2")]),
+    )
+}
+
+fn single_issue(text: &str) -> String {
+    let err = parse(text).expect_err("config should be rejected");
+    let lines = err.lines();
+    assert_eq!(lines.len(), 1, "expected one line, got {lines:?}");
+    lines[0].clone()
+}
+
+#[test]
+fn minimal_config_gets_defaults() {
+    let cfg = parse("upstreams:\n  files:\n    command: srv\n").unwrap();
+    assert_eq!(cfg.listen, None);
+    assert_eq!(cfg.page_size, 100);
+    assert_eq!(cfg.upstreams.len(), 1);
+    let up = &cfg.upstreams[0];
+    assert_eq!(up.name, "files");
+    assert_eq!(up.prefix, "files");
+    assert_eq!(up.timeout, Duration::from_secs(60));
+}
+
+#[test]
+fn unknown_key_names_line_and_column() {
+    let line = single_issue("upstreams:\n  files:\n    command: srv\n    comand: typo\n");
+    assert!(line.starts_with("test.yaml:4:5: "), "{line}");
+    assert!(line.contains("comand"), "{line}");
+}
+
+#[test]
+fn bad_upstream_name_is_explained() {
+    let line = single_issue("upstreams:\n  Files_1:\n    command: srv\n");
+    assert!(line.starts_with("test.yaml:2:3: "), "{line}");
+    assert!(line.contains("\"Files_1\""), "{line}");
+    assert!(line.contains("lowercase"), "{line}");
+}
+
+#[test]
+fn unset_variable_is_an_error_at_its_value() {
+    let line =
+        single_issue("upstreams:\n  a:\n    command: srv\n    env:\n      KEY: \"${NOPE}\"\n");
+    assert!(line.starts_with("test.yaml:5:12: "), "{line}");
+    assert!(line.contains("NOPE is not set"), "{line}");
+}
+
+#[test]
+fn secrets_are_masked_in_debug_output() {
+    let cfg =
+        parse("upstreams:\n  a:\n    command: srv\n    env: { KEY: \"${TOKEN}\" }\n").unwrap();
+    let Transport::Stdio(stdio) = &cfg.upstreams[0].transport;
+    assert_eq!(stdio.env["KEY"].expose(), "hunter2");
+    let debug = format!("{cfg:?}");
+    assert!(!debug.contains("hunter2"), "{debug}");
+    assert!(debug.contains("***"));
+}
+
+#[test]
+fn yaml_syntax_errors_have_a_location() {
+    let line = single_issue("upstreams:\n  a: [unclosed\n");
+    assert!(line.starts_with("test.yaml:"), "{line}");
+    assert!(!line.contains('\n'));
+}
+
+#[test]
+fn every_problem_is_reported() {
+    let err =
+        parse("upstreams:\n  Bad:\n    command: x\n  good:\n    timeout: soon\n").unwrap_err();
+    let lines = err.lines();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+}
+
+#[test]
+fn demo_config_is_valid() {
+    let lookup = Lookup::from_pairs([("MCPMUX_EXE", "/bin/mcpmux")]);
+    let cfg = Config::parse(DEMO_CONFIG, "demo", &lookup).unwrap();
+    assert!(cfg.upstreams.len() >= 2);
+}

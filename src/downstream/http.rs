@@ -1,0 +1,308 @@
+//! The Streamable HTTP endpoint (`/mcp`) for legacy-era clients.
+//!
+//! POST carries one JSON-RPC message. `initialize` creates a session and
+//! returns its `Mcp-Session-Id`; every later message must carry that id
+//! (400 without, 404 when unknown or expired). Requests are answered with
+//! `application/json`, or with `text/event-stream` when a forwarded call
+//! streams progress. Notifications and responses get 202. DELETE ends a
+//! session. Each request runs in its session's tracing span.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::value::RawValue;
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument as _;
+
+use super::AppState;
+use super::session::CloseReason;
+use crate::protocol::{self, Envelope, MessageKind, RpcError, code};
+use crate::router::{Reply, RequestContext};
+
+pub const SESSION_HEADER: &str = "mcp-session-id";
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// An HTTP error whose body is a JSON-RPC error with the given id (or null).
+pub fn rpc_error_response(
+    status: StatusCode,
+    id: Option<&str>,
+    code: i64,
+    message: impl Into<String>,
+) -> Response {
+    let body = protocol::error_frame(id, &RpcError::new(code, message));
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn json_response(frame: String) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], frame).into_response()
+}
+
+/// What the client's `Accept` header allows.
+struct Accepts {
+    json: bool,
+    sse: bool,
+}
+
+fn accepts(headers: &HeaderMap) -> Accepts {
+    let Some(value) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        // No Accept header: anything goes.
+        return Accepts {
+            json: true,
+            sse: true,
+        };
+    };
+    let has = |t: &str| {
+        value
+            .split(',')
+            .any(|part| part.trim().split(';').next().is_some_and(|m| m.trim() == t))
+    };
+    let any = has("*/*");
+    Accepts {
+        json: any || has("application/json") || has("application/*"),
+        sse: any || has("text/event-stream") || has("text/*"),
+    }
+}
+
+pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(denied) = state.check_origin(&headers) {
+        return denied;
+    }
+    let accept = accepts(&headers);
+    if !accept.json && !accept.sse {
+        return rpc_error_response(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            code::INVALID_REQUEST,
+            "Accept must include application/json or text/event-stream",
+        );
+    }
+    if let Some(ct) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        && !ct
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+    {
+        return rpc_error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            code::INVALID_REQUEST,
+            format!("Content-Type must be application/json, not {ct:?}"),
+        );
+    }
+    let limit = state.http.max_body_bytes;
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            return rpc_error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                None,
+                code::INVALID_REQUEST,
+                format!("request body exceeds the limit of {limit} bytes"),
+            );
+        }
+    };
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::PARSE_ERROR,
+            "body is not valid UTF-8",
+        );
+    };
+    if text.trim_start().starts_with('[') {
+        return rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::INVALID_REQUEST,
+            "JSON-RPC batches are not supported; send one message per request",
+        );
+    }
+    let envelope = match Envelope::parse(text) {
+        Ok(e) => e,
+        Err(e) => {
+            return rpc_error_response(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::PARSE_ERROR,
+                format!("parse error: {e}"),
+            );
+        }
+    };
+    let kind = match envelope.kind() {
+        Ok(kind) => kind,
+        Err(e) => {
+            let id = envelope.id.map(RawValue::get);
+            return rpc_error_response(
+                StatusCode::BAD_REQUEST,
+                id,
+                code::INVALID_REQUEST,
+                e.to_string(),
+            );
+        }
+    };
+    let method = envelope.method.as_deref().unwrap_or_default();
+    if kind == MessageKind::Request && method == protocol::method::INITIALIZE {
+        return initialize(&state, &envelope);
+    }
+
+    let Some(session_id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            envelope.id.map(RawValue::get),
+            code::INVALID_REQUEST,
+            "missing Mcp-Session-Id header; send initialize first",
+        );
+    };
+    if let Some(version) = headers.get(VERSION_HEADER) {
+        let version = version.to_str().unwrap_or_default();
+        if !protocol::is_supported_downstream(version) {
+            return rpc_error_response(
+                StatusCode::BAD_REQUEST,
+                envelope.id.map(RawValue::get),
+                code::INVALID_REQUEST,
+                format!(
+                    "unsupported MCP-Protocol-Version {version:?}; supported: {}",
+                    protocol::DOWNSTREAM_VERSIONS.join(", ")
+                ),
+            );
+        }
+    }
+    let Some(session) = state.sessions.touch(session_id) else {
+        return rpc_error_response(
+            StatusCode::NOT_FOUND,
+            envelope.id.map(RawValue::get),
+            code::INVALID_REQUEST,
+            "unknown or expired session; initialize a new one",
+        );
+    };
+    let ctx = RequestContext {
+        inflight: session.inflight.clone(),
+        can_stream: accept.sse,
+    };
+    let span = session.span.clone();
+    match kind {
+        MessageKind::Notification => {
+            state.router.notification(&ctx, method, envelope.params);
+            StatusCode::ACCEPTED.into_response()
+        }
+        // Answers to server-to-client requests; the gateway sends none yet.
+        MessageKind::Response => StatusCode::ACCEPTED.into_response(),
+        MessageKind::Request => {
+            let Some(id) = envelope.id else {
+                return StatusCode::BAD_REQUEST.into_response();
+            };
+            let reply = state
+                .router
+                .request(&ctx, id, method, envelope.params)
+                .instrument(tracing::debug_span!(parent: &span, "request", method))
+                .await;
+            match reply {
+                Reply::Ready(frame) if accept.json => json_response(frame),
+                Reply::Ready(frame) => sse_response(ReceiverStream::new(single(frame))),
+                Reply::Streaming(frames) => sse_response(ReceiverStream::new(frames)),
+            }
+        }
+    }
+}
+
+fn single(frame: String) -> tokio::sync::mpsc::Receiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let _ = tx.try_send(frame);
+    rx
+}
+
+fn sse_response(frames: ReceiverStream<String>) -> Response {
+    let events =
+        frames.map(|frame| Ok::<_, std::convert::Infallible>(Event::default().data(frame)));
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+fn initialize(state: &AppState, envelope: &Envelope<'_>) -> Response {
+    let id = envelope.id.map_or("null", RawValue::get);
+    let requested = envelope
+        .params
+        .and_then(|p| {
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p.get()).ok()
+        })
+        .and_then(|p| {
+            p.get("protocolVersion")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        });
+    let Some(requested) = requested else {
+        return rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            Some(id),
+            code::INVALID_PARAMS,
+            "initialize needs params.protocolVersion",
+        );
+    };
+    // Version negotiation: the client's version if supported, else our latest.
+    let version = if protocol::is_supported_downstream(&requested) {
+        requested.as_str()
+    } else {
+        protocol::LATEST_VERSION
+    };
+    let session = match state.sessions.create(version) {
+        Ok(s) => s,
+        Err(e) => {
+            return rpc_error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(id),
+                code::INTERNAL_ERROR,
+                e.to_string(),
+            );
+        }
+    };
+    let frame = protocol::response_frame(id, &state.router.initialize_result(version));
+    let mut response = json_response(frame);
+    if let Ok(value) = HeaderValue::from_str(&session.id) {
+        response.headers_mut().insert(SESSION_HEADER, value);
+    }
+    response
+}
+
+pub async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = state.check_origin(&headers) {
+        return denied;
+    }
+    let Some(session_id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::INVALID_REQUEST,
+            "missing Mcp-Session-Id header",
+        );
+    };
+    if state.sessions.close(session_id, CloseReason::Deleted) {
+        StatusCode::OK.into_response()
+    } else {
+        rpc_error_response(
+            StatusCode::NOT_FOUND,
+            None,
+            code::INVALID_REQUEST,
+            "unknown or expired session",
+        )
+    }
+}
+
+pub async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = state.check_origin(&headers) {
+        return denied;
+    }
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "POST, DELETE")],
+        "this gateway does not offer a standalone SSE stream",
+    )
+        .into_response()
+}

@@ -1,0 +1,162 @@
+//! Legacy-era downstream sessions: the table keyed by `Mcp-Session-Id`,
+//! and the sweeper that removes idle sessions.
+//!
+//! A session that never sends `DELETE` must not leak: the sweeper task runs
+//! on the gateway's task tracker and removes any session idle longer than
+//! `sessions.idle_timeout`. Closing a session cancels its calls in flight.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::router::InflightCalls;
+
+/// One client session.
+pub struct Session {
+    pub id: Arc<str>,
+    /// The protocol version agreed in `initialize`.
+    pub protocol_version: String,
+    /// Calls this session has in flight upstream.
+    pub inflight: Arc<InflightCalls>,
+    /// Milliseconds after the table's epoch of the latest request.
+    last_seen: AtomicU64,
+    /// Cancelled when the session ends, for tasks serving it.
+    pub closed: CancellationToken,
+    pub span: tracing::Span,
+}
+
+/// Why a session ended, for logs.
+#[derive(Debug, Clone, Copy)]
+pub enum CloseReason {
+    Deleted,
+    Idle,
+    Shutdown,
+}
+
+/// Every live session. Guards are never held across an await.
+pub struct SessionTable {
+    sessions: DashMap<Arc<str>, Arc<Session>>,
+    epoch: Instant,
+    idle_timeout: Duration,
+    max_sessions: usize,
+}
+
+/// The table is full.
+#[derive(Debug, thiserror::Error)]
+#[error("the gateway has reached its limit of {0} sessions")]
+pub struct TooManySessions(pub usize);
+
+impl SessionTable {
+    pub fn new(idle_timeout: Duration, max_sessions: usize) -> Self {
+        Self {
+            sessions: DashMap::new(),
+            epoch: Instant::now(),
+            idle_timeout,
+            max_sessions,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// Creates a session with a fresh unguessable id.
+    pub fn create(&self, protocol_version: &str) -> Result<Arc<Session>, TooManySessions> {
+        if self.sessions.len() >= self.max_sessions {
+            return Err(TooManySessions(self.max_sessions));
+        }
+        let id: Arc<str> = format!("{:032x}", rand::random::<u128>()).into();
+        let session = Arc::new(Session {
+            id: id.clone(),
+            protocol_version: protocol_version.to_owned(),
+            inflight: Arc::default(),
+            last_seen: AtomicU64::new(self.now_ms()),
+            closed: CancellationToken::new(),
+            span: tracing::info_span!("session", session = %id),
+        });
+        self.sessions.insert(id, session.clone());
+        tracing::info!(parent: &session.span, version = protocol_version, "session created");
+        Ok(session)
+    }
+
+    /// The session with this id, marked as just used.
+    pub fn touch(&self, id: &str) -> Option<Arc<Session>> {
+        let session = self.sessions.get(id)?.clone();
+        session.last_seen.store(self.now_ms(), Ordering::Relaxed);
+        Some(session)
+    }
+
+    /// Ends a session; returns false if there was none.
+    pub fn close(&self, id: &str, reason: CloseReason) -> bool {
+        match self.sessions.remove(id) {
+            Some((_, session)) => {
+                finish(&session, reason);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends every session idle longer than the timeout; returns how many.
+    pub fn expire_idle(&self) -> usize {
+        let limit = u64::try_from(self.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+        let now = self.now_ms();
+        let idle: Vec<Arc<str>> = self
+            .sessions
+            .iter()
+            .filter(|s| now.saturating_sub(s.last_seen.load(Ordering::Relaxed)) >= limit)
+            .map(|s| s.key().clone())
+            .collect();
+        idle.iter()
+            .filter(|id| self.close(id, CloseReason::Idle))
+            .count()
+    }
+
+    /// Ends every session (shutdown).
+    pub fn close_all(&self) {
+        let ids: Vec<Arc<str>> = self.sessions.iter().map(|s| s.key().clone()).collect();
+        for id in ids {
+            self.close(&id, CloseReason::Shutdown);
+        }
+    }
+
+    /// Runs [`Self::expire_idle`] periodically until `shutdown`.
+    pub fn spawn_sweeper(self: &Arc<Self>, shutdown: CancellationToken, tracker: &TaskTracker) {
+        let table = self.clone();
+        let period =
+            (self.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+        tracker.spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let expired = table.expire_idle();
+                        if expired > 0 {
+                            tracing::info!(expired, "idle sessions expired");
+                        }
+                    }
+                    () = shutdown.cancelled() => break,
+                }
+            }
+        });
+    }
+}
+
+fn finish(session: &Session, reason: CloseReason) {
+    session.closed.cancel();
+    let cancelled = session.inflight.cancel_all("the session ended");
+    tracing::info!(parent: &session.span, ?reason, cancelled, "session closed");
+}

@@ -1,0 +1,415 @@
+//! A small MCP server over stdio: the upstream of the embedded demo config,
+//! and the test upstream for what real servers cannot do on demand.
+//!
+//! It serves a few tools (`echo`, `add`, `slow` with progress and
+//! cancellation, `link` returning resource links), a prompt, resources and a
+//! template, completions and pagination (`--page-size`). With
+//! `--test-controls` it adds tools that misbehave on purpose (flood stderr,
+//! crash). `--record FILE` appends every received message to FILE, so tests
+//! can check what reached the upstream. One task reads stdin; each request
+//! runs in its own task so slow calls overlap; one task writes stdout.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::{UPSTREAM_VERSIONS, code};
+
+/// Options of `mcpmux example-server`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExampleServerArgs {
+    /// Name used in resource URIs (`demo://NAME/...`) and server info.
+    #[arg(long, default_value = "example")]
+    pub name: String,
+    /// Extra generated tools `gen_0000`..`gen_N`, to exercise paging.
+    #[arg(long, default_value_t = 0)]
+    pub tools: usize,
+    /// Items per page of every list; 0 sends each list in one page.
+    #[arg(long, default_value_t = 0)]
+    pub page_size: usize,
+    /// Append every received JSON-RPC message to this file, one per line.
+    #[arg(long)]
+    pub record: Option<std::path::PathBuf>,
+    /// Add tools that misbehave on purpose: flood_stderr, crash.
+    #[arg(long)]
+    pub test_controls: bool,
+}
+
+struct Server {
+    args: ExampleServerArgs,
+    out: mpsc::Sender<String>,
+    record: Option<Mutex<std::fs::File>>,
+    /// Running requests by id (JSON text), cancelled by notifications/cancelled.
+    running: Mutex<HashMap<String, CancellationToken>>,
+}
+
+/// Runs the server on stdin/stdout until stdin closes.
+pub async fn run(args: ExampleServerArgs) -> std::io::Result<()> {
+    let record = match &args.record {
+        Some(path) => Some(Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?,
+        )),
+        None => None,
+    };
+    let (out, mut outbound) = mpsc::channel::<String>(256);
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(line) = outbound.recv().await {
+            if stdout.write_all(line.as_bytes()).await.is_err()
+                || stdout.write_all(b"\n").await.is_err()
+            {
+                break;
+            }
+            let _ = stdout.flush().await;
+        }
+    });
+    let server = Arc::new(Server {
+        args,
+        out,
+        record,
+        running: Mutex::new(HashMap::new()),
+    });
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        server.record(&line);
+        let Ok(message) = serde_json::from_str::<Map<String, Value>>(&line) else {
+            server.send(json!({"jsonrpc":"2.0","id":null,"error":{"code":code::PARSE_ERROR,"message":"parse error"}})).await;
+            continue;
+        };
+        let server = server.clone();
+        tokio::spawn(async move { server.handle(message).await });
+    }
+    drop(server);
+    let _ = writer.await;
+    Ok(())
+}
+
+impl Server {
+    fn record(&self, line: &str) {
+        if let Some(file) = &self.record {
+            let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = writeln!(file, "{line}");
+            let _ = file.flush();
+        }
+    }
+
+    async fn send(&self, message: Value) {
+        let _ = self.out.send(message.to_string()).await;
+    }
+
+    async fn handle(self: Arc<Self>, message: Map<String, Value>) {
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let params = message.get("params").cloned().unwrap_or(Value::Null);
+        let Some(id) = message.get("id").cloned() else {
+            if method == "notifications/cancelled" {
+                let key = params
+                    .get("requestId")
+                    .map(Value::to_string)
+                    .unwrap_or_default();
+                if let Some(token) = self
+                    .running
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&key)
+                {
+                    token.cancel();
+                }
+            }
+            return;
+        };
+        let token = CancellationToken::new();
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string(), token.clone());
+        let outcome = tokio::select! {
+            outcome = self.dispatch(&method, &params) => Some(outcome),
+            () = token.cancelled() => None,
+        };
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id.to_string());
+        // A cancelled request gets no response, as the spec asks.
+        let Some(outcome) = outcome else { return };
+        let reply = match outcome {
+            Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+            Err((code, message)) => {
+                json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
+            }
+        };
+        self.send(reply).await;
+    }
+
+    async fn dispatch(&self, method: &str, params: &Value) -> Result<Value, (i64, String)> {
+        match method {
+            "initialize" => Ok(self.initialize(params)),
+            "ping" => Ok(json!({})),
+            "tools/list" => self.page("tools", self.tools(), params),
+            "prompts/list" => self.page("prompts", self.prompts(), params),
+            "resources/list" => self.page("resources", self.resources(), params),
+            "resources/templates/list" => self.page("resourceTemplates", self.templates(), params),
+            "tools/call" => self.call_tool(params).await,
+            "prompts/get" => self.get_prompt(params),
+            "resources/read" => self.read(params),
+            "completion/complete" => Ok(complete(params)),
+            _ => Err((
+                code::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+            )),
+        }
+    }
+
+    fn initialize(&self, params: &Value) -> Value {
+        let requested = params
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let version = if UPSTREAM_VERSIONS.contains(&requested) {
+            requested
+        } else {
+            UPSTREAM_VERSIONS[0]
+        };
+        json!({
+            "protocolVersion": version,
+            "capabilities": {
+                "tools": { "listChanged": true },
+                "prompts": { "listChanged": true },
+                "resources": { "listChanged": true },
+                "completions": {},
+            },
+            "serverInfo": { "name": format!("mcpmux-example-{}", self.args.name), "version": env!("CARGO_PKG_VERSION") },
+            "instructions": format!("Example server '{}': echo text, add numbers, read demo://{}/readme.", self.args.name, self.args.name),
+        })
+    }
+
+    fn page(&self, key: &str, items: Vec<Value>, params: &Value) -> Result<Value, (i64, String)> {
+        let size = if self.args.page_size == 0 {
+            items.len().max(1)
+        } else {
+            self.args.page_size
+        };
+        let start = match params.get("cursor").and_then(Value::as_str) {
+            None => 0,
+            Some(c) => c
+                .parse::<usize>()
+                .ok()
+                .filter(|s| *s <= items.len())
+                .ok_or((code::INVALID_PARAMS, format!("bad cursor {c:?}")))?,
+        };
+        let end = (start + size).min(items.len());
+        let mut result = json!({ key: items[start..end] });
+        if end < items.len() {
+            result["nextCursor"] = Value::from(end.to_string());
+        }
+        Ok(result)
+    }
+
+    fn uri(&self, path: &str) -> String {
+        format!("demo://{}/{path}", self.args.name)
+    }
+
+    fn tools(&self) -> Vec<Value> {
+        let object = |props: Value, required: &[&str]| json!({ "type": "object", "properties": props, "required": required });
+        let mut tools = vec![
+            json!({ "name": "echo", "description": "Returns the message it is given.",
+                    "inputSchema": object(json!({ "message": { "type": "string" } }), &["message"]) }),
+            json!({ "name": "add", "description": "Adds two numbers.",
+                    "inputSchema": object(json!({ "a": { "type": "number" }, "b": { "type": "number" } }), &["a", "b"]) }),
+            json!({ "name": "slow", "description": "Takes `steps` steps of `interval_ms`, reporting progress; can be cancelled.",
+                    "inputSchema": object(json!({ "steps": { "type": "integer" }, "interval_ms": { "type": "integer" } }), &[]) }),
+            json!({ "name": "link", "description": "Returns a link to this server's readme and the readme itself.",
+                    "inputSchema": object(json!({}), &[]) }),
+        ];
+        if self.args.test_controls {
+            tools.push(json!({ "name": "flood_stderr", "description": "Writes `bytes` bytes of log lines to stderr.",
+                               "inputSchema": object(json!({ "bytes": { "type": "integer" } }), &["bytes"]) }));
+            tools.push(json!({ "name": "crash", "description": "Exits the process at once.", "inputSchema": object(json!({}), &[]) }));
+        }
+        for i in 0..self.args.tools {
+            tools.push(json!({ "name": format!("gen_{i:04}"), "description": format!("Generated tool {i}."), "inputSchema": object(json!({}), &[]) }));
+        }
+        tools
+    }
+
+    fn prompts(&self) -> Vec<Value> {
+        vec![
+            json!({ "name": "greeting", "description": "Greets someone.",
+                    "arguments": [{ "name": "name", "description": "Who to greet", "required": true }] }),
+            json!({ "name": "summarize_readme", "description": "Asks for a summary of the readme, embedding it." }),
+        ]
+    }
+
+    fn resources(&self) -> Vec<Value> {
+        vec![
+            json!({ "uri": self.uri("readme"), "name": "readme", "mimeType": "text/plain", "description": "About this server." }),
+            json!({ "uri": self.uri("status"), "name": "status", "mimeType": "application/json" }),
+        ]
+    }
+
+    fn templates(&self) -> Vec<Value> {
+        vec![
+            json!({ "uriTemplate": self.uri("notes/{id}"), "name": "note", "mimeType": "text/plain" }),
+        ]
+    }
+
+    fn readme(&self) -> Value {
+        json!({ "uri": self.uri("readme"), "mimeType": "text/plain",
+                "text": format!("This is the '{}' example server of mcpmux.", self.args.name) })
+    }
+
+    async fn call_tool(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let args = params
+            .get("arguments")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let text = |s: String| json!({ "content": [{ "type": "text", "text": s }] });
+        let known = self.tools().iter().any(|t| t["name"] == name);
+        if !known {
+            return Err((code::INVALID_PARAMS, format!("Unknown tool: {name}")));
+        }
+        match name {
+            "echo" => Ok(text(
+                args.get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            )),
+            "add" => {
+                let n = |k: &str| {
+                    args.get(k)
+                        .and_then(Value::as_f64)
+                        .ok_or((code::INVALID_PARAMS, format!("{k} must be a number")))
+                };
+                Ok(text(format!("{}", n("a")? + n("b")?)))
+            }
+            "slow" => {
+                let steps = args.get("steps").and_then(Value::as_u64).unwrap_or(3);
+                let interval = Duration::from_millis(
+                    args.get("interval_ms")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(100),
+                );
+                let token = params
+                    .get("_meta")
+                    .and_then(|m| m.get("progressToken"))
+                    .cloned();
+                for step in 1..=steps {
+                    tokio::time::sleep(interval).await;
+                    if let Some(token) = &token {
+                        self.send(json!({ "jsonrpc": "2.0", "method": "notifications/progress",
+                                          "params": { "progressToken": token, "progress": step, "total": steps, "message": format!("step {step}") } }))
+                            .await;
+                    }
+                }
+                Ok(text(format!("done after {steps} steps")))
+            }
+            "link" => Ok(json!({ "content": [
+                { "type": "resource_link", "uri": self.uri("readme"), "name": "readme" },
+                { "type": "resource", "resource": self.readme() },
+            ] })),
+            "flood_stderr" => {
+                let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let line = format!("{}\n", "x".repeat(99));
+                let mut stderr = tokio::io::stderr();
+                let mut written = 0;
+                while written < bytes {
+                    if stderr.write_all(line.as_bytes()).await.is_err() {
+                        break;
+                    }
+                    written += line.len();
+                }
+                let _ = stderr.flush().await;
+                Ok(text(format!("wrote {written} bytes to stderr")))
+            }
+            "crash" => std::process::exit(3),
+            _ => Ok(text(format!("{name} ran"))),
+        }
+    }
+
+    fn get_prompt(&self, params: &Value) -> Result<Value, (i64, String)> {
+        match params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+        {
+            "greeting" => {
+                let who = params
+                    .pointer("/arguments/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("world");
+                Ok(json!({ "description": "A greeting", "messages": [
+                    { "role": "user", "content": { "type": "text", "text": format!("Hello, {who}!") } }
+                ] }))
+            }
+            "summarize_readme" => Ok(json!({ "messages": [
+                { "role": "user", "content": { "type": "text", "text": "Summarize this document." } },
+                { "role": "user", "content": { "type": "resource", "resource": self.readme() } },
+            ] })),
+            other => Err((code::INVALID_PARAMS, format!("Unknown prompt: {other}"))),
+        }
+    }
+
+    fn read(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let uri = params
+            .get("uri")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if uri == self.uri("readme") {
+            return Ok(json!({ "contents": [self.readme()] }));
+        }
+        if uri == self.uri("status") {
+            return Ok(
+                json!({ "contents": [{ "uri": uri, "mimeType": "application/json", "text": "{\"ok\":true}" }] }),
+            );
+        }
+        if let Some(id) = uri.strip_prefix(&self.uri("notes/")) {
+            return Ok(
+                json!({ "contents": [{ "uri": uri, "mimeType": "text/plain", "text": format!("Note {id}") }] }),
+            );
+        }
+        Err((
+            code::RESOURCE_NOT_FOUND,
+            format!("Resource not found: {uri}"),
+        ))
+    }
+}
+
+/// Completions for the greeting's `name` and a note's `id`.
+fn complete(params: &Value) -> Value {
+    let prefix = params
+        .pointer("/argument/value")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let candidates: &[&str] = match params.pointer("/ref/type").and_then(Value::as_str) {
+        Some("ref/prompt") => &["alice", "bob", "carol"],
+        Some("ref/resource") => &["1", "2", "3"],
+        _ => &[],
+    };
+    let values: Vec<&str> = candidates
+        .iter()
+        .copied()
+        .filter(|c| c.starts_with(prefix))
+        .collect();
+    json!({ "completion": { "values": values, "total": values.len(), "hasMore": false } })
+}

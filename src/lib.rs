@@ -1,0 +1,170 @@
+//! mcpmux: a standalone MCP gateway.
+//!
+//! One MCP client per upstream server is shared by every downstream session,
+//! and the upstreams' tools, prompts, resources and templates are served as
+//! one namespaced view. The pieces, in the order a request meets them:
+//!
+//! - [`downstream`]: axum routes for MCP hosts (Streamable HTTP), sessions, probes.
+//! - [`router`]: answers list requests from the catalog and forwards calls to
+//!   exactly one upstream, remapping ids and progress tokens.
+//! - [`catalog`]: the merged, namespaced snapshot (`ArcSwap`), and paging.
+//! - [`upstream`]: one supervised actor per upstream server that owns its
+//!   transport (a stdio child), its handshake and its lists.
+//! - [`config`]: the YAML file, validated with line and column in every error.
+//! - [`protocol`]: the JSON-RPC envelope, kept raw so unknown fields pass through.
+//! - [`example_server`]: a small MCP server for the demo config and the tests.
+//!
+//! [`Gateway::start`] wires these together; `main` only parses the command
+//! line and waits for a signal.
+#![forbid(unsafe_code)]
+
+pub mod catalog;
+pub mod config;
+pub mod downstream;
+pub mod example_server;
+pub mod protocol;
+pub mod router;
+pub mod upstream;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use catalog::CatalogStore;
+use config::Config;
+use downstream::AppState;
+use downstream::session::SessionTable;
+use router::Router;
+use upstream::{UpstreamHandle, UpstreamSet, UpstreamState};
+
+/// A running gateway: the HTTP server, the upstream actors, and the tasks
+/// that keep sessions tidy.
+pub struct Gateway {
+    addr: SocketAddr,
+    config: Config,
+    state: Arc<AppState>,
+    /// Stops accepting connections and ends HTTP streams.
+    http_shutdown: CancellationToken,
+    /// Stops the upstream supervisors (and their children) and the sweeper.
+    upstream_shutdown: CancellationToken,
+    tracker: TaskTracker,
+    server: JoinHandle<()>,
+}
+
+impl Gateway {
+    /// Starts upstreams and serves MCP on `listener`.
+    pub fn start(config: Config, listener: TcpListener) -> std::io::Result<Gateway> {
+        let addr = listener.local_addr()?;
+        let upstream_shutdown = CancellationToken::new();
+        let http_shutdown = CancellationToken::new();
+        let tracker = TaskTracker::new();
+
+        let catalog = Arc::new(CatalogStore::new(
+            config
+                .upstreams
+                .iter()
+                .map(|u| (Arc::from(u.name.as_str()), u.prefix.clone())),
+        ));
+        let handles: Vec<UpstreamHandle> = config
+            .upstreams
+            .iter()
+            .map(|u| {
+                upstream::spawn(
+                    u.clone(),
+                    catalog.clone(),
+                    upstream_shutdown.clone(),
+                    &tracker,
+                )
+            })
+            .collect();
+        let upstreams = Arc::new(UpstreamSet::new(handles));
+        let sessions = Arc::new(SessionTable::new(
+            config.sessions.idle_timeout,
+            config.sessions.max,
+        ));
+        sessions.spawn_sweeper(upstream_shutdown.clone(), &tracker);
+
+        let state = Arc::new(AppState {
+            router: Router::new(catalog, upstreams, config.page_size),
+            sessions,
+            http: config.http.clone(),
+        });
+        let app = downstream::app(state.clone());
+        let stop = http_shutdown.clone();
+        let server = tokio::spawn(async move {
+            let serve = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stop.cancelled().await });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        });
+        tracing::info!(%addr, upstreams = config.upstreams.len(), "mcpmux listening; MCP endpoint at /mcp");
+        Ok(Gateway {
+            addr,
+            config,
+            state,
+            http_shutdown,
+            upstream_shutdown,
+            tracker,
+            server,
+        })
+    }
+
+    /// The address the gateway serves on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The handle of a configured upstream.
+    pub fn upstream(&self, name: &str) -> Option<UpstreamHandle> {
+        self.state.router.upstreams().get(name)
+    }
+
+    /// Number of live downstream sessions.
+    pub fn session_count(&self) -> usize {
+        self.state.sessions.len()
+    }
+
+    /// Resolves once every upstream has completed its handshake.
+    pub async fn ready(&self) {
+        for handle in self.state.router.upstreams().all() {
+            let mut state = handle.watch_state();
+            let _ = state.wait_for(|s| *s == UpstreamState::Ready).await;
+        }
+    }
+
+    /// Graceful shutdown: stop accepting, let in-flight requests finish
+    /// within `shutdown_grace`, then stop every upstream child.
+    pub async fn shutdown(self) {
+        tracing::info!("shutting down");
+        self.http_shutdown.cancel();
+        let grace = self.config.shutdown_grace;
+        let mut server = self.server;
+        if tokio::time::timeout(grace, &mut server).await.is_err() {
+            tracing::warn!(grace = %humantime::format_duration(grace), "requests still running after the grace period; closing them");
+            server.abort();
+        }
+        self.state.sessions.close_all();
+        self.upstream_shutdown.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+        tracing::info!("shutdown complete");
+    }
+}
+
+/// Serves until `signal` resolves, then shuts down gracefully.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    signal: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let gateway = Gateway::start(config, listener)?;
+    signal.await;
+    gateway.shutdown().await;
+    Ok(())
+}

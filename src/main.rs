@@ -1,0 +1,159 @@
+//! The `mcpmux` command: parse the command line, set up logging, load the
+//! config, then hand over to the library until a signal arrives.
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use mcpmux::config::{self, Config, Lookup};
+use mcpmux::example_server::{self, ExampleServerArgs};
+
+/// EX_USAGE from sysexits.h: the config or command line is wrong.
+const EXIT_USAGE: u8 = 64;
+
+#[derive(Parser)]
+#[command(
+    name = "mcpmux",
+    version,
+    about = "A standalone MCP gateway: many upstream servers, one namespaced view."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve MCP at http://ADDR/mcp. Without --config, runs the embedded demo config.
+    Serve {
+        /// The YAML config file.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Address to listen on; overrides `listen` in the config.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+    },
+    /// Validate a config file and exit: 0 when valid, 64 with the errors otherwise.
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Run the bundled example MCP server on stdin/stdout.
+    ExampleServer(ExampleServerArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config } => match Config::load(&config, &Lookup::from_process()) {
+            Ok(cfg) => {
+                println!(
+                    "{}: ok ({} upstreams)",
+                    config.display(),
+                    cfg.upstreams.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => config_failure(&e),
+        },
+        Command::ExampleServer(args) => {
+            init_tracing(LogFormat::Text);
+            match runtime().block_on(example_server::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("example-server: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Serve {
+            config,
+            listen,
+            log_format,
+        } => {
+            let lookup = Lookup::from_process();
+            let loaded = match &config {
+                Some(path) => Config::load(path, &lookup),
+                None => Config::parse(config::DEMO_CONFIG, "<embedded demo config>", &lookup),
+            };
+            let cfg = match loaded {
+                Ok(cfg) => cfg,
+                Err(e) => return config_failure(&e),
+            };
+            init_tracing(log_format);
+            serve(cfg, listen)
+        }
+    }
+}
+
+fn config_failure(error: &config::ConfigError) -> ExitCode {
+    for line in error.lines() {
+        eprintln!("mcpmux: config error: {line}");
+    }
+    ExitCode::from(EXIT_USAGE)
+}
+
+fn serve(cfg: Config, listen: Option<SocketAddr>) -> ExitCode {
+    let addr = listen.or(cfg.listen).unwrap_or_else(|| {
+        config::DEFAULT_LISTEN
+            .parse()
+            .expect("default address is valid")
+    });
+    runtime().block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(%addr, error = %e, "cannot listen");
+                return ExitCode::FAILURE;
+            }
+        };
+        match mcpmux::run(cfg, listener, shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "gateway failed");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts")
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,267 @@
+//! JSON-RPC 2.0 envelope handling and MCP protocol constants.
+//!
+//! The gateway's data path works on raw JSON: [`Envelope`] parses only the
+//! envelope and leaves `params`, `result` and `error` as borrowed
+//! [`RawValue`]s, so bodies the gateway does not rewrite pass through
+//! untouched. The frame builders below write outgoing messages by string
+//! concatenation of already-serialized pieces.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// Legacy-era versions the gateway serves downstream, newest first.
+pub const DOWNSTREAM_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// Legacy-era versions the gateway accepts from an upstream's `initialize`.
+pub const UPSTREAM_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The version the gateway asks upstreams for, and offers clients that ask for
+/// one it does not support.
+pub const LATEST_VERSION: &str = "2025-11-25";
+
+/// The version a client that sends no `MCP-Protocol-Version` header is assumed to speak.
+pub const DEFAULT_HEADER_VERSION: &str = "2025-03-26";
+
+/// Standard JSON-RPC and MCP error codes the gateway produces itself.
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// MCP: the requested resource does not exist (2025 era).
+    pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    /// The request was cancelled by the client before an answer arrived.
+    pub const REQUEST_CANCELLED: i64 = -32800;
+    /// mcpmux: the upstream that owns the item is not connected.
+    pub const UPSTREAM_UNAVAILABLE: i64 = -32050;
+    /// mcpmux: the upstream did not answer within its configured timeout.
+    pub const UPSTREAM_TIMEOUT: i64 = -32051;
+    /// mcpmux: the upstream answered with something that is not valid MCP.
+    pub const UPSTREAM_PROTOCOL: i64 = -32052;
+}
+
+/// Whether `version` is one the gateway serves to downstream clients.
+pub fn is_supported_downstream(version: &str) -> bool {
+    DOWNSTREAM_VERSIONS.contains(&version)
+}
+
+/// The envelope of one JSON-RPC message, with every body left raw.
+#[derive(Debug, Deserialize)]
+pub struct Envelope<'a> {
+    #[serde(borrow, default)]
+    pub jsonrpc: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "raw_including_null")]
+    pub id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub error: Option<&'a RawValue>,
+}
+
+/// Keeps an explicit `"id": null` as a raw `null` instead of folding it into `None`.
+fn raw_including_null<'de, D>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    <&RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// What kind of message an [`Envelope`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageKind {
+    Request,
+    Notification,
+    Response,
+}
+
+/// Why an envelope is not a valid JSON-RPC 2.0 message.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EnvelopeError {
+    #[error("the \"jsonrpc\" member must be exactly \"2.0\"")]
+    Version,
+    #[error("a request id must be a string or a number")]
+    IdType,
+    #[error("a message needs a \"method\", or a \"result\" or \"error\" with an \"id\"")]
+    Shape,
+}
+
+impl<'a> Envelope<'a> {
+    /// Parses one message's envelope; the bodies stay borrowed from `text`.
+    pub fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// Checks the JSON-RPC 2.0 rules and says what kind of message this is.
+    pub fn kind(&self) -> Result<MessageKind, EnvelopeError> {
+        if self.jsonrpc.as_deref() != Some("2.0") {
+            return Err(EnvelopeError::Version);
+        }
+        if let Some(id) = self.id {
+            let first = id.get().as_bytes().first().copied();
+            let valid = matches!(first, Some(b'"' | b'-' | b'0'..=b'9'));
+            // Responses to unparseable requests carry `"id": null`.
+            let null_response_id = self.method.is_none() && id.get() == "null";
+            if !(valid || null_response_id) {
+                return Err(EnvelopeError::IdType);
+            }
+        }
+        match (&self.method, self.id) {
+            (Some(_), Some(_)) => Ok(MessageKind::Request),
+            (Some(_), None) => Ok(MessageKind::Notification),
+            (None, Some(_)) if self.result.is_some() || self.error.is_some() => {
+                Ok(MessageKind::Response)
+            }
+            _ => Err(EnvelopeError::Shape),
+        }
+    }
+}
+
+/// A JSON-RPC error object the gateway builds itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<serde_json::Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    pub fn with_data(mut self, data: serde_json::Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// The error object as JSON text.
+    pub fn to_json(&self) -> String {
+        let mut object = serde_json::json!({ "code": self.code, "message": self.message });
+        if let Some(data) = &self.data {
+            object["data"] = data.clone();
+        }
+        object.to_string()
+    }
+}
+
+/// `{"jsonrpc":"2.0","id":ID,"result":RESULT}`
+pub fn response_frame(id: &str, result: &str) -> String {
+    let mut out = String::with_capacity(40 + id.len() + result.len());
+    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    out.push_str(id);
+    out.push_str(r#","result":"#);
+    out.push_str(result);
+    out.push('}');
+    out
+}
+
+/// `{"jsonrpc":"2.0","id":ID,"error":ERROR}` where `error` is already JSON.
+pub fn error_frame_raw(id: &str, error: &str) -> String {
+    let mut out = String::with_capacity(40 + id.len() + error.len());
+    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    out.push_str(id);
+    out.push_str(r#","error":"#);
+    out.push_str(error);
+    out.push('}');
+    out
+}
+
+/// An error response built from an [`RpcError`]; `id` is `null` when unknown.
+pub fn error_frame(id: Option<&str>, error: &RpcError) -> String {
+    error_frame_raw(id.unwrap_or("null"), &error.to_json())
+}
+
+/// `{"jsonrpc":"2.0","id":N,"method":M,"params":P}` with a numeric id.
+pub fn request_frame(id: u64, method: &str, params: Option<&str>) -> String {
+    let mut out = String::with_capacity(64 + params.map_or(0, str::len));
+    let _ = write!(out, r#"{{"jsonrpc":"2.0","id":{id},"method":"#);
+    push_json_string(&mut out, method);
+    if let Some(params) = params {
+        out.push_str(r#","params":"#);
+        out.push_str(params);
+    }
+    out.push('}');
+    out
+}
+
+/// `{"jsonrpc":"2.0","method":M,"params":P}`
+pub fn notification_frame(method: &str, params: Option<&str>) -> String {
+    let mut out = String::with_capacity(48 + params.map_or(0, str::len));
+    out.push_str(r#"{"jsonrpc":"2.0","method":"#);
+    push_json_string(&mut out, method);
+    if let Some(params) = params {
+        out.push_str(r#","params":"#);
+        out.push_str(params);
+    }
+    out.push('}');
+    out
+}
+
+/// Appends `s` as a JSON string literal.
+pub fn push_json_string(out: &mut String, s: &str) {
+    // serde_json's escaping cannot fail for a &str.
+    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+}
+
+/// MCP method names the gateway treats specially.
+pub mod method {
+    pub const INITIALIZE: &str = "initialize";
+    pub const INITIALIZED: &str = "notifications/initialized";
+    pub const PING: &str = "ping";
+    pub const TOOLS_LIST: &str = "tools/list";
+    pub const TOOLS_CALL: &str = "tools/call";
+    pub const PROMPTS_LIST: &str = "prompts/list";
+    pub const PROMPTS_GET: &str = "prompts/get";
+    pub const RESOURCES_LIST: &str = "resources/list";
+    pub const RESOURCES_READ: &str = "resources/read";
+    pub const TEMPLATES_LIST: &str = "resources/templates/list";
+    pub const COMPLETE: &str = "completion/complete";
+    pub const CANCELLED: &str = "notifications/cancelled";
+    pub const PROGRESS: &str = "notifications/progress";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_messages() {
+        let req = Envelope::parse(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).unwrap();
+        assert_eq!(req.kind(), Ok(MessageKind::Request));
+        let note = Envelope::parse(r#"{"jsonrpc":"2.0","method":"x"}"#).unwrap();
+        assert_eq!(note.kind(), Ok(MessageKind::Notification));
+        let resp = Envelope::parse(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#).unwrap();
+        assert_eq!(resp.kind(), Ok(MessageKind::Response));
+        let bad = Envelope::parse(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#).unwrap();
+        assert_eq!(bad.kind(), Err(EnvelopeError::Version));
+        let obj_id = Envelope::parse(r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#).unwrap();
+        assert_eq!(obj_id.kind(), Err(EnvelopeError::IdType));
+        let nothing = Envelope::parse(r#"{"jsonrpc":"2.0","id":3}"#).unwrap();
+        assert_eq!(nothing.kind(), Err(EnvelopeError::Shape));
+    }
+
+    #[test]
+    fn frames_are_valid_json() {
+        let frame = request_frame(7, "tools/call", Some(r#"{"name":"x"}"#));
+        let v: serde_json::Value = serde_json::from_str(&frame).unwrap();
+        assert_eq!(v["id"], 7);
+        assert_eq!(v["params"]["name"], "x");
+        let err = error_frame(None, &RpcError::new(code::PARSE_ERROR, "bad \"json\""));
+        let v: serde_json::Value = serde_json::from_str(&err).unwrap();
+        assert!(v["id"].is_null());
+        assert_eq!(v["error"]["message"], "bad \"json\"");
+    }
+}

@@ -1,0 +1,349 @@
+//! Routes one downstream request: list methods are answered from the catalog
+//! snapshot, calls go to exactly one upstream.
+//!
+//! The router is transport-neutral: the downstream layer hands it a
+//! [`RequestContext`] (who is asking, and where their in-flight calls are
+//! tracked) and gets back a [`Reply`]. Forwarded calls get a fresh upstream
+//! request id; a client's `progressToken` becomes that id upstream and is
+//! restored on the way back; `notifications/cancelled` reaches the one
+//! upstream that owns the request.
+
+mod forward;
+pub mod rewrite;
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+pub use forward::InflightCall;
+
+use crate::catalog::{CatalogStore, CursorError, ListKind, naming};
+use crate::protocol::{self, RpcError, code, method};
+use crate::upstream::{UpstreamError, UpstreamSet};
+use rewrite::{Params, json_string};
+
+/// The answer to one request.
+pub enum Reply {
+    /// A complete JSON-RPC response frame.
+    Ready(String),
+    /// Frames of a forwarded call that streams progress: notifications
+    /// first, the response frame last, then the channel closes.
+    Streaming(mpsc::Receiver<String>),
+}
+
+/// Who sent a request and what the router may do for them.
+pub struct RequestContext {
+    /// The session's calls in flight, by the client's request id.
+    pub inflight: Arc<InflightCalls>,
+    /// Whether the reply may stream (the client accepts `text/event-stream`).
+    pub can_stream: bool,
+}
+
+/// A session's forwarded calls that have not finished, keyed by the raw
+/// JSON text of the client's request id. Entries leave when calls end.
+#[derive(Default)]
+pub struct InflightCalls {
+    calls: DashMap<Box<str>, InflightCall>,
+}
+
+impl InflightCalls {
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// Cancels every call upstream (the session ended); returns how many.
+    pub fn cancel_all(&self, reason: &str) -> usize {
+        let ids: Vec<Box<str>> = self.calls.iter().map(|c| c.key().clone()).collect();
+        ids.iter()
+            .filter_map(|id| self.calls.remove(id))
+            .filter(|(_, call)| call.cancel_upstream(reason))
+            .count()
+    }
+}
+
+/// Where a router error came from, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The client sent something wrong.
+    Downstream,
+    /// An upstream failed or refused.
+    Upstream,
+    /// The gateway itself.
+    Internal,
+}
+
+/// Why the router could not answer a request.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    #[error("method not found: {0}")]
+    MethodNotFound(String),
+    #[error("invalid params: {0}")]
+    InvalidParams(String),
+    #[error("unknown tool: {0}")]
+    UnknownTool(String),
+    #[error("unknown prompt: {0}")]
+    UnknownPrompt(String),
+    #[error("resource not found: {0}")]
+    ResourceNotFound(String),
+    #[error(transparent)]
+    Cursor(#[from] CursorError),
+    #[error("request cancelled")]
+    Cancelled,
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+}
+
+impl RouteError {
+    /// The one mapping from gateway errors to JSON-RPC errors.
+    pub fn to_rpc(&self) -> (Fault, RpcError) {
+        let message = self.to_string();
+        match self {
+            Self::MethodNotFound(_) => (
+                Fault::Downstream,
+                RpcError::new(code::METHOD_NOT_FOUND, message),
+            ),
+            Self::InvalidParams(_) | Self::Cursor(_) => (
+                Fault::Downstream,
+                RpcError::new(code::INVALID_PARAMS, message),
+            ),
+            Self::UnknownTool(name) | Self::UnknownPrompt(name) => (
+                Fault::Downstream,
+                RpcError::new(code::INVALID_PARAMS, message).with_data(json!({ "name": name })),
+            ),
+            Self::ResourceNotFound(uri) => (
+                Fault::Downstream,
+                RpcError::new(code::RESOURCE_NOT_FOUND, message).with_data(json!({ "uri": uri })),
+            ),
+            Self::Cancelled => (
+                Fault::Downstream,
+                RpcError::new(code::REQUEST_CANCELLED, message),
+            ),
+            Self::Upstream(e) => {
+                let (code, upstream) = match e {
+                    UpstreamError::Unavailable { upstream, .. } => {
+                        (code::UPSTREAM_UNAVAILABLE, upstream)
+                    }
+                    UpstreamError::Timeout { upstream, .. } => (code::UPSTREAM_TIMEOUT, upstream),
+                    UpstreamError::Protocol { upstream, .. }
+                    | UpstreamError::Rpc { upstream, .. } => (code::UPSTREAM_PROTOCOL, upstream),
+                };
+                (
+                    Fault::Upstream,
+                    RpcError::new(code, message).with_data(json!({ "upstream": upstream })),
+                )
+            }
+        }
+    }
+
+    /// The error response frame for request `id`. An upstream's own
+    /// JSON-RPC error is passed through unchanged.
+    pub fn to_frame(&self, id: &str) -> String {
+        if let Self::Upstream(UpstreamError::Rpc { error, .. }) = self {
+            return protocol::error_frame_raw(id, error.get());
+        }
+        protocol::error_frame(Some(id), &self.to_rpc().1)
+    }
+}
+
+/// Answers requests from the merged catalog and the upstream set.
+pub struct Router {
+    catalog: Arc<CatalogStore>,
+    upstreams: Arc<UpstreamSet>,
+    page_size: usize,
+}
+
+impl Router {
+    pub fn new(catalog: Arc<CatalogStore>, upstreams: Arc<UpstreamSet>, page_size: usize) -> Self {
+        Self {
+            catalog,
+            upstreams,
+            page_size,
+        }
+    }
+
+    pub fn catalog(&self) -> &Arc<CatalogStore> {
+        &self.catalog
+    }
+
+    pub fn upstreams(&self) -> &Arc<UpstreamSet> {
+        &self.upstreams
+    }
+
+    /// The `initialize` result for a client that agreed on `version`.
+    pub fn initialize_result(&self, version: &str) -> String {
+        let mut result = json!({
+            "protocolVersion": version,
+            "capabilities": {
+                "tools": {},
+                "prompts": {},
+                "resources": {},
+                "completions": {},
+            },
+            "serverInfo": { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
+        });
+        if let Some(text) = self.catalog.load().instructions() {
+            result["instructions"] = Value::from(text);
+        }
+        result.to_string()
+    }
+
+    /// Answers one request. `id` is the raw JSON of the client's request id.
+    pub async fn request(
+        &self,
+        ctx: &RequestContext,
+        id: &RawValue,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Reply {
+        let outcome = match method {
+            method::PING => Ok("{}".to_owned()),
+            method::TOOLS_LIST => self.list(ListKind::Tools, params),
+            method::PROMPTS_LIST => self.list(ListKind::Prompts, params),
+            method::RESOURCES_LIST => self.list(ListKind::Resources, params),
+            method::TEMPLATES_LIST => self.list(ListKind::Templates, params),
+            method::TOOLS_CALL
+            | method::PROMPTS_GET
+            | method::RESOURCES_READ
+            | method::COMPLETE => {
+                let method = [
+                    method::TOOLS_CALL,
+                    method::PROMPTS_GET,
+                    method::RESOURCES_READ,
+                    method::COMPLETE,
+                ]
+                .into_iter()
+                .find(|m| *m == method)
+                .unwrap_or(method::COMPLETE);
+                return match self.prepare_call(method, params) {
+                    Ok(call) => forward::run(call, ctx, id).await,
+                    Err(e) => Reply::Ready(e.to_frame(id.get())),
+                };
+            }
+            other => Err(RouteError::MethodNotFound(other.to_owned())),
+        };
+        Reply::Ready(match outcome {
+            Ok(result) => protocol::response_frame(id.get(), &result),
+            Err(e) => e.to_frame(id.get()),
+        })
+    }
+
+    /// Handles a client notification.
+    pub fn notification(&self, ctx: &RequestContext, method: &str, params: Option<&RawValue>) {
+        if method == method::CANCELLED {
+            forward::cancel(ctx, params);
+        }
+    }
+
+    fn list(&self, kind: ListKind, params: Option<&RawValue>) -> Result<String, RouteError> {
+        let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
+        let cursor = params
+            .optional_string("cursor")
+            .map_err(RouteError::InvalidParams)?;
+        Ok(self
+            .catalog
+            .load()
+            .page(kind, cursor.as_deref(), self.page_size)?)
+    }
+
+    /// Resolves a call to its upstream and builds the params it will receive.
+    fn prepare_call<'p>(
+        &self,
+        method: &'static str,
+        raw: Option<&'p RawValue>,
+    ) -> Result<forward::Call<'p>, RouteError> {
+        let params = Params::parse(raw).map_err(RouteError::InvalidParams)?;
+        let catalog = self.catalog.load();
+        let (upstream, key, value) = match method {
+            method::TOOLS_CALL => {
+                let name = params.string("name").map_err(RouteError::InvalidParams)?;
+                let target = catalog.tool(&name).ok_or(RouteError::UnknownTool(name))?;
+                (
+                    target.upstream.to_string(),
+                    "name",
+                    json_string(&target.original),
+                )
+            }
+            method::PROMPTS_GET => {
+                let name = params.string("name").map_err(RouteError::InvalidParams)?;
+                let target = catalog
+                    .prompt(&name)
+                    .ok_or(RouteError::UnknownPrompt(name))?;
+                (
+                    target.upstream.to_string(),
+                    "name",
+                    json_string(&target.original),
+                )
+            }
+            method::RESOURCES_READ => {
+                let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
+                let (upstream, original) = self
+                    .split_uri(&uri)
+                    .ok_or(RouteError::ResourceNotFound(uri.clone()))?;
+                (upstream, "uri", json_string(original))
+            }
+            _ => {
+                let mut reference = params.object("ref").map_err(RouteError::InvalidParams)?;
+                let upstream = match reference.get("type").and_then(Value::as_str) {
+                    Some("ref/prompt") => {
+                        let name = reference
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        let target = catalog
+                            .prompt(name)
+                            .ok_or_else(|| RouteError::UnknownPrompt(name.to_owned()))?;
+                        let upstream = target.upstream.to_string();
+                        reference.insert("name".into(), Value::from(&*target.original));
+                        upstream
+                    }
+                    Some("ref/resource") => {
+                        let uri = reference
+                            .get("uri")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        let (upstream, original) = self
+                            .split_uri(uri)
+                            .ok_or_else(|| RouteError::ResourceNotFound(uri.to_owned()))?;
+                        let original = original.to_owned();
+                        reference.insert("uri".into(), Value::from(original));
+                        upstream
+                    }
+                    other => {
+                        return Err(RouteError::InvalidParams(format!(
+                            "ref.type must be \"ref/prompt\" or \"ref/resource\", not {other:?}"
+                        )));
+                    }
+                };
+                (upstream, "ref", Value::Object(reference).to_string())
+            }
+        };
+        let handle = self.upstreams.get(&upstream).ok_or_else(|| {
+            RouteError::Upstream(UpstreamError::Unavailable {
+                upstream: upstream.clone(),
+                reason: "it is not configured".into(),
+            })
+        })?;
+        Ok(forward::Call {
+            method,
+            handle,
+            params,
+            key,
+            value,
+        })
+    }
+
+    /// Splits a namespaced URI whose prefix is a configured upstream.
+    fn split_uri<'u>(&self, uri: &'u str) -> Option<(String, &'u str)> {
+        let (upstream, original) = naming::split_uri(uri)?;
+        self.upstreams.get(upstream)?;
+        Some((upstream.to_owned(), original))
+    }
+}

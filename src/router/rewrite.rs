@@ -1,0 +1,260 @@
+//! Request params and result bodies rewritten between the exposed view and
+//! an upstream's own names and URIs.
+//!
+//! Params are split into top-level members with raw values, so only the
+//! members that change (`name`, `uri`, `ref`, `_meta.progressToken`) are
+//! touched. Results are scanned for `"uri"` first; a body without one (the
+//! common `tools/call` result) is forwarded byte for byte.
+
+use std::borrow::Cow;
+
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::catalog::naming;
+
+/// A request's params, member by member.
+pub struct Params<'a> {
+    members: IndexMap<String, &'a RawValue>,
+    meta: Option<Map<String, Value>>,
+}
+
+impl<'a> Params<'a> {
+    /// Parses an object of params; absent params are an empty object.
+    pub fn parse(raw: Option<&'a RawValue>) -> Result<Self, String> {
+        let mut members: IndexMap<String, &'a RawValue> = match raw {
+            None => IndexMap::new(),
+            Some(raw) => serde_json::from_str(raw.get())
+                .map_err(|_| "params must be an object".to_owned())?,
+        };
+        let meta = match members.shift_remove("_meta") {
+            None => None,
+            Some(raw) => Some(
+                serde_json::from_str(raw.get())
+                    .map_err(|_| "_meta must be an object".to_owned())?,
+            ),
+        };
+        Ok(Self { members, meta })
+    }
+
+    /// A string member, or why it is missing.
+    pub fn string(&self, key: &str) -> Result<String, String> {
+        let raw = self
+            .members
+            .get(key)
+            .ok_or_else(|| format!("missing {key:?}"))?;
+        serde_json::from_str(raw.get()).map_err(|_| format!("{key:?} must be a string"))
+    }
+
+    /// A member's raw JSON.
+    pub fn raw(&self, key: &str) -> Option<&'a RawValue> {
+        self.members.get(key).copied()
+    }
+
+    /// A string member that may be absent or null.
+    pub fn optional_string(&self, key: &str) -> Result<Option<String>, String> {
+        match self.members.get(key) {
+            None => Ok(None),
+            Some(raw) if raw.get() == "null" => Ok(None),
+            Some(raw) => serde_json::from_str(raw.get())
+                .map(Some)
+                .map_err(|_| format!("{key:?} must be a string")),
+        }
+    }
+
+    /// An object member, parsed.
+    pub fn object(&self, key: &str) -> Result<Map<String, Value>, String> {
+        let raw = self
+            .members
+            .get(key)
+            .ok_or_else(|| format!("missing {key:?}"))?;
+        serde_json::from_str(raw.get()).map_err(|_| format!("{key:?} must be an object"))
+    }
+
+    /// The client's `_meta.progressToken`, if it asked for progress.
+    pub fn progress_token(&self) -> Option<&Value> {
+        self.meta.as_ref()?.get("progressToken")
+    }
+
+    /// The params to send upstream: `key` replaced by `value` (JSON text),
+    /// and the progress token replaced by `progress` or removed.
+    pub fn build(&self, key: &str, value: &str, progress: Option<u64>) -> String {
+        let mut out = String::with_capacity(
+            64 + self
+                .members
+                .values()
+                .map(|v| v.get().len() + 16)
+                .sum::<usize>(),
+        );
+        out.push('{');
+        let mut first = true;
+        let mut member = |out: &mut String, k: &str, v: &str| {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            crate::protocol::push_json_string(out, k);
+            out.push(':');
+            out.push_str(v);
+        };
+        let mut replaced = false;
+        for (k, v) in &self.members {
+            if k == key {
+                member(&mut out, k, value);
+                replaced = true;
+            } else {
+                member(&mut out, k, v.get());
+            }
+        }
+        if !replaced {
+            member(&mut out, key, value);
+        }
+        if let Some(meta) = &self.meta {
+            let mut meta = meta.clone();
+            match progress {
+                Some(id) if meta.contains_key("progressToken") => {
+                    meta.insert("progressToken".into(), Value::from(id));
+                }
+                _ => {
+                    meta.remove("progressToken");
+                }
+            }
+            if !meta.is_empty() {
+                member(&mut out, "_meta", &Value::Object(meta).to_string());
+            }
+        }
+        out.push('}');
+        out
+    }
+}
+
+/// JSON text of a string.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    crate::protocol::push_json_string(&mut out, s);
+    out
+}
+
+/// The result with every upstream URI namespaced under `upstream`.
+pub fn namespace_result<'r>(method: &str, upstream: &str, result: &'r RawValue) -> Cow<'r, str> {
+    let text = result.get();
+    // Escaped keys could spell "uri" without the literal bytes; treat them as possible.
+    if !text.contains("\"uri\"") && !text.contains("\\u") {
+        return Cow::Borrowed(text);
+    }
+    let Ok(mut value) = serde_json::from_str::<Value>(text) else {
+        return Cow::Borrowed(text);
+    };
+    match method {
+        "tools/call" => namespace_blocks(value.get_mut("content"), upstream),
+        "prompts/get" => {
+            if let Some(Value::Array(messages)) = value.get_mut("messages") {
+                for message in messages {
+                    namespace_blocks(message.get_mut("content"), upstream);
+                }
+            }
+        }
+        "resources/read" => {
+            if let Some(Value::Array(contents)) = value.get_mut("contents") {
+                for content in contents {
+                    namespace_member(content, "uri", upstream);
+                }
+            }
+        }
+        _ => {}
+    }
+    Cow::Owned(value.to_string())
+}
+
+/// Namespaces `resource_link` and embedded `resource` blocks, given one
+/// content block or an array of them.
+fn namespace_blocks(content: Option<&mut Value>, upstream: &str) {
+    match content {
+        Some(Value::Array(blocks)) => blocks.iter_mut().for_each(|b| namespace_block(b, upstream)),
+        Some(block @ Value::Object(_)) => namespace_block(block, upstream),
+        _ => {}
+    }
+}
+
+fn namespace_block(block: &mut Value, upstream: &str) {
+    match block.get("type").and_then(Value::as_str) {
+        Some("resource_link") => namespace_member(block, "uri", upstream),
+        Some("resource") => {
+            if let Some(resource) = block.get_mut("resource") {
+                namespace_member(resource, "uri", upstream);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn namespace_member(object: &mut Value, key: &str, upstream: &str) {
+    if let Some(Value::String(uri)) = object.get_mut(key) {
+        *uri = naming::namespaced_uri(upstream, uri);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn replaces_name_and_progress_token() {
+        let input = raw(
+            r#"{"name":"a__echo","arguments":{"x":[1,2]},"_meta":{"progressToken":"tok","k":1}}"#,
+        );
+        let params = Params::parse(Some(&input)).unwrap();
+        assert_eq!(params.string("name").unwrap(), "a__echo");
+        assert_eq!(params.progress_token(), Some(&Value::from("tok")));
+        let built: Value =
+            serde_json::from_str(&params.build("name", &json_string("echo"), Some(42))).unwrap();
+        assert_eq!(built["name"], "echo");
+        assert_eq!(built["arguments"]["x"][1], 2);
+        assert_eq!(built["_meta"]["progressToken"], 42);
+        assert_eq!(built["_meta"]["k"], 1);
+        let stripped: Value =
+            serde_json::from_str(&params.build("name", "\"echo\"", None)).unwrap();
+        assert!(stripped["_meta"].get("progressToken").is_none());
+    }
+
+    #[test]
+    fn rejects_non_object_params() {
+        assert!(Params::parse(Some(&raw("[1]"))).is_err());
+        assert!(Params::parse(Some(&raw(r#"{"_meta":3}"#))).is_err());
+        assert!(Params::parse(None).unwrap().string("name").is_err());
+    }
+
+    #[test]
+    fn namespaces_links_and_embedded_resources() {
+        let result = raw(
+            r#"{"content":[{"type":"text","text":"hi"},{"type":"resource_link","uri":"file:///a","name":"a"},{"type":"resource","resource":{"uri":"mem://b","text":"b"}}]}"#,
+        );
+        let out: Value =
+            serde_json::from_str(&namespace_result("tools/call", "fs", &result)).unwrap();
+        assert_eq!(out["content"][1]["uri"], "fs+file:///a");
+        assert_eq!(out["content"][2]["resource"]["uri"], "fs+mem://b");
+
+        let plain = raw(r#"{"content":[{"type":"text","text":"no links"}]}"#);
+        assert!(matches!(
+            namespace_result("tools/call", "fs", &plain),
+            Cow::Borrowed(_)
+        ));
+
+        let read = raw(r#"{"contents":[{"uri":"file:///a","text":"x"}]}"#);
+        let out: Value =
+            serde_json::from_str(&namespace_result("resources/read", "fs", &read)).unwrap();
+        assert_eq!(out["contents"][0]["uri"], "fs+file:///a");
+
+        let prompt = raw(
+            r#"{"messages":[{"role":"user","content":{"type":"resource","resource":{"uri":"x://1","text":""}}}]}"#,
+        );
+        let out: Value =
+            serde_json::from_str(&namespace_result("prompts/get", "p", &prompt)).unwrap();
+        assert_eq!(out["messages"][0]["content"]["resource"]["uri"], "p+x://1");
+    }
+}

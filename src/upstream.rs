@@ -1,0 +1,361 @@
+//! Upstream MCP servers: one supervised actor per configured server, shared
+//! by every downstream session.
+//!
+//! [`spawn`] starts the supervisor task for one upstream and returns its
+//! [`UpstreamHandle`], a cheap clone the router uses to reach the live
+//! [`Connection`]. The supervisor owns the transport: it starts the child,
+//! runs the handshake, publishes the upstream's lists to the catalog,
+//! refreshes them on `list_changed`, and when the child dies it fails every
+//! in-flight request, withdraws the upstream's items, and restarts it with
+//! exponential backoff and jitter. Shutdown never triggers a restart.
+
+pub mod connection;
+pub mod handshake;
+pub mod stdio;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use connection::{Answer, Connection, ProgressRoute, UpstreamNotification};
+pub use handshake::ServerHello;
+
+use crate::catalog::{CatalogStore, ListKind, UpstreamView};
+use crate::config::{Transport, UpstreamConfig};
+use stdio::StdioChild;
+
+/// Notifications queued from one upstream to its supervisor. When full,
+/// further notifications are dropped with a warning (list changes are
+/// idempotent: any later one triggers the same refresh).
+const NOTIFICATION_CAPACITY: usize = 1024;
+/// A child that ran at least this long before dying restarts without delay growth.
+const STABLE_AFTER: Duration = Duration::from_secs(30);
+const BACKOFF_BASE: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Why a request to an upstream failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    #[error("upstream '{upstream}' is unavailable: {reason}")]
+    Unavailable { upstream: String, reason: String },
+    #[error("upstream '{upstream}' did not answer within {}", humantime::format_duration(*.timeout))]
+    Timeout { upstream: String, timeout: Duration },
+    #[error("upstream '{upstream}' broke the protocol: {detail}")]
+    Protocol { upstream: String, detail: String },
+    /// The upstream answered with a JSON-RPC error; it is passed on as is.
+    #[error("upstream '{upstream}' answered with an error")]
+    Rpc {
+        upstream: String,
+        error: Box<RawValue>,
+    },
+}
+
+/// Where an upstream is in its life cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamState {
+    Starting,
+    Ready,
+    Down { reason: String },
+    Stopped,
+}
+
+/// A cheap, cloneable reference to one upstream's actor.
+#[derive(Clone)]
+pub struct UpstreamHandle {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    name: Arc<str>,
+    timeout: Duration,
+    /// The live connection; written only by the supervisor.
+    conn: ArcSwapOption<Connection>,
+    hello: ArcSwapOption<ServerHello>,
+    /// Sender held by the supervisor; receivers by anyone watching.
+    state: watch::Sender<UpstreamState>,
+    restarts: AtomicU64,
+    pid: AtomicU32,
+}
+
+impl UpstreamHandle {
+    pub fn name(&self) -> &Arc<str> {
+        &self.shared.name
+    }
+
+    /// The per-request deadline from config.
+    pub fn timeout(&self) -> Duration {
+        self.shared.timeout
+    }
+
+    /// The live connection, or why there is none.
+    pub fn connection(&self) -> Result<Arc<Connection>, UpstreamError> {
+        self.shared
+            .conn
+            .load_full()
+            .ok_or_else(|| UpstreamError::Unavailable {
+                upstream: self.shared.name.to_string(),
+                reason: match &*self.shared.state.borrow() {
+                    UpstreamState::Down { reason } => reason.clone(),
+                    UpstreamState::Stopped => "the gateway is shutting down".into(),
+                    _ => "it is still starting".into(),
+                },
+            })
+    }
+
+    /// What the upstream declared in its last handshake.
+    pub fn hello(&self) -> Option<Arc<ServerHello>> {
+        self.shared.hello.load_full()
+    }
+
+    pub fn state(&self) -> UpstreamState {
+        self.shared.state.borrow().clone()
+    }
+
+    /// A receiver that sees every state change.
+    pub fn watch_state(&self) -> watch::Receiver<UpstreamState> {
+        self.shared.state.subscribe()
+    }
+
+    /// How many times the upstream has been restarted.
+    pub fn restarts(&self) -> u64 {
+        self.shared.restarts.load(Ordering::Relaxed)
+    }
+
+    /// The process id of a stdio upstream's current child.
+    pub fn pid(&self) -> Option<u32> {
+        match self.shared.pid.load(Ordering::Relaxed) {
+            0 => None,
+            pid => Some(pid),
+        }
+    }
+
+    fn set_state(&self, state: UpstreamState) {
+        self.shared.state.send_replace(state);
+    }
+}
+
+/// The configured upstreams by name. Swapped whole when the set changes.
+#[derive(Default)]
+pub struct UpstreamSet {
+    by_name: ArcSwap<HashMap<Arc<str>, UpstreamHandle>>,
+}
+
+impl UpstreamSet {
+    pub fn new(handles: impl IntoIterator<Item = UpstreamHandle>) -> Self {
+        let map = handles.into_iter().map(|h| (h.name().clone(), h)).collect();
+        Self {
+            by_name: ArcSwap::from_pointee(map),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<UpstreamHandle> {
+        self.by_name.load().get(name).cloned()
+    }
+
+    pub fn all(&self) -> Vec<UpstreamHandle> {
+        self.by_name.load().values().cloned().collect()
+    }
+}
+
+/// Starts the supervisor for one upstream on `tracker`.
+pub fn spawn(
+    config: UpstreamConfig,
+    catalog: Arc<CatalogStore>,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) -> UpstreamHandle {
+    let name: Arc<str> = config.name.as_str().into();
+    let handle = UpstreamHandle {
+        shared: Arc::new(Shared {
+            name: name.clone(),
+            timeout: config.timeout,
+            conn: ArcSwapOption::empty(),
+            hello: ArcSwapOption::empty(),
+            state: watch::Sender::new(UpstreamState::Starting),
+            restarts: AtomicU64::new(0),
+            pid: AtomicU32::new(0),
+        }),
+    };
+    let supervisor = Supervisor {
+        handle: handle.clone(),
+        config,
+        catalog,
+        shutdown,
+    };
+    let span = tracing::info_span!("upstream", upstream = %name);
+    tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
+    handle
+}
+
+struct Supervisor {
+    handle: UpstreamHandle,
+    config: UpstreamConfig,
+    catalog: Arc<CatalogStore>,
+    shutdown: CancellationToken,
+}
+
+impl Supervisor {
+    async fn run(self) {
+        let mut attempt: u32 = 0;
+        loop {
+            self.handle.set_state(UpstreamState::Starting);
+            let started = Instant::now();
+            let reason = self.run_once().await;
+            if self.shutdown.is_cancelled() {
+                break;
+            }
+            if started.elapsed() >= STABLE_AFTER {
+                attempt = 0;
+            }
+            let delay = backoff(attempt);
+            attempt = attempt.saturating_add(1);
+            self.handle.shared.restarts.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(reason = %reason, retry_in = %humantime::format_duration(delay), "upstream down");
+            self.handle.set_state(UpstreamState::Down { reason });
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = self.shutdown.cancelled() => break,
+            }
+        }
+        self.handle.set_state(UpstreamState::Stopped);
+    }
+
+    /// One life of the upstream: start, handshake, serve, tear down.
+    /// Returns why it ended.
+    async fn run_once(&self) -> String {
+        let name = self.handle.name().clone();
+        let Transport::Stdio(stdio_cfg) = &self.config.transport;
+        let (out_tx, out_rx) = mpsc::channel(connection::OUTBOUND_CAPACITY);
+        let (note_tx, mut note_rx) = mpsc::channel(NOTIFICATION_CAPACITY);
+        let conn = Arc::new(Connection::new(name.clone(), out_tx, note_tx));
+        let mut child = match StdioChild::spawn(name.clone(), stdio_cfg, conn.clone(), out_rx) {
+            Ok(child) => child,
+            Err(e) => return format!("could not start {:?}: {e}", stdio_cfg.command),
+        };
+        self.handle
+            .shared
+            .pid
+            .store(child.pid().unwrap_or(0), Ordering::Relaxed);
+        let timeout = self.config.timeout;
+
+        let setup = async {
+            let hello = handshake::initialize(&conn, timeout).await?;
+            let lists = handshake::fetch_lists(&conn, &hello, timeout).await?;
+            Ok::<_, UpstreamError>((hello, lists))
+        };
+        let reason = tokio::select! {
+            setup = setup => match setup {
+                Ok((hello, lists)) => {
+                    let counts: Vec<usize> = ListKind::ALL.iter().map(|k| lists.get(*k).len()).collect();
+                    tracing::info!(version = %hello.protocol_version, tools = counts[0], prompts = counts[1], resources = counts[2], templates = counts[3], "upstream ready");
+                    let view = UpstreamView { lists, instructions: hello.instructions.clone() };
+                    let hello = Arc::new(hello);
+                    self.handle.shared.hello.store(Some(hello.clone()));
+                    self.catalog.publish(&name, Some(Arc::new(view.clone())));
+                    self.handle.shared.conn.store(Some(conn.clone()));
+                    self.handle.set_state(UpstreamState::Ready);
+                    self.serve(&conn, &hello, view, &mut child, &mut note_rx).await
+                }
+                Err(e) => format!("handshake failed: {e}"),
+            },
+            ended = child.wait_ended() => format!("its process {ended} during the handshake"),
+            () = self.shutdown.cancelled() => "the gateway is shutting down".into(),
+        };
+
+        self.handle.shared.conn.store(None);
+        self.catalog.publish(&name, None);
+        conn.close(reason.clone());
+        let stopped = child.stop().await;
+        tracing::debug!(child = %stopped, "upstream child stopped");
+        self.handle.shared.pid.store(0, Ordering::Relaxed);
+        reason
+    }
+
+    /// Runs while the upstream is up: refreshes lists on `list_changed`.
+    async fn serve(
+        &self,
+        conn: &Connection,
+        hello: &ServerHello,
+        mut view: UpstreamView,
+        child: &mut StdioChild,
+        notes: &mut mpsc::Receiver<UpstreamNotification>,
+    ) -> String {
+        loop {
+            let note = tokio::select! {
+                ended = child.wait_ended() => return format!("its process {ended}"),
+                () = self.shutdown.cancelled() => return "the gateway is shutting down".into(),
+                note = notes.recv() => match note {
+                    Some(note) => note,
+                    None => return "its connection closed".into(),
+                },
+            };
+            // Coalesce a burst: take everything already queued before refetching.
+            let mut stale = Vec::new();
+            collect_stale(&note, &mut stale);
+            while let Ok(more) = notes.try_recv() {
+                collect_stale(&more, &mut stale);
+            }
+            if stale.is_empty() {
+                continue;
+            }
+            for kind in stale {
+                if !hello.has(kind.capability()) {
+                    continue;
+                }
+                match handshake::fetch_list(conn, kind, self.config.timeout).await {
+                    Ok(items) => *view.lists.get_mut(kind) = items,
+                    Err(e) => {
+                        tracing::warn!(error = %e, list = kind.result_key(), "list refresh failed; keeping the previous list")
+                    }
+                }
+            }
+            self.catalog
+                .publish(self.handle.name(), Some(Arc::new(view.clone())));
+        }
+    }
+}
+
+/// The list kinds a notification says are out of date.
+fn collect_stale(note: &UpstreamNotification, out: &mut Vec<ListKind>) {
+    let kinds: &[ListKind] = match note.method.as_str() {
+        "notifications/tools/list_changed" => &[ListKind::Tools],
+        "notifications/prompts/list_changed" => &[ListKind::Prompts],
+        "notifications/resources/list_changed" => &[ListKind::Resources, ListKind::Templates],
+        _ => &[],
+    };
+    for kind in kinds {
+        if !out.contains(kind) {
+            out.push(*kind);
+        }
+    }
+}
+
+/// Exponential backoff with ±25% jitter: 250 ms doubling up to 30 s.
+fn backoff(attempt: u32) -> Duration {
+    let exp = BACKOFF_BASE.saturating_mul(1u32 << attempt.min(16));
+    let capped = exp.min(BACKOFF_MAX);
+    let jitter = rand::random_range(0.75..1.25);
+    capped.mul_f64(jitter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        assert!(backoff(0) <= Duration::from_millis(313));
+        assert!(backoff(3) >= Duration::from_millis(1500));
+        for attempt in [10, 20, 40, u32::MAX] {
+            assert!(backoff(attempt) <= BACKOFF_MAX.mul_f64(1.25));
+        }
+    }
+}

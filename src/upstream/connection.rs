@@ -1,0 +1,318 @@
+//! One live MCP client connection to an upstream: request ids, the pending
+//! table, and dispatch of everything the upstream sends.
+//!
+//! A transport task (stdio today) feeds each received line to
+//! [`Connection::dispatch`] and drains [`Connection`]'s outbound queue. Many
+//! requests run concurrently: each gets a fresh numeric id and waits on a
+//! oneshot keyed by it. When the transport ends, [`Connection::close`] fails
+//! every pending request at once with the reason.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use dashmap::DashMap;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::UpstreamError;
+use crate::protocol::{self, Envelope, MessageKind, method};
+
+/// Outbound frames waiting for the transport's writer. When full, senders
+/// wait: a stalled upstream slows only the callers of that upstream.
+pub const OUTBOUND_CAPACITY: usize = 256;
+
+/// What an upstream answered to one request: its `result`, or an error.
+pub type Answer = Result<Box<RawValue>, UpstreamError>;
+
+/// Where progress for one forwarded request goes.
+pub struct ProgressRoute {
+    /// The client's own `progressToken`, restored on the way back.
+    pub client_token: Box<RawValue>,
+    /// Frames for the client's response stream. Progress is sent with
+    /// `try_send`: when the client is this far behind, progress is dropped
+    /// (a later progress notification supersedes it); the result never is.
+    pub sink: mpsc::Sender<String>,
+    /// Milliseconds since `started` of the latest progress, so the caller's
+    /// timeout can restart on progress.
+    pub last_progress: Arc<AtomicU64>,
+    pub started: Instant,
+}
+
+struct Pending {
+    reply: oneshot::Sender<Answer>,
+    progress: Option<ProgressRoute>,
+}
+
+/// A server-initiated notification other than progress, for the notify hub.
+#[derive(Debug, Clone)]
+pub struct UpstreamNotification {
+    pub method: String,
+    pub params: Option<Box<RawValue>>,
+}
+
+/// The gateway's client state for one upstream transport session.
+pub struct Connection {
+    upstream: Arc<str>,
+    /// Drained by the transport's writer task.
+    outbound: mpsc::Sender<String>,
+    pending: DashMap<u64, Pending>,
+    next_id: AtomicU64,
+    closed: CancellationToken,
+    close_reason: OnceLock<String>,
+    /// Read by the supervisor; notifications it cannot take are logged and dropped.
+    notifications: mpsc::Sender<UpstreamNotification>,
+}
+
+impl Connection {
+    pub fn new(
+        upstream: Arc<str>,
+        outbound: mpsc::Sender<String>,
+        notifications: mpsc::Sender<UpstreamNotification>,
+    ) -> Self {
+        Self {
+            upstream,
+            outbound,
+            pending: DashMap::new(),
+            next_id: AtomicU64::new(1),
+            closed: CancellationToken::new(),
+            close_reason: OnceLock::new(),
+            notifications,
+        }
+    }
+
+    pub fn upstream(&self) -> &Arc<str> {
+        &self.upstream
+    }
+
+    /// A fresh request id on this connection.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Number of requests waiting for an answer.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Resolves when the connection has closed.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await;
+    }
+
+    fn unavailable(&self) -> UpstreamError {
+        UpstreamError::Unavailable {
+            upstream: self.upstream.to_string(),
+            reason: self
+                .close_reason
+                .get()
+                .cloned()
+                .unwrap_or_else(|| "connection closed".into()),
+        }
+    }
+
+    /// Sends request `id` and returns the receiver for its answer. The
+    /// pending entry is removed by the answer, by [`Self::forget`], or by close.
+    pub async fn send_request(
+        &self,
+        id: u64,
+        method: &str,
+        params: Option<&str>,
+        progress: Option<ProgressRoute>,
+    ) -> Result<oneshot::Receiver<Answer>, UpstreamError> {
+        let (tx, rx) = oneshot::channel();
+        self.pending.insert(
+            id,
+            Pending {
+                reply: tx,
+                progress,
+            },
+        );
+        // Close cancels first and drains second, so either we see it here or
+        // the drain sees our entry.
+        if self.closed.is_cancelled() {
+            self.pending.remove(&id);
+            return Err(self.unavailable());
+        }
+        let frame = protocol::request_frame(id, method, params);
+        if self.outbound.send(frame).await.is_err() {
+            self.pending.remove(&id);
+            return Err(self.unavailable());
+        }
+        Ok(rx)
+    }
+
+    /// Sends a request and waits for its answer, up to `timeout`.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Option<&str>,
+        timeout: std::time::Duration,
+    ) -> Answer {
+        let id = self.next_id();
+        let rx = self.send_request(id, method, params, None).await?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(self.unavailable()),
+            Err(_) => {
+                self.cancel(id, "timed out");
+                Err(UpstreamError::Timeout {
+                    upstream: self.upstream.to_string(),
+                    timeout,
+                })
+            }
+        }
+    }
+
+    /// Sends a notification; errors only if the connection is gone.
+    pub async fn notify(&self, method: &str, params: Option<&str>) -> Result<(), UpstreamError> {
+        let frame = protocol::notification_frame(method, params);
+        self.outbound
+            .send(frame)
+            .await
+            .map_err(|_| self.unavailable())
+    }
+
+    /// Drops the pending entry for `id` without telling the upstream.
+    pub fn forget(&self, id: u64) {
+        self.pending.remove(&id);
+    }
+
+    /// Stops waiting for `id` and sends `notifications/cancelled` for it.
+    /// Returns false if the request had already finished.
+    pub fn cancel(&self, id: u64, reason: &str) -> bool {
+        if self.pending.remove(&id).is_none() {
+            return false;
+        }
+        let params = serde_json::json!({ "requestId": id, "reason": reason }).to_string();
+        let frame = protocol::notification_frame(method::CANCELLED, Some(&params));
+        // Best effort: a full queue means the upstream is stalled anyway.
+        if self.outbound.try_send(frame).is_err() {
+            tracing::debug!(upstream = %self.upstream, id, "could not queue cancellation");
+        }
+        true
+    }
+
+    /// Marks the connection closed and fails every pending request.
+    pub fn close(&self, reason: impl Into<String>) {
+        let _ = self.close_reason.set(reason.into());
+        self.closed.cancel();
+        let ids: Vec<u64> = self.pending.iter().map(|e| *e.key()).collect();
+        for id in ids {
+            if let Some((_, pending)) = self.pending.remove(&id) {
+                let _ = pending.reply.send(Err(self.unavailable()));
+            }
+        }
+    }
+
+    /// Handles one message from the upstream.
+    pub async fn dispatch(&self, line: &str) {
+        let envelope = match Envelope::parse(line) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(upstream = %self.upstream, error = %e, "upstream sent a line that is not JSON-RPC; ignored");
+                return;
+            }
+        };
+        match envelope.kind() {
+            Ok(MessageKind::Response) => self.on_response(&envelope),
+            Ok(MessageKind::Notification) => self.on_notification(&envelope),
+            Ok(MessageKind::Request) => self.on_request(&envelope).await,
+            Err(e) => {
+                tracing::warn!(upstream = %self.upstream, error = %e, "invalid message from upstream; ignored");
+            }
+        }
+    }
+
+    fn on_response(&self, envelope: &Envelope<'_>) {
+        let Some(id) = envelope.id.and_then(|id| id.get().parse::<u64>().ok()) else {
+            tracing::warn!(upstream = %self.upstream, "response with an id the gateway never sent; ignored");
+            return;
+        };
+        let Some((_, pending)) = self.pending.remove(&id) else {
+            tracing::debug!(upstream = %self.upstream, id, "late response (cancelled or timed out); ignored");
+            return;
+        };
+        let answer = match (envelope.result, envelope.error) {
+            (Some(result), _) => Ok(result.to_owned()),
+            (None, Some(error)) => Err(UpstreamError::Rpc {
+                upstream: self.upstream.to_string(),
+                error: error.to_owned(),
+            }),
+            (None, None) => Err(UpstreamError::Protocol {
+                upstream: self.upstream.to_string(),
+                detail: "response without result or error".into(),
+            }),
+        };
+        let _ = pending.reply.send(answer);
+    }
+
+    fn on_notification(&self, envelope: &Envelope<'_>) {
+        let method = envelope.method.as_deref().unwrap_or_default();
+        if method == method::PROGRESS {
+            self.on_progress(envelope.params);
+            return;
+        }
+        let note = UpstreamNotification {
+            method: method.to_owned(),
+            params: envelope.params.map(ToOwned::to_owned),
+        };
+        if let Err(e) = self.notifications.try_send(note) {
+            tracing::warn!(upstream = %self.upstream, method, error = %e, "notification queue full; notification dropped");
+        }
+    }
+
+    /// Restores the client's token and hands the notification to the
+    /// originating request's stream.
+    fn on_progress(&self, params: Option<&RawValue>) {
+        let Some(mut params) =
+            params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
+        else {
+            return;
+        };
+        let Some(id) = params.get("progressToken").and_then(Value::as_u64) else {
+            return;
+        };
+        let Some(pending) = self.pending.get(&id) else {
+            return;
+        };
+        let Some(route) = &pending.progress else {
+            return;
+        };
+        let token: Value = serde_json::from_str(route.client_token.get()).unwrap_or(Value::Null);
+        params.insert("progressToken".into(), token);
+        let elapsed = u64::try_from(route.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        route.last_progress.store(elapsed, Ordering::Relaxed);
+        let frame = protocol::notification_frame(
+            method::PROGRESS,
+            Some(&Value::Object(params).to_string()),
+        );
+        if route.sink.try_send(frame).is_err() {
+            tracing::debug!(upstream = %self.upstream, id, "client is behind; progress notification dropped");
+        }
+    }
+
+    /// Answers the server-to-client requests the gateway handles itself.
+    async fn on_request(&self, envelope: &Envelope<'_>) {
+        let id = envelope.id.map_or("null", RawValue::get);
+        let method = envelope.method.as_deref().unwrap_or_default();
+        let frame = match method {
+            method::PING => protocol::response_frame(id, "{}"),
+            "roots/list" => protocol::response_frame(id, r#"{"roots":[]}"#),
+            _ => protocol::error_frame(
+                Some(id),
+                &protocol::RpcError::new(
+                    protocol::code::METHOD_NOT_FOUND,
+                    format!("mcpmux does not relay server-to-client request {method:?}"),
+                ),
+            ),
+        };
+        let _ = self.outbound.send(frame).await;
+    }
+}

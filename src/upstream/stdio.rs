@@ -1,0 +1,304 @@
+//! The stdio transport: an upstream MCP server run as a child process.
+//!
+//! The child runs in its own process group, so stopping it also stops what
+//! it started (`npx` starts `node`). Three tasks serve one child: the writer
+//! drains the connection's outbound queue into stdin, the reader hands each
+//! stdout line to [`Connection::dispatch`], and the stderr drain logs every
+//! line, so a child that writes megabytes of logs never blocks. Stopping is
+//! close stdin, then SIGTERM, then SIGKILL, each after a grace period, and
+//! always ends with the child reaped.
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::connection::Connection;
+use crate::config::StdioConfig;
+
+/// Longest JSON-RPC line accepted from a child; longer ones are skipped.
+const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Longest stderr line logged as is; the rest of the line is cut.
+const MAX_STDERR_LINE: usize = 4096;
+/// How long a child gets to exit after stdin closes, and after SIGTERM.
+const STDIN_CLOSE_GRACE: Duration = Duration::from_millis(500);
+const TERM_GRACE: Duration = Duration::from_secs(3);
+
+/// A running upstream child and the signal that its stdout has ended.
+pub struct StdioChild {
+    upstream: Arc<str>,
+    child: Child,
+    pid: Option<Pid>,
+    /// Cancelled to make the writer task drop the child's stdin.
+    close_stdin: CancellationToken,
+    /// Cancelled by the reader task when stdout reaches end of file.
+    stdout_done: CancellationToken,
+}
+
+impl StdioChild {
+    /// Starts the child and its I/O tasks. Messages from it go to `conn`;
+    /// frames from `outbound` go to its stdin.
+    pub fn spawn(
+        upstream: Arc<str>,
+        cfg: &StdioConfig,
+        conn: Arc<Connection>,
+        outbound: mpsc::Receiver<String>,
+    ) -> io::Result<Self> {
+        let mut cmd = Command::new(&cfg.command);
+        cmd.args(&cfg.args)
+            .envs(cfg.env.iter().map(|(k, v)| (k, v.expose())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(cwd) = &cfg.cwd {
+            cmd.current_dir(cwd);
+        }
+        let mut child = cmd.spawn()?;
+        let pid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .map(Pid::from_raw);
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| io::Error::other("child has no stdin"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| io::Error::other("child has no stdout"))?;
+        let stderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| io::Error::other("child has no stderr"))?;
+        tracing::info!(upstream = %upstream, command = %cfg.command, args = cfg.args.len(), pid = ?pid.map(Pid::as_raw), "started upstream child");
+
+        let close_stdin = CancellationToken::new();
+        let stdout_done = CancellationToken::new();
+        tokio::spawn(write_stdin(
+            upstream.clone(),
+            stdin,
+            outbound,
+            close_stdin.clone(),
+        ));
+        tokio::spawn(read_stdout(
+            upstream.clone(),
+            stdout,
+            conn,
+            stdout_done.clone(),
+        ));
+        tokio::spawn(drain_stderr(upstream.clone(), stderr));
+        Ok(Self {
+            upstream,
+            child,
+            pid,
+            close_stdin,
+            stdout_done,
+        })
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid.map(|p| p.as_raw() as u32)
+    }
+
+    /// Waits until the child exits or closes its stdout, and says which.
+    pub async fn wait_ended(&mut self) -> String {
+        tokio::select! {
+            status = self.child.wait() => describe(status),
+            () = self.stdout_done.cancelled() => "closed its stdout".into(),
+        }
+    }
+
+    /// Stops the child (close stdin, SIGTERM, SIGKILL) and reaps it.
+    pub async fn stop(&mut self) -> String {
+        self.close_stdin.cancel();
+        if let Ok(status) = tokio::time::timeout(STDIN_CLOSE_GRACE, self.child.wait()).await {
+            return describe(status);
+        }
+        self.signal(Signal::SIGTERM);
+        if let Ok(status) = tokio::time::timeout(TERM_GRACE, self.child.wait()).await {
+            return describe(status);
+        }
+        tracing::warn!(upstream = %self.upstream, "child ignored SIGTERM; sending SIGKILL");
+        self.signal(Signal::SIGKILL);
+        describe(self.child.wait().await)
+    }
+
+    fn signal(&self, signal: Signal) {
+        if let Some(pid) = self.pid
+            && let Err(e) = killpg(pid, signal)
+        {
+            tracing::debug!(upstream = %self.upstream, %signal, error = %e, "could not signal child group");
+        }
+    }
+}
+
+impl Drop for StdioChild {
+    fn drop(&mut self) {
+        // Normal paths call `stop`; this covers a supervisor task that was
+        // aborted. The group kill also reaches grandchildren.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.signal(Signal::SIGKILL);
+        }
+    }
+}
+
+fn describe(status: io::Result<ExitStatus>) -> String {
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (None, Some(sig)) => {
+                let name = Signal::try_from(sig)
+                    .map(|s| s.as_str())
+                    .unwrap_or("unknown");
+                format!("was killed by signal {sig} ({name})")
+            }
+            _ => "exited".into(),
+        },
+        Err(e) => format!("could not be waited for: {e}"),
+    }
+}
+
+async fn write_stdin(
+    upstream: Arc<str>,
+    mut stdin: tokio::process::ChildStdin,
+    mut outbound: mpsc::Receiver<String>,
+    close: CancellationToken,
+) {
+    loop {
+        let frame = tokio::select! {
+            () = close.cancelled() => break,
+            frame = outbound.recv() => match frame {
+                Some(f) => f,
+                None => break,
+            },
+        };
+        let write = async {
+            stdin.write_all(frame.as_bytes()).await?;
+            stdin.write_all(b"\n").await?;
+            stdin.flush().await
+        };
+        if let Err(e) = write.await {
+            tracing::debug!(upstream = %upstream, error = %e, "child stdin closed");
+            break;
+        }
+    }
+    // Dropping stdin closes the child's end of the pipe.
+}
+
+async fn read_stdout(
+    upstream: Arc<str>,
+    stdout: tokio::process::ChildStdout,
+    conn: Arc<Connection>,
+    done: CancellationToken,
+) {
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    let mut line = Vec::new();
+    loop {
+        match read_line_capped(&mut reader, &mut line, MAX_MESSAGE_BYTES).await {
+            Ok(None) => break,
+            Ok(Some(true)) => {
+                tracing::warn!(upstream = %upstream, limit = MAX_MESSAGE_BYTES, "message from child exceeds the size limit; skipped");
+            }
+            Ok(Some(false)) => match std::str::from_utf8(&line) {
+                Ok(text) if text.trim().is_empty() => {}
+                Ok(text) => conn.dispatch(text.trim_end_matches('\r')).await,
+                Err(_) => {
+                    tracing::warn!(upstream = %upstream, "child wrote a line that is not UTF-8; skipped")
+                }
+            },
+            Err(e) => {
+                tracing::debug!(upstream = %upstream, error = %e, "child stdout read failed");
+                break;
+            }
+        }
+    }
+    done.cancel();
+}
+
+async fn drain_stderr(upstream: Arc<str>, stderr: tokio::process::ChildStderr) {
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    while let Ok(Some(_)) = read_line_capped(&mut reader, &mut line, MAX_STDERR_LINE).await {
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end();
+        if !text.is_empty() {
+            tracing::info!(target: "mcpmux::upstream::stderr", upstream = %upstream, "{text}");
+        }
+    }
+}
+
+/// Reads one `\n`-terminated line into `buf` (without the newline), keeping
+/// at most `max` bytes and discarding the rest of an over-long line. Returns
+/// `None` at end of input, or whether the line was cut.
+pub async fn read_line_capped<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<Option<bool>> {
+    buf.clear();
+    let mut cut = false;
+    let mut any = false;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(any.then_some(cut));
+        }
+        any = true;
+        let (chunk, found) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (&available[..i], Some(i)),
+            None => (available, None),
+        };
+        let room = max.saturating_sub(buf.len());
+        if chunk.len() > room {
+            cut = true;
+        }
+        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let consumed = found.map_or(available.len(), |i| i + 1);
+        reader.consume(consumed);
+        if found.is_some() {
+            return Ok(Some(cut));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn capped_lines_cut_and_resume() {
+        let input: &[u8] = b"short\nthis line is too long\nok";
+        let mut reader = BufReader::with_capacity(4, input);
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_line_capped(&mut reader, &mut buf, 8).await.unwrap(),
+            Some(false)
+        );
+        assert_eq!(buf, b"short");
+        assert_eq!(
+            read_line_capped(&mut reader, &mut buf, 8).await.unwrap(),
+            Some(true)
+        );
+        assert_eq!(buf, b"this lin");
+        assert_eq!(
+            read_line_capped(&mut reader, &mut buf, 8).await.unwrap(),
+            Some(false)
+        );
+        assert_eq!(buf, b"ok");
+        assert_eq!(
+            read_line_capped(&mut reader, &mut buf, 8).await.unwrap(),
+            None
+        );
+    }
+}
