@@ -31,6 +31,8 @@ const MAX_STDERR_LINE: usize = 4096;
 /// How long a child gets to exit after stdin closes, and after SIGTERM.
 const STDIN_CLOSE_GRACE: Duration = Duration::from_millis(500);
 const TERM_GRACE: Duration = Duration::from_secs(3);
+/// How long to wait for an exit status once stdout has closed.
+const EXIT_AFTER_EOF: Duration = Duration::from_millis(250);
 
 /// A running upstream child and the signal that its stdout has ended.
 pub struct StdioChild {
@@ -80,7 +82,7 @@ impl StdioChild {
             .stderr
             .take()
             .ok_or_else(|| io::Error::other("child has no stderr"))?;
-        tracing::info!(upstream = %upstream, command = %cfg.command, args = cfg.args.len(), pid = ?pid.map(Pid::as_raw), "started upstream child");
+        tracing::info!(upstream = %upstream, command = %cfg.command, args = cfg.args.len(), pid = child.id().unwrap_or(0), "started upstream child");
 
         let close_stdin = CancellationToken::new();
         let stdout_done = CancellationToken::new();
@@ -111,11 +113,18 @@ impl StdioChild {
         self.pid.map(|p| p.as_raw() as u32)
     }
 
-    /// Waits until the child exits or closes its stdout, and says which.
+    /// Waits until the child exits or closes its stdout, and says why.
     pub async fn wait_ended(&mut self) -> String {
         tokio::select! {
             status = self.child.wait() => describe(status),
-            () = self.stdout_done.cancelled() => "closed its stdout".into(),
+            () = self.stdout_done.cancelled() => {
+                // A dying child closes stdout just before it is reaped; its
+                // exit status says more than the closed pipe does.
+                match tokio::time::timeout(EXIT_AFTER_EOF, self.child.wait()).await {
+                    Ok(status) => describe(status),
+                    Err(_) => "closed its stdout".into(),
+                }
+            }
         }
     }
 

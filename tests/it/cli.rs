@@ -1,0 +1,191 @@
+//! The `mcpmux` binary: the embedded demo, `check`, config errors, signals.
+
+use std::process::Stdio;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+use crate::support::{McpClient, exe, process_exists, tempdir, within};
+
+/// A running `mcpmux serve` whose JSON log lines are read as they come.
+struct Served {
+    child: Child,
+    logs: mpsc::UnboundedReceiver<Value>,
+    /// Every log line read so far, in order.
+    seen: Vec<Value>,
+}
+
+impl Served {
+    fn start(args: &[&str]) -> Served {
+        let mut child = Command::new(exe())
+            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, logs) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        Served {
+            child,
+            logs,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads log lines until `n` have `message`; returns their fields.
+    async fn wait_for(&mut self, message: &str, n: usize) -> Vec<Value> {
+        within(message, async {
+            loop {
+                let found: Vec<Value> = self
+                    .seen
+                    .iter()
+                    .filter(|l| l["fields"]["message"] == message)
+                    .map(|l| l["fields"].clone())
+                    .collect();
+                if found.len() >= n {
+                    return found;
+                }
+                let line = self
+                    .logs
+                    .recv()
+                    .await
+                    .unwrap_or_else(|| panic!("log ended before {message:?}"));
+                self.seen.push(line);
+            }
+        })
+        .await
+    }
+}
+
+fn signal(child: &Child, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, signal).unwrap();
+}
+
+#[tokio::test]
+async fn demo_config_serves_two_prefixed_upstreams_and_sigterm_leaves_no_child() {
+    let mut served = Served::start(&[]);
+    let listening = served
+        .wait_for("mcpmux listening; MCP endpoint at /mcp", 1)
+        .await;
+    let url = format!("http://{}/mcp", listening[0]["addr"].as_str().unwrap());
+    let started = served.wait_for("started upstream child", 2).await;
+    let pids: Vec<u32> = started
+        .iter()
+        .map(|f| f["pid"].as_u64().unwrap() as u32)
+        .collect();
+    served.wait_for("upstream ready", 2).await;
+
+    let client = McpClient::connect(&url).await;
+    let (tools, _) = client.list_all("tools/list", "tools").await;
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(
+        names.contains(&"notes__echo") && names.contains(&"weather__echo"),
+        "{names:?}"
+    );
+    let (prompts, _) = client.list_all("prompts/list", "prompts").await;
+    assert!(prompts.len() >= 2);
+    let (templates, _) = client
+        .list_all("resources/templates/list", "resourceTemplates")
+        .await;
+    assert!(templates.len() >= 2);
+
+    assert!(pids.iter().all(|p| process_exists(*p)));
+    signal(&served.child, nix::sys::signal::Signal::SIGTERM);
+    let status = within("mcpmux to exit after SIGTERM", served.child.wait())
+        .await
+        .unwrap();
+    assert!(status.success(), "exit status {status}");
+    for pid in pids {
+        assert!(
+            !process_exists(pid),
+            "upstream child {pid} outlived the gateway"
+        );
+    }
+}
+
+async fn check(yaml: &str) -> (i32, String, String) {
+    let path = tempdir().join("mcpmux.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(exe())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .env_remove("MCPMUX_TEST_UNSET")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        stdout,
+        stderr.replace(path.to_str().unwrap(), "FILE"),
+    )
+}
+
+#[tokio::test]
+async fn config_errors_exit_64_with_one_line_naming_line_and_column() {
+    let cases = [
+        (
+            "upstreams:\n  a:\n    command: x\n    colour: blue\n",
+            "FILE:4:5:",
+            "colour",
+        ),
+        (
+            "upstreams:\n  Bad_Name:\n    command: x\n",
+            "FILE:2:3:",
+            "Bad_Name",
+        ),
+        (
+            "upstreams:\n  a:\n    command: x\n    env:\n      K: ${MCPMUX_TEST_UNSET}\n",
+            "FILE:5:10:",
+            "MCPMUX_TEST_UNSET",
+        ),
+    ];
+    for (yaml, location, mention) in cases {
+        let (code, _, stderr) = check(yaml).await;
+        assert_eq!(code, 64, "{stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line: {stderr}");
+        assert!(lines[0].contains(location), "{location} in {stderr}");
+        assert!(lines[0].contains(mention), "{mention} in {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn check_validates_without_serving() {
+    // The command does not exist: `check` must not try to start it.
+    let (code, stdout, stderr) =
+        check("upstreams:\n  a:\n    command: /nonexistent/server\n").await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("ok (1 upstreams)"), "{stdout}");
+}
+
+#[tokio::test]
+async fn serve_with_a_bad_config_exits_64() {
+    let path = tempdir().join("bad.yaml");
+    std::fs::write(&path, "listen: nowhere\nupstreams:\n  a:\n    command: x\n").unwrap();
+    let out = Command::new(exe())
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(":1:9:") && stderr.contains("listen"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,8 @@
+//! The integration test binary: real sockets on port 0, real child
+//! processes, and third-party MCP peers (see `support::interop`).
+
+mod bad_input;
+mod cli;
+mod core;
+mod everything;
+mod support;

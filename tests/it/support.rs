@@ -1,0 +1,53 @@
+//! Test support: a gateway harness on port 0, an MCP client over real HTTP,
+//! and the locations of the third-party peers installed by
+//! `scripts/setup-interop.sh`.
+
+pub mod client;
+pub mod gateway;
+pub mod interop;
+
+pub use client::McpClient;
+pub use gateway::{TestGateway, example_upstream};
+
+use std::time::Duration;
+
+/// Upper bound for any single wait in a test; a hang fails instead of stalling CI.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// The `mcpmux` binary built for this test run.
+pub fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_mcpmux")
+}
+
+/// Runs `fut` with the test-wide deadline.
+pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(WAIT, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
+    }
+}
+
+/// Whether process `pid` still exists (a zombie counts as gone for us only
+/// once reaped, so this is true for zombies too).
+pub fn process_exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// A fresh directory under the system temp dir for one test's files.
+pub fn tempdir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("mcpmux-it-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Every JSON line of a file written by the example server's `--record`.
+pub fn read_jsonl(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}

