@@ -97,6 +97,8 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// Extra `Origin` values accepted besides loopback origins.
     pub allowed_origins: Vec<String>,
+    /// Interval of SSE keep-alive comments on open streams.
+    pub sse_keepalive: Duration,
 }
 
 /// One upstream MCP server.
@@ -200,6 +202,8 @@ struct RawHttp {
     max_body_bytes: Option<Spanned<u64>>,
     #[serde(default)]
     allowed_origins: Vec<Spanned<String>>,
+    #[serde(default)]
+    sse_keepalive: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -369,6 +373,13 @@ impl RawConfig {
             .filter_map(|o| p.expand(o, "http.allowed_origins", lookup))
             .collect();
 
+        let sse_keepalive = self
+            .http
+            .as_ref()
+            .and_then(|h| h.sse_keepalive.as_ref())
+            .map_or(Some(Duration::from_secs(15)), |d| {
+                p.duration(d, "http.sse_keepalive", lookup)
+            });
         let page_size = match &self.page_size {
             None => 100,
             Some(v) if v.value == 0 || v.value > 10_000 => {
@@ -398,6 +409,7 @@ impl RawConfig {
             http: HttpConfig {
                 max_body_bytes,
                 allowed_origins,
+                sse_keepalive: sse_keepalive.unwrap_or_default(),
             },
             page_size,
             shutdown_grace: shutdown_grace.unwrap_or_default(),

@@ -6,6 +6,7 @@
 
 pub mod http;
 pub mod session;
+pub mod stream;
 
 use std::sync::Arc;
 
@@ -25,6 +26,8 @@ pub struct AppState {
     pub router: Router,
     pub sessions: Arc<SessionTable>,
     pub http: HttpConfig,
+    /// Cancelled at shutdown; ends every notification stream.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
@@ -78,7 +81,10 @@ fn is_loopback_origin(origin: &str) -> bool {
 /// The axum application.
 pub fn app(state: Arc<AppState>) -> axum::Router {
     axum::Router::new()
-        .route("/mcp", get(http::get).post(http::post).delete(http::delete))
+        .route(
+            "/mcp",
+            get(stream::get).post(http::post).delete(http::delete),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(state)

@@ -2,10 +2,11 @@
 //! and the test upstream for what real servers cannot do on demand.
 //!
 //! It serves a few tools (`echo`, `add`, `slow` with progress and
-//! cancellation, `link` returning resource links), a prompt, resources and a
-//! template, completions and pagination (`--page-size`). With
-//! `--test-controls` it adds tools that misbehave on purpose (flood stderr,
-//! crash). `--record FILE` appends every received message to FILE, so tests
+//! cancellation, `link` returning resource links), prompts, resources with
+//! subscriptions, a template, completions, logging and pagination
+//! (`--page-size`). With `--test-controls` it adds tools that change it on
+//! command: add tools or prompts (sending `list_changed`), touch a resource
+//! (sending `resources/updated`), emit log messages, flood stderr, crash. `--record FILE` appends every received message to FILE, so tests
 //! can check what reached the upstream. One task reads stdin; each request
 //! runs in its own task so slow calls overlap; one task writes stdout.
 
@@ -36,7 +37,8 @@ pub struct ExampleServerArgs {
     /// Append every received JSON-RPC message to this file, one per line.
     #[arg(long)]
     pub record: Option<std::path::PathBuf>,
-    /// Add tools that misbehave on purpose: flood_stderr, crash.
+    /// Add tools that change the server on command (add_tools, add_prompt,
+    /// touch, log, flood_stderr, crash).
     #[arg(long)]
     pub test_controls: bool,
 }
@@ -47,6 +49,9 @@ struct Server {
     record: Option<Mutex<std::fs::File>>,
     /// Running requests by id (JSON text), cancelled by notifications/cancelled.
     running: Mutex<HashMap<String, CancellationToken>>,
+    /// Tools and prompts added at run time by the test controls.
+    added_tools: Mutex<Vec<String>>,
+    added_prompts: Mutex<Vec<String>>,
 }
 
 /// Runs the server on stdin/stdout until stdin closes.
@@ -77,6 +82,8 @@ pub async fn run(args: ExampleServerArgs) -> std::io::Result<()> {
         out,
         record,
         running: Mutex::new(HashMap::new()),
+        added_tools: Mutex::new(Vec::new()),
+        added_prompts: Mutex::new(Vec::new()),
     });
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
@@ -169,6 +176,7 @@ impl Server {
             "prompts/get" => self.get_prompt(params),
             "resources/read" => self.read(params),
             "completion/complete" => Ok(complete(params)),
+            "resources/subscribe" | "resources/unsubscribe" | "logging/setLevel" => Ok(json!({})),
             _ => Err((
                 code::METHOD_NOT_FOUND,
                 format!("method not found: {method}"),
@@ -191,8 +199,9 @@ impl Server {
             "capabilities": {
                 "tools": { "listChanged": true },
                 "prompts": { "listChanged": true },
-                "resources": { "listChanged": true },
+                "resources": { "subscribe": true, "listChanged": true },
                 "completions": {},
+                "logging": {},
             },
             "serverInfo": { "name": format!("mcpmux-example-{}", self.args.name), "version": env!("CARGO_PKG_VERSION") },
             "instructions": format!("Example server '{}': echo text, add numbers, read demo://{}/readme.", self.args.name, self.args.name),
@@ -241,6 +250,22 @@ impl Server {
             tools.push(json!({ "name": "flood_stderr", "description": "Writes `bytes` bytes of log lines to stderr.",
                                "inputSchema": object(json!({ "bytes": { "type": "integer" } }), &["bytes"]) }));
             tools.push(json!({ "name": "crash", "description": "Exits the process at once.", "inputSchema": object(json!({}), &[]) }));
+            tools.push(json!({ "name": "add_tools", "description": "Adds `count` tools named `prefix`N, one list_changed each.",
+                               "inputSchema": object(json!({ "count": { "type": "integer" }, "prefix": { "type": "string" } }), &[]) }));
+            tools.push(json!({ "name": "add_prompt", "description": "Adds a prompt and sends prompts/list_changed.",
+                               "inputSchema": object(json!({ "name": { "type": "string" } }), &["name"]) }));
+            tools.push(json!({ "name": "touch", "description": "Sends resources/updated for `uri` `count` times.",
+                               "inputSchema": object(json!({ "uri": { "type": "string" }, "count": { "type": "integer" } }), &["uri"]) }));
+            tools.push(json!({ "name": "log", "description": "Sends `count` notifications/message at `level`.",
+                               "inputSchema": object(json!({ "level": { "type": "string" }, "count": { "type": "integer" }, "message": { "type": "string" } }), &[]) }));
+            for name in self
+                .added_tools
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+            {
+                tools.push(json!({ "name": name, "description": "Added at run time.", "inputSchema": object(json!({}), &[]) }));
+            }
         }
         for i in 0..self.args.tools {
             tools.push(json!({ "name": format!("gen_{i:04}"), "description": format!("Generated tool {i}."), "inputSchema": object(json!({}), &[]) }));
@@ -249,11 +274,25 @@ impl Server {
     }
 
     fn prompts(&self) -> Vec<Value> {
-        vec![
+        let mut prompts = vec![
             json!({ "name": "greeting", "description": "Greets someone.",
                     "arguments": [{ "name": "name", "description": "Who to greet", "required": true }] }),
             json!({ "name": "summarize_readme", "description": "Asks for a summary of the readme, embedding it." }),
-        ]
+        ];
+        for name in self
+            .added_prompts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            prompts.push(json!({ "name": name, "description": "Added at run time." }));
+        }
+        prompts
+    }
+
+    async fn notify(&self, method: &str, params: Value) {
+        self.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }))
+            .await;
     }
 
     fn resources(&self) -> Vec<Value> {
@@ -343,6 +382,55 @@ impl Server {
                 Ok(text(format!("wrote {written} bytes to stderr")))
             }
             "crash" => std::process::exit(3),
+            "add_tools" => {
+                let count = args.get("count").and_then(Value::as_u64).unwrap_or(1);
+                let prefix = args
+                    .get("prefix")
+                    .and_then(Value::as_str)
+                    .unwrap_or("added_");
+                for i in 0..count {
+                    self.added_tools
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!("{prefix}{i}"));
+                    self.notify("notifications/tools/list_changed", json!({}))
+                        .await;
+                }
+                Ok(text(format!("added {count} tools")))
+            }
+            "add_prompt" => {
+                let name = args
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("added")
+                    .to_owned();
+                self.added_prompts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(name);
+                self.notify("notifications/prompts/list_changed", json!({}))
+                    .await;
+                Ok(text("added a prompt".into()))
+            }
+            "touch" => {
+                let uri = args.get("uri").and_then(Value::as_str).unwrap_or_default();
+                let count = args.get("count").and_then(Value::as_u64).unwrap_or(1);
+                for _ in 0..count {
+                    self.notify("notifications/resources/updated", json!({ "uri": uri }))
+                        .await;
+                }
+                Ok(text(format!("touched {uri}")))
+            }
+            "log" => {
+                let level = args.get("level").and_then(Value::as_str).unwrap_or("info");
+                let count = args.get("count").and_then(Value::as_u64).unwrap_or(1);
+                let message = args.get("message").and_then(Value::as_str).unwrap_or("log");
+                for i in 0..count {
+                    self.notify("notifications/message", json!({ "level": level, "logger": "example", "data": format!("{message} {i}") }))
+                        .await;
+                }
+                Ok(text(format!("logged {count}")))
+            }
             _ => Ok(text(format!("{name} ran"))),
         }
     }

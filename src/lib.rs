@@ -22,8 +22,10 @@ pub mod catalog;
 pub mod config;
 pub mod downstream;
 pub mod example_server;
+pub mod notify;
 pub mod protocol;
 pub mod router;
+pub mod subscriptions;
 pub mod upstream;
 
 use std::future::Future;
@@ -39,6 +41,7 @@ use catalog::CatalogStore;
 use config::Config;
 use downstream::AppState;
 use downstream::session::SessionTable;
+use notify::NotifyHub;
 use router::Router;
 use upstream::{UpstreamHandle, UpstreamSet, UpstreamState};
 
@@ -70,29 +73,30 @@ impl Gateway {
                 .iter()
                 .map(|u| (Arc::from(u.name.as_str()), u.prefix.clone())),
         ));
-        let handles: Vec<UpstreamHandle> = config
-            .upstreams
-            .iter()
-            .map(|u| {
-                upstream::spawn(
-                    u.clone(),
-                    catalog.clone(),
-                    upstream_shutdown.clone(),
-                    &tracker,
-                )
-            })
-            .collect();
-        let upstreams = Arc::new(UpstreamSet::new(handles));
+        let upstreams = Arc::new(UpstreamSet::default());
+        let hub = Arc::new(NotifyHub::new(upstreams.clone()));
+        for upstream_config in &config.upstreams {
+            let handle = upstream::spawn(
+                upstream_config.clone(),
+                catalog.clone(),
+                hub.clone(),
+                upstream_shutdown.clone(),
+                &tracker,
+            );
+            upstreams.insert(handle);
+        }
         let sessions = Arc::new(SessionTable::new(
+            hub.clone(),
             config.sessions.idle_timeout,
             config.sessions.max,
         ));
         sessions.spawn_sweeper(upstream_shutdown.clone(), &tracker);
 
         let state = Arc::new(AppState {
-            router: Router::new(catalog, upstreams, config.page_size),
+            router: Router::new(catalog, upstreams, hub, config.page_size),
             sessions,
             http: config.http.clone(),
+            shutdown: http_shutdown.clone(),
         });
         let app = downstream::app(state.clone());
         let stop = http_shutdown.clone();
@@ -128,6 +132,16 @@ impl Gateway {
     /// Number of live downstream sessions.
     pub fn session_count(&self) -> usize {
         self.state.sessions.len()
+    }
+
+    /// A receiver that sees the session count change.
+    pub fn watch_sessions(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.state.sessions.watch_count()
+    }
+
+    /// The notify hub: subscription tables and per-subscriber backlogs.
+    pub fn hub(&self) -> &Arc<NotifyHub> {
+        self.state.router.hub()
     }
 
     /// Resolves once every upstream has completed its handshake.

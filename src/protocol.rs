@@ -231,6 +231,9 @@ pub mod method {
     pub const COMPLETE: &str = "completion/complete";
     pub const CANCELLED: &str = "notifications/cancelled";
     pub const PROGRESS: &str = "notifications/progress";
+    pub const SUBSCRIBE: &str = "resources/subscribe";
+    pub const UNSUBSCRIBE: &str = "resources/unsubscribe";
+    pub const SET_LEVEL: &str = "logging/setLevel";
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 pub use forward::InflightCall;
 
 use crate::catalog::{CatalogStore, CursorError, ListKind, naming};
+use crate::notify::{LogLevel, NotifyHub, Subscriber};
 use crate::protocol::{self, RpcError, code, method};
 use crate::upstream::{UpstreamError, UpstreamSet};
 use rewrite::{Params, json_string};
@@ -38,6 +39,8 @@ pub enum Reply {
 pub struct RequestContext {
     /// The session's calls in flight, by the client's request id.
     pub inflight: Arc<InflightCalls>,
+    /// Where the session's notifications and subscriptions are kept.
+    pub subscriber: Arc<Subscriber>,
     /// Whether the reply may stream (the client accepts `text/event-stream`).
     pub can_stream: bool,
 }
@@ -95,6 +98,11 @@ pub enum RouteError {
     ResourceNotFound(String),
     #[error(transparent)]
     Cursor(#[from] CursorError),
+    #[error("upstream '{upstream}' does not support {feature}")]
+    NotSupported {
+        upstream: String,
+        feature: &'static str,
+    },
     #[error("request cancelled")]
     Cancelled,
     #[error(transparent)]
@@ -121,6 +129,11 @@ impl RouteError {
             Self::ResourceNotFound(uri) => (
                 Fault::Downstream,
                 RpcError::new(code::RESOURCE_NOT_FOUND, message).with_data(json!({ "uri": uri })),
+            ),
+            Self::NotSupported { upstream, .. } => (
+                Fault::Downstream,
+                RpcError::new(code::METHOD_NOT_FOUND, message)
+                    .with_data(json!({ "upstream": upstream })),
             ),
             Self::Cancelled => (
                 Fault::Downstream,
@@ -157,16 +170,27 @@ impl RouteError {
 pub struct Router {
     catalog: Arc<CatalogStore>,
     upstreams: Arc<UpstreamSet>,
+    hub: Arc<NotifyHub>,
     page_size: usize,
 }
 
 impl Router {
-    pub fn new(catalog: Arc<CatalogStore>, upstreams: Arc<UpstreamSet>, page_size: usize) -> Self {
+    pub fn new(
+        catalog: Arc<CatalogStore>,
+        upstreams: Arc<UpstreamSet>,
+        hub: Arc<NotifyHub>,
+        page_size: usize,
+    ) -> Self {
         Self {
             catalog,
             upstreams,
+            hub,
             page_size,
         }
+    }
+
+    pub fn hub(&self) -> &Arc<NotifyHub> {
+        &self.hub
     }
 
     pub fn catalog(&self) -> &Arc<CatalogStore> {
@@ -182,10 +206,11 @@ impl Router {
         let mut result = json!({
             "protocolVersion": version,
             "capabilities": {
-                "tools": {},
-                "prompts": {},
-                "resources": {},
+                "tools": { "listChanged": true },
+                "prompts": { "listChanged": true },
+                "resources": { "subscribe": true, "listChanged": true },
                 "completions": {},
+                "logging": {},
             },
             "serverInfo": { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
         });
@@ -209,6 +234,9 @@ impl Router {
             method::PROMPTS_LIST => self.list(ListKind::Prompts, params),
             method::RESOURCES_LIST => self.list(ListKind::Resources, params),
             method::TEMPLATES_LIST => self.list(ListKind::Templates, params),
+            method::SUBSCRIBE => self.subscribe(ctx, params).await,
+            method::UNSUBSCRIBE => self.unsubscribe(ctx, params),
+            method::SET_LEVEL => self.set_level(ctx, params),
             method::TOOLS_CALL
             | method::PROMPTS_GET
             | method::RESOURCES_READ
@@ -251,6 +279,85 @@ impl Router {
             .catalog
             .load()
             .page(kind, cursor.as_deref(), self.page_size)?)
+    }
+
+    /// `resources/subscribe`: the first subscriber of a URI subscribes
+    /// upstream; later ones only join the table. While the upstream is down
+    /// the subscription is recorded and made when it reconnects.
+    async fn subscribe(
+        &self,
+        ctx: &RequestContext,
+        params: Option<&RawValue>,
+    ) -> Result<String, RouteError> {
+        let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
+        let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
+        let (upstream, original) = self
+            .split_uri(&uri)
+            .ok_or_else(|| RouteError::ResourceNotFound(uri.clone()))?;
+        let handle = self.upstream(&upstream)?;
+        if handle.hello().is_some_and(|h| !h.can_subscribe()) {
+            return Err(RouteError::NotSupported {
+                upstream,
+                feature: "resources/subscribe",
+            });
+        }
+        let table = self.hub.subscriptions();
+        if table
+            .subscribe(ctx.subscriber.id, &uri, handle.name(), original)
+            .is_some()
+            && let Ok(conn) = handle.connection()
+        {
+            let upstream_params = json!({ "uri": original }).to_string();
+            if let Err(e) = conn
+                .request(method::SUBSCRIBE, Some(&upstream_params), handle.timeout())
+                .await
+            {
+                table.unsubscribe(ctx.subscriber.id, &uri);
+                return Err(e.into());
+            }
+        }
+        Ok("{}".to_owned())
+    }
+
+    /// `resources/unsubscribe`: the last subscriber leaving unsubscribes upstream.
+    fn unsubscribe(
+        &self,
+        ctx: &RequestContext,
+        params: Option<&RawValue>,
+    ) -> Result<String, RouteError> {
+        let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
+        let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
+        if let Some(change) = self
+            .hub
+            .subscriptions()
+            .unsubscribe(ctx.subscriber.id, &uri)
+        {
+            self.hub.unsubscribe_upstream(&change);
+        }
+        Ok("{}".to_owned())
+    }
+
+    /// `logging/setLevel` for this session only.
+    fn set_level(
+        &self,
+        ctx: &RequestContext,
+        params: Option<&RawValue>,
+    ) -> Result<String, RouteError> {
+        let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
+        let level = params.string("level").map_err(RouteError::InvalidParams)?;
+        let level = LogLevel::parse(&level)
+            .ok_or_else(|| RouteError::InvalidParams(format!("unknown log level {level:?}")))?;
+        self.hub.set_log_level(&ctx.subscriber, level);
+        Ok("{}".to_owned())
+    }
+
+    fn upstream(&self, name: &str) -> Result<crate::upstream::UpstreamHandle, RouteError> {
+        self.upstreams.get(name).ok_or_else(|| {
+            RouteError::Upstream(UpstreamError::Unavailable {
+                upstream: name.to_owned(),
+                reason: "it is not configured".into(),
+            })
+        })
     }
 
     /// Resolves a call to its upstream and builds the params it will receive.
@@ -325,12 +432,7 @@ impl Router {
                 (upstream, "ref", Value::Object(reference).to_string())
             }
         };
-        let handle = self.upstreams.get(&upstream).ok_or_else(|| {
-            RouteError::Upstream(UpstreamError::Unavailable {
-                upstream: upstream.clone(),
-                reason: "it is not configured".into(),
-            })
-        })?;
+        let handle = self.upstream(&upstream)?;
         Ok(forward::Call {
             method,
             handle,

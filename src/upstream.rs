@@ -29,6 +29,7 @@ pub use handshake::ServerHello;
 
 use crate::catalog::{CatalogStore, ListKind, UpstreamView};
 use crate::config::{Transport, UpstreamConfig};
+use crate::notify::NotifyHub;
 use stdio::StdioChild;
 
 /// Notifications queued from one upstream to its supervisor. When full,
@@ -149,11 +150,13 @@ pub struct UpstreamSet {
 }
 
 impl UpstreamSet {
-    pub fn new(handles: impl IntoIterator<Item = UpstreamHandle>) -> Self {
-        let map = handles.into_iter().map(|h| (h.name().clone(), h)).collect();
-        Self {
-            by_name: ArcSwap::from_pointee(map),
-        }
+    /// Adds (or replaces) an upstream.
+    pub fn insert(&self, handle: UpstreamHandle) {
+        self.by_name.rcu(|map| {
+            let mut map = HashMap::clone(map);
+            map.insert(handle.name().clone(), handle.clone());
+            map
+        });
     }
 
     pub fn get(&self, name: &str) -> Option<UpstreamHandle> {
@@ -169,6 +172,7 @@ impl UpstreamSet {
 pub fn spawn(
     config: UpstreamConfig,
     catalog: Arc<CatalogStore>,
+    hub: Arc<NotifyHub>,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
 ) -> UpstreamHandle {
@@ -188,6 +192,7 @@ pub fn spawn(
         handle: handle.clone(),
         config,
         catalog,
+        hub,
         shutdown,
     };
     let span = tracing::info_span!("upstream", upstream = %name);
@@ -199,6 +204,7 @@ struct Supervisor {
     handle: UpstreamHandle,
     config: UpstreamConfig,
     catalog: Arc<CatalogStore>,
+    hub: Arc<NotifyHub>,
     shutdown: CancellationToken,
 }
 
@@ -235,7 +241,12 @@ impl Supervisor {
         let Transport::Stdio(stdio_cfg) = &self.config.transport;
         let (out_tx, out_rx) = mpsc::channel(connection::OUTBOUND_CAPACITY);
         let (note_tx, mut note_rx) = mpsc::channel(NOTIFICATION_CAPACITY);
-        let conn = Arc::new(Connection::new(name.clone(), out_tx, note_tx));
+        let conn = Arc::new(Connection::new(
+            name.clone(),
+            out_tx,
+            note_tx,
+            self.hub.clone(),
+        ));
         let mut child = match StdioChild::spawn(name.clone(), stdio_cfg, conn.clone(), out_rx) {
             Ok(child) => child,
             Err(e) => return format!("could not start {:?}: {e}", stdio_cfg.command),
@@ -249,6 +260,11 @@ impl Supervisor {
         let setup = async {
             let hello = handshake::initialize(&conn, timeout).await?;
             let lists = handshake::fetch_lists(&conn, &hello, timeout).await?;
+            // Subscriptions and the log level are back in place before the
+            // upstream counts as ready again.
+            self.hub
+                .restore_upstream(&name, &conn, &hello, timeout)
+                .await;
             Ok::<_, UpstreamError>((hello, lists))
         };
         let reason = tokio::select! {
@@ -259,8 +275,8 @@ impl Supervisor {
                     let view = UpstreamView { lists, instructions: hello.instructions.clone() };
                     let hello = Arc::new(hello);
                     self.handle.shared.hello.store(Some(hello.clone()));
-                    self.catalog.publish(&name, Some(Arc::new(view.clone())));
                     self.handle.shared.conn.store(Some(conn.clone()));
+                    self.publish(Some(&view));
                     self.handle.set_state(UpstreamState::Ready);
                     self.serve(&conn, &hello, view, &mut child, &mut note_rx).await
                 }
@@ -271,7 +287,7 @@ impl Supervisor {
         };
 
         self.handle.shared.conn.store(None);
-        self.catalog.publish(&name, None);
+        self.publish(None);
         conn.close(reason.clone());
         let stopped = child.stop().await;
         tracing::debug!(child = %stopped, "upstream child stopped");
@@ -317,9 +333,17 @@ impl Supervisor {
                     }
                 }
             }
-            self.catalog
-                .publish(self.handle.name(), Some(Arc::new(view.clone())));
+            self.publish(Some(&view));
         }
+    }
+
+    /// Publishes this upstream's view (None: it left) and tells every
+    /// subscriber which merged lists changed.
+    fn publish(&self, view: Option<&UpstreamView>) {
+        let changed = self
+            .catalog
+            .publish(self.handle.name(), view.map(|v| Arc::new(v.clone())));
+        self.hub.lists_changed(&changed);
     }
 }
 

@@ -184,6 +184,7 @@ pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
     };
     let ctx = RequestContext {
         inflight: session.inflight.clone(),
+        subscriber: session.subscriber.clone(),
         can_stream: accept.sse,
     };
     let span = session.span.clone();
@@ -192,7 +193,7 @@ pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
             state.router.notification(&ctx, method, envelope.params);
             StatusCode::ACCEPTED.into_response()
         }
-        // Answers to server-to-client requests; the gateway sends none yet.
+        // Answers to server-to-client requests; the gateway sends none.
         MessageKind::Response => StatusCode::ACCEPTED.into_response(),
         MessageKind::Request => {
             let Some(id) = envelope.id else {
@@ -293,16 +294,4 @@ pub async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
             "unknown or expired session",
         )
     }
-}
-
-pub async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(denied) = state.check_origin(&headers) {
-        return denied;
-    }
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        [(header::ALLOW, "POST, DELETE")],
-        "this gateway does not offer a standalone SSE stream",
-    )
-        .into_response()
 }

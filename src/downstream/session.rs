@@ -3,16 +3,20 @@
 //!
 //! A session that never sends `DELETE` must not leak: the sweeper task runs
 //! on the gateway's task tracker and removes any session idle longer than
-//! `sessions.idle_timeout`. Closing a session cancels its calls in flight.
+//! `sessions.idle_timeout` (a session with an open notification stream is
+//! not idle). Closing a session cancels its calls in flight and removes its
+//! subscriber from the notify hub, which releases its resource subscriptions.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::notify::{NotifyHub, Subscriber};
 use crate::router::InflightCalls;
 
 /// One client session.
@@ -22,8 +26,12 @@ pub struct Session {
     pub protocol_version: String,
     /// Calls this session has in flight upstream.
     pub inflight: Arc<InflightCalls>,
+    /// The session's outbox and subscriptions in the notify hub.
+    pub subscriber: Arc<Subscriber>,
     /// Milliseconds after the table's epoch of the latest request.
     last_seen: AtomicU64,
+    /// Open notification streams; a session with one is never idle.
+    streams: AtomicUsize,
     /// Cancelled when the session ends, for tasks serving it.
     pub closed: CancellationToken,
     pub span: tracing::Span,
@@ -40,9 +48,28 @@ pub enum CloseReason {
 /// Every live session. Guards are never held across an await.
 pub struct SessionTable {
     sessions: DashMap<Arc<str>, Arc<Session>>,
+    hub: Arc<NotifyHub>,
     epoch: Instant,
     idle_timeout: Duration,
     max_sessions: usize,
+    /// The number of sessions, for anyone who wants to watch it change.
+    count: watch::Sender<usize>,
+}
+
+/// Counts an open notification stream for as long as it lives.
+pub struct StreamGuard {
+    session: Arc<Session>,
+    table: Arc<SessionTable>,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.session.streams.fetch_sub(1, Ordering::Relaxed);
+        // Idle time starts when the last stream closes.
+        self.session
+            .last_seen
+            .store(self.table.now_ms(), Ordering::Relaxed);
+    }
 }
 
 /// The table is full.
@@ -51,12 +78,28 @@ pub struct SessionTable {
 pub struct TooManySessions(pub usize);
 
 impl SessionTable {
-    pub fn new(idle_timeout: Duration, max_sessions: usize) -> Self {
+    pub fn new(hub: Arc<NotifyHub>, idle_timeout: Duration, max_sessions: usize) -> Self {
         Self {
             sessions: DashMap::new(),
+            hub,
             epoch: Instant::now(),
             idle_timeout,
             max_sessions,
+            count: watch::Sender::new(0),
+        }
+    }
+
+    /// A receiver of the session count.
+    pub fn watch_count(&self) -> watch::Receiver<usize> {
+        self.count.subscribe()
+    }
+
+    /// Marks a notification stream open on `session` until the guard drops.
+    pub fn open_stream(self: &Arc<Self>, session: &Arc<Session>) -> StreamGuard {
+        session.streams.fetch_add(1, Ordering::Relaxed);
+        StreamGuard {
+            session: session.clone(),
+            table: self.clone(),
         }
     }
 
@@ -82,11 +125,14 @@ impl SessionTable {
             id: id.clone(),
             protocol_version: protocol_version.to_owned(),
             inflight: Arc::default(),
+            subscriber: self.hub.register(),
             last_seen: AtomicU64::new(self.now_ms()),
+            streams: AtomicUsize::new(0),
             closed: CancellationToken::new(),
             span: tracing::info_span!("session", session = %id),
         });
         self.sessions.insert(id, session.clone());
+        self.count.send_replace(self.sessions.len());
         tracing::info!(parent: &session.span, version = protocol_version, "session created");
         Ok(session)
     }
@@ -102,7 +148,11 @@ impl SessionTable {
     pub fn close(&self, id: &str, reason: CloseReason) -> bool {
         match self.sessions.remove(id) {
             Some((_, session)) => {
-                finish(&session, reason);
+                session.closed.cancel();
+                let cancelled = session.inflight.cancel_all("the session ended");
+                self.hub.unregister(session.subscriber.id);
+                self.count.send_replace(self.sessions.len());
+                tracing::info!(parent: &session.span, ?reason, cancelled, "session closed");
                 true
             }
             None => false,
@@ -116,6 +166,7 @@ impl SessionTable {
         let idle: Vec<Arc<str>> = self
             .sessions
             .iter()
+            .filter(|s| s.streams.load(Ordering::Relaxed) == 0)
             .filter(|s| now.saturating_sub(s.last_seen.load(Ordering::Relaxed)) >= limit)
             .map(|s| s.key().clone())
             .collect();
@@ -153,10 +204,4 @@ impl SessionTable {
             }
         });
     }
-}
-
-fn finish(session: &Session, reason: CloseReason) {
-    session.closed.cancel();
-    let cancelled = session.inflight.cancel_all("the session ended");
-    tracing::info!(parent: &session.span, ?reason, cancelled, "session closed");
 }

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::UpstreamError;
+use crate::notify::NotifyHub;
 use crate::protocol::{self, Envelope, MessageKind, method};
 
 /// Outbound frames waiting for the transport's writer. When full, senders
@@ -46,7 +47,7 @@ struct Pending {
     progress: Option<ProgressRoute>,
 }
 
-/// A server-initiated notification other than progress, for the notify hub.
+/// A `list_changed` notification, for the supervisor to refresh lists.
 #[derive(Debug, Clone)]
 pub struct UpstreamNotification {
     pub method: String,
@@ -62,15 +63,19 @@ pub struct Connection {
     next_id: AtomicU64,
     closed: CancellationToken,
     close_reason: OnceLock<String>,
-    /// Read by the supervisor; notifications it cannot take are logged and dropped.
-    notifications: mpsc::Sender<UpstreamNotification>,
+    /// `list_changed` notifications for the supervisor; when full they are
+    /// dropped with a warning (the refresh already queued covers them).
+    list_changes: mpsc::Sender<UpstreamNotification>,
+    /// Resource updates and log messages go straight to the hub.
+    hub: Arc<NotifyHub>,
 }
 
 impl Connection {
     pub fn new(
         upstream: Arc<str>,
         outbound: mpsc::Sender<String>,
-        notifications: mpsc::Sender<UpstreamNotification>,
+        list_changes: mpsc::Sender<UpstreamNotification>,
+        hub: Arc<NotifyHub>,
     ) -> Self {
         Self {
             upstream,
@@ -79,7 +84,8 @@ impl Connection {
             next_id: AtomicU64::new(1),
             closed: CancellationToken::new(),
             close_reason: OnceLock::new(),
-            notifications,
+            list_changes,
+            hub,
         }
     }
 
@@ -179,6 +185,14 @@ impl Connection {
             .map_err(|_| self.unavailable())
     }
 
+    /// Queues a request whose answer nobody waits for (the reader drops
+    /// it as unknown). Keeps its place in line with later requests, so it
+    /// reaches the upstream before them. False if the queue is full or closed.
+    pub fn send_detached(&self, method: &str, params: Option<&str>) -> bool {
+        let frame = protocol::request_frame(self.next_id(), method, params);
+        self.outbound.try_send(frame).is_ok()
+    }
+
     /// Drops the pending entry for `id` without telling the upstream.
     pub fn forget(&self, id: u64) {
         self.pending.remove(&id);
@@ -255,16 +269,30 @@ impl Connection {
 
     fn on_notification(&self, envelope: &Envelope<'_>) {
         let method = envelope.method.as_deref().unwrap_or_default();
-        if method == method::PROGRESS {
-            self.on_progress(envelope.params);
-            return;
-        }
-        let note = UpstreamNotification {
-            method: method.to_owned(),
-            params: envelope.params.map(ToOwned::to_owned),
-        };
-        if let Err(e) = self.notifications.try_send(note) {
-            tracing::warn!(upstream = %self.upstream, method, error = %e, "notification queue full; notification dropped");
+        match method {
+            method::PROGRESS => self.on_progress(envelope.params),
+            "notifications/resources/updated" => {
+                let uri = envelope
+                    .params
+                    .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
+                    .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_owned));
+                if let Some(uri) = uri {
+                    self.hub.resource_updated(&self.upstream, &uri);
+                }
+            }
+            "notifications/message" => self.hub.log_message(&self.upstream, envelope.params),
+            "notifications/tools/list_changed"
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed" => {
+                let note = UpstreamNotification {
+                    method: method.to_owned(),
+                    params: None,
+                };
+                if let Err(e) = self.list_changes.try_send(note) {
+                    tracing::warn!(upstream = %self.upstream, method, error = %e, "list change queue full; dropped");
+                }
+            }
+            _ => tracing::debug!(upstream = %self.upstream, method, "notification not relayed"),
         }
     }
 

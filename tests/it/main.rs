@@ -5,4 +5,5 @@ mod bad_input;
 mod cli;
 mod core;
 mod everything;
+mod live;
 mod support;

@@ -194,6 +194,38 @@ impl McpClient {
         }
     }
 
+    /// Opens the session's notification stream (GET), optionally resuming
+    /// after `last_event_id`.
+    pub async fn listen(&self, last_event_id: Option<u64>) -> SseReader {
+        let mut request = self
+            .http
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", &self.version);
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        let response = within("GET stream", request.send()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        SseReader {
+            stream: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
+
+    /// Sets this session's log level.
+    pub async fn set_level(&self, level: &str) {
+        self.result("logging/setLevel", json!({ "level": level }))
+            .await;
+    }
+
+    /// Subscribes to a resource URI.
+    pub async fn subscribe(&self, uri: &str) {
+        self.result("resources/subscribe", json!({ "uri": uri }))
+            .await;
+    }
+
     /// Ends the session with DELETE and returns the status.
     pub async fn delete(&self) -> StatusCode {
         self.http
@@ -246,16 +278,23 @@ pub async fn post(
 /// Every JSON message in an SSE body (priming events with empty data are skipped).
 pub fn sse_messages(body: &str) -> Vec<Value> {
     body.split("\n\n")
-        .filter_map(|event| {
-            let data: Vec<&str> = event
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(|d| d.strip_prefix(' ').unwrap_or(d))
-                .collect();
-            let data = data.join("\n");
-            (!data.trim().is_empty()).then(|| serde_json::from_str(&data).unwrap())
-        })
+        .filter_map(|e| sse_event(e).map(|(_, m)| m))
         .collect()
+}
+
+/// One SSE event's id and JSON data, if it has data.
+fn sse_event(event: &str) -> Option<(Option<u64>, Value)> {
+    let field = |name: &str| {
+        event
+            .lines()
+            .filter_map(|l| l.strip_prefix(name))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect::<Vec<&str>>()
+            .join("\n")
+    };
+    let data = field("data:");
+    let id = field("id:").trim().parse().ok();
+    (!data.trim().is_empty()).then(|| (id, serde_json::from_str(&data).unwrap()))
 }
 
 type ByteStream =
@@ -270,11 +309,30 @@ pub struct SseReader {
 impl SseReader {
     /// The next JSON message, or None when the stream ends.
     pub async fn next(&mut self) -> Option<Value> {
+        self.next_event().await.map(|(_, message)| message)
+    }
+
+    /// The next message that is not a `list_changed` notification.
+    pub async fn next_skipping_list_changed(&mut self) -> Option<Value> {
+        loop {
+            let message = self.next().await?;
+            if !message["method"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("/list_changed")
+            {
+                return Some(message);
+            }
+        }
+    }
+
+    /// The next event's id and JSON message, or None when the stream ends.
+    pub async fn next_event(&mut self) -> Option<(Option<u64>, Value)> {
         loop {
             while let Some(end) = self.buffer.find("\n\n") {
                 let event: String = self.buffer.drain(..end + 2).collect();
-                if let Some(message) = sse_messages(&event).into_iter().next() {
-                    return Some(message);
+                if let Some(found) = sse_event(&event) {
+                    return Some(found);
                 }
             }
             match within("an SSE event", self.stream.next()).await {

@@ -1,0 +1,132 @@
+//! `GET /mcp`: a legacy session's standalone notification stream (SSE).
+//!
+//! One stream per session: a new GET replaces the previous stream, so each
+//! notification goes out on exactly one stream. Every event carries an id
+//! unique within the session; a client that reconnects with
+//! `Last-Event-ID` first gets the events after that id still in the
+//! session's replay ring (or a resync when they have been evicted), then
+//! live events. The stream pulls events from the session's outbox only as
+//! fast as the connection takes them, so a client that stops reading holds
+//! back nobody else. SSE comments keep idle connections open.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt as _;
+use futures_util::stream;
+use tokio_util::sync::CancellationToken;
+
+use super::AppState;
+use super::http::{SESSION_HEADER, VERSION_HEADER, rpc_error_response};
+use super::session::{Session, StreamGuard};
+use crate::protocol::{self, code};
+
+pub async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = state.check_origin(&headers) {
+        return denied;
+    }
+    let accepts_sse = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v.contains("text/event-stream") || v.contains("*/*"));
+    if !accepts_sse {
+        return rpc_error_response(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            code::INVALID_REQUEST,
+            "GET /mcp opens an SSE stream; Accept must include text/event-stream",
+        );
+    }
+    let Some(session_id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::INVALID_REQUEST,
+            "missing Mcp-Session-Id header",
+        );
+    };
+    if let Some(version) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())
+        && !protocol::is_supported_downstream(version)
+    {
+        return rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::INVALID_REQUEST,
+            format!("unsupported MCP-Protocol-Version {version:?}"),
+        );
+    }
+    let Some(session) = state.sessions.touch(session_id) else {
+        return rpc_error_response(
+            StatusCode::NOT_FOUND,
+            None,
+            code::INVALID_REQUEST,
+            "unknown or expired session",
+        );
+    };
+
+    let outbox = &session.subscriber.outbox;
+    let token = outbox.attach_stream(&state.shutdown);
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let replay = match last_event_id.map(|id| outbox.replay_after(id)) {
+        None => Vec::new(),
+        Some(Ok(missed)) => missed,
+        Some(Err(_evicted)) => {
+            tracing::info!(parent: &session.span, "Last-Event-ID is older than the replay buffer; resyncing");
+            outbox.resync(
+                state
+                    .router
+                    .hub()
+                    .subscriptions()
+                    .uris_of(session.subscriber.id),
+            );
+            Vec::new()
+        }
+    };
+    tracing::debug!(parent: &session.span, replayed = replay.len(), "notification stream opened");
+    let live = Live {
+        guard: state.sessions.open_stream(&session),
+        session,
+        token,
+    };
+    let events = stream::iter(replay).chain(stream::unfold(live, Live::next));
+    let events = events.map(|(id, frame)| {
+        Ok::<_, std::convert::Infallible>(Event::default().id(id.to_string()).data(&*frame))
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(state.http.sse_keepalive))
+        .into_response()
+}
+
+/// The live part of a notification stream.
+struct Live {
+    session: Arc<Session>,
+    /// Cancelled when a newer stream replaces this one, or on shutdown.
+    token: CancellationToken,
+    /// Keeps the session from idling out while the stream is open.
+    #[allow(dead_code)]
+    guard: StreamGuard,
+}
+
+impl Live {
+    async fn next(self) -> Option<(crate::notify::outbox::Event, Live)> {
+        loop {
+            if self.token.is_cancelled() || self.session.closed.is_cancelled() {
+                return None;
+            }
+            if let Some(event) = self.session.subscriber.outbox.next_event() {
+                return Some((event, self));
+            }
+            tokio::select! {
+                () = self.session.subscriber.outbox.wait() => {}
+                () = self.token.cancelled() => return None,
+                () = self.session.closed.cancelled() => return None,
+            }
+        }
+    }
+}

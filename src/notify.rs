@@ -1,0 +1,308 @@
+//! The notify hub: fans upstream changes out to downstream subscribers.
+//!
+//! Every downstream session (and, later, every modern listen stream) is a
+//! [`Subscriber`] with its own bounded [`Outbox`]. The hub is called from
+//! upstream reader and supervisor tasks and never waits on a client:
+//! `list_changed` goes to every subscriber, `resources/updated` only to the
+//! subscribers of that URI (looked up in the [`SubscriptionTable`]), and
+//! `notifications/message` only to subscribers whose log level admits it.
+//! The hub also asks each upstream for the most verbose log level any
+//! subscriber wants, and tells upstreams to unsubscribe when the last
+//! subscriber of a URI goes away.
+
+pub mod outbox;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+pub use outbox::Outbox;
+
+use crate::catalog::{ListKind, naming};
+use crate::subscriptions::{SubscriberId, SubscriptionTable, UpstreamChange};
+use crate::upstream::{Connection, ServerHello, UpstreamSet};
+
+/// MCP log levels, least to most severe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Debug = 1,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    const ALL: [LogLevel; 8] = [
+        Self::Debug,
+        Self::Info,
+        Self::Notice,
+        Self::Warning,
+        Self::Error,
+        Self::Critical,
+        Self::Alert,
+        Self::Emergency,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.as_str() == s)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Notice => "notice",
+            Self::Warning => "warning",
+            Self::Error => "error",
+            Self::Critical => "critical",
+            Self::Alert => "alert",
+            Self::Emergency => "emergency",
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| *l as u8 == v)
+    }
+}
+
+/// One downstream receiver of notifications.
+pub struct Subscriber {
+    pub id: SubscriberId,
+    pub outbox: Outbox,
+    /// The client's `logging/setLevel`; 0 until it sets one (no log messages).
+    log_level: AtomicU8,
+}
+
+impl Subscriber {
+    pub fn log_level(&self) -> Option<LogLevel> {
+        LogLevel::from_u8(self.log_level.load(Ordering::Relaxed))
+    }
+}
+
+/// Routes upstream notifications to subscribers.
+pub struct NotifyHub {
+    subscribers: DashMap<SubscriberId, Arc<Subscriber>>,
+    subscriptions: SubscriptionTable,
+    upstreams: Arc<UpstreamSet>,
+    next_id: AtomicU64,
+    /// The level last sent to upstreams; changed only under this lock.
+    upstream_level: Mutex<Option<LogLevel>>,
+}
+
+impl NotifyHub {
+    pub fn new(upstreams: Arc<UpstreamSet>) -> Self {
+        Self {
+            subscribers: DashMap::new(),
+            subscriptions: SubscriptionTable::default(),
+            upstreams,
+            next_id: AtomicU64::new(1),
+            upstream_level: Mutex::new(None),
+        }
+    }
+
+    pub fn subscriptions(&self) -> &SubscriptionTable {
+        &self.subscriptions
+    }
+
+    pub fn subscriber_count(&self) -> usize {
+        self.subscribers.len()
+    }
+
+    /// A new subscriber with an empty outbox.
+    pub fn register(&self) -> Arc<Subscriber> {
+        let subscriber = Arc::new(Subscriber {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            outbox: Outbox::default(),
+            log_level: AtomicU8::new(0),
+        });
+        self.subscribers.insert(subscriber.id, subscriber.clone());
+        subscriber
+    }
+
+    /// Removes a subscriber and everything it held: its URIs (unsubscribing
+    /// upstream where it was the last) and its log level.
+    pub fn unregister(&self, id: SubscriberId) {
+        let had_level = self
+            .subscribers
+            .remove(&id)
+            .is_some_and(|(_, s)| s.log_level().is_some());
+        for change in self.subscriptions.remove_subscriber(id) {
+            self.unsubscribe_upstream(&change);
+        }
+        if had_level {
+            self.update_upstream_level();
+        }
+    }
+
+    /// Tells the upstream that nobody watches a URI any more (best effort).
+    pub fn unsubscribe_upstream(&self, change: &UpstreamChange) {
+        let Some(conn) = self
+            .upstreams
+            .get(&change.upstream)
+            .and_then(|h| h.connection().ok())
+        else {
+            return;
+        };
+        let params = json!({ "uri": &*change.original }).to_string();
+        if !conn.send_detached("resources/unsubscribe", Some(&params)) {
+            tracing::debug!(upstream = %change.upstream, uri = %change.original, "could not queue resources/unsubscribe");
+        }
+    }
+
+    /// Every subscriber learns that these lists changed.
+    pub fn lists_changed(&self, kinds: &[ListKind]) {
+        if kinds.is_empty() {
+            return;
+        }
+        for subscriber in &self.subscribers {
+            for kind in kinds {
+                subscriber.outbox.mark_list_changed(*kind);
+            }
+        }
+    }
+
+    /// An upstream resource changed: tell exactly its subscribers.
+    pub fn resource_updated(&self, upstream: &str, original_uri: &str) {
+        let uri: Arc<str> = naming::namespaced_uri(upstream, original_uri).into();
+        for id in self.subscriptions.subscribers(&uri) {
+            if let Some(subscriber) = self.subscribers.get(&id) {
+                subscriber.outbox.mark_updated(uri.clone());
+            }
+        }
+    }
+
+    /// An upstream log message: forwarded to subscribers whose level admits
+    /// it, with the logger name prefixed by the upstream's.
+    pub fn log_message(&self, upstream: &str, params: Option<&RawValue>) {
+        let Some(mut params) =
+            params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
+        else {
+            return;
+        };
+        let Some(level) = params
+            .get("level")
+            .and_then(Value::as_str)
+            .and_then(LogLevel::parse)
+        else {
+            return;
+        };
+        let logger = match params.get("logger").and_then(Value::as_str) {
+            Some(inner) => format!("{upstream}/{inner}"),
+            None => upstream.to_owned(),
+        };
+        params.insert("logger".into(), Value::from(logger));
+        let frame: Arc<str> = crate::protocol::notification_frame(
+            "notifications/message",
+            Some(&Value::Object(params).to_string()),
+        )
+        .into();
+        for subscriber in &self.subscribers {
+            if subscriber.log_level().is_some_and(|wanted| level >= wanted) {
+                subscriber.outbox.push_message(frame.clone());
+            }
+        }
+    }
+
+    /// Records a subscriber's `logging/setLevel` and updates upstreams.
+    pub fn set_log_level(&self, subscriber: &Subscriber, level: LogLevel) {
+        subscriber.log_level.store(level as u8, Ordering::Relaxed);
+        self.update_upstream_level();
+    }
+
+    /// The most verbose level any subscriber wants.
+    pub fn wanted_level(&self) -> Option<LogLevel> {
+        self.subscribers.iter().filter_map(|s| s.log_level()).min()
+    }
+
+    /// Sends `logging/setLevel` to every connected upstream when the wanted
+    /// level changed. Once nobody wants logs, upstreams are asked for
+    /// `emergency` only.
+    fn update_upstream_level(&self) {
+        let mut sent = self
+            .upstream_level
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let wanted = self.wanted_level();
+        let target = wanted.or(sent.map(|_| LogLevel::Emergency));
+        if target == *sent || target.is_none() {
+            return;
+        }
+        *sent = target;
+        let Some(level) = target else { return };
+        for handle in self.upstreams.all() {
+            let (Ok(conn), Some(hello)) = (handle.connection(), handle.hello()) else {
+                continue;
+            };
+            if hello.has("logging") {
+                let params = json!({ "level": level.as_str() }).to_string();
+                conn.send_detached("logging/setLevel", Some(&params));
+            }
+        }
+    }
+
+    /// Re-establishes what downstream clients hold on a freshly (re)connected
+    /// upstream: every subscribed URI, and the log level.
+    pub async fn restore_upstream(
+        &self,
+        upstream: &str,
+        conn: &Connection,
+        hello: &ServerHello,
+        timeout: Duration,
+    ) {
+        if hello.can_subscribe() {
+            let uris = self.subscriptions.originals_of_upstream(upstream);
+            let subscribes = uris.iter().map(|uri| {
+                let params = json!({ "uri": &**uri }).to_string();
+                async move {
+                    (
+                        uri,
+                        conn.request("resources/subscribe", Some(&params), timeout)
+                            .await,
+                    )
+                }
+            });
+            let mut restored = 0;
+            for (uri, outcome) in futures_util::future::join_all(subscribes).await {
+                match outcome {
+                    Ok(_) => restored += 1,
+                    Err(e) => {
+                        tracing::warn!(uri = %uri, error = %e, "could not re-subscribe after reconnect")
+                    }
+                }
+            }
+            if restored > 0 {
+                tracing::info!(restored, "re-subscribed resources");
+            }
+        }
+        let level = *self
+            .upstream_level
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(level) = level.filter(|_| hello.has("logging")) {
+            let params = json!({ "level": level.as_str() }).to_string();
+            if let Err(e) = conn
+                .request("logging/setLevel", Some(&params), timeout)
+                .await
+            {
+                tracing::warn!(error = %e, "could not restore the log level");
+            }
+        }
+    }
+
+    /// Backlog sizes per subscriber, for tests and metrics.
+    pub fn backlogs(&self) -> HashMap<SubscriberId, outbox::Backlog> {
+        self.subscribers
+            .iter()
+            .map(|s| (s.id, s.outbox.backlog()))
+            .collect()
+    }
+}

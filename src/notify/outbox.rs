@@ -1,0 +1,254 @@
+//! One subscriber's outbound notifications: coalescing, bounds, event ids
+//! and the replay buffer.
+//!
+//! Producers (the notify hub, on upstream reader tasks) never wait: they
+//! set a pending flag or push under a short std mutex and wake the
+//! stream. The stream task pulls events one at a time as the client's
+//! connection takes them. Policy when the client does not read:
+//!
+//! - `list_changed`: one pending flag per list kind. Any number of changes
+//!   collapse into one notification per kind.
+//! - `resources/updated`: one pending entry per URI, so a URI updated a
+//!   thousand times is delivered once. Bounded by the subscriber's URIs.
+//! - other messages (logging): a queue of [`MESSAGE_CAPACITY`]; when full the
+//!   oldest is dropped and counted.
+//! - delivered events stay in a ring of [`REPLAY_CAPACITY`] for
+//!   `Last-Event-ID` resumption. A client that asks for an event older than
+//!   the ring gets a resync instead: every list kind and every URI it
+//!   watches is marked changed.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use indexmap::IndexSet;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::ListKind;
+
+/// Logging and other messages queued per subscriber before the oldest drop.
+pub const MESSAGE_CAPACITY: usize = 256;
+/// Delivered events kept for `Last-Event-ID` replay.
+pub const REPLAY_CAPACITY: usize = 256;
+
+/// The list kinds that have their own `list_changed` (templates share resources').
+const NOTIFIED_KINDS: [ListKind; 3] = [ListKind::Tools, ListKind::Prompts, ListKind::Resources];
+
+/// One event handed to a stream: its id and its JSON-RPC frame.
+pub type Event = (u64, Arc<str>);
+
+/// Events a resuming client missed are no longer in the replay ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the requested events are no longer in the replay buffer")]
+pub struct Evicted;
+
+/// Snapshot of an outbox's sizes, for tests and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backlog {
+    pub pending: usize,
+    pub replay: usize,
+    pub dropped: u64,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    list_changed: [bool; 3],
+    updated: IndexSet<Arc<str>>,
+    messages: VecDeque<Arc<str>>,
+    dropped: u64,
+    replay: VecDeque<Event>,
+    /// Cancels the stream currently attached, when another replaces it.
+    stream: Option<CancellationToken>,
+}
+
+/// A subscriber's pending notifications and delivered-event ring.
+#[derive(Default)]
+pub struct Outbox {
+    state: Mutex<State>,
+    /// Wakes the attached stream; a permit is kept if it is not waiting.
+    wake: Notify,
+}
+
+impl Outbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn mark_list_changed(&self, kind: ListKind) {
+        let slot = match kind {
+            ListKind::Tools => 0,
+            ListKind::Prompts => 1,
+            ListKind::Resources | ListKind::Templates => 2,
+        };
+        self.lock().list_changed[slot] = true;
+        self.wake.notify_one();
+    }
+
+    /// Queues `resources/updated` for a namespaced URI (once per URI).
+    pub fn mark_updated(&self, uri: Arc<str>) {
+        self.lock().updated.insert(uri);
+        self.wake.notify_one();
+    }
+
+    /// Queues any other notification frame; drops the oldest when full.
+    pub fn push_message(&self, frame: Arc<str>) {
+        let mut state = self.lock();
+        if state.messages.len() >= MESSAGE_CAPACITY {
+            state.messages.pop_front();
+            state.dropped += 1;
+        }
+        state.messages.push_back(frame);
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    /// Takes the next pending notification, gives it an id and keeps it in
+    /// the replay ring. List changes go first, then updates, then messages.
+    pub fn next_event(&self) -> Option<Event> {
+        let mut state = self.lock();
+        let frame: Arc<str> = if let Some(slot) = state.list_changed.iter().position(|p| *p) {
+            state.list_changed[slot] = false;
+            let method = NOTIFIED_KINDS[slot].list_changed_method();
+            crate::protocol::notification_frame(method, None).into()
+        } else if let Some(uri) = state.updated.shift_remove_index(0) {
+            let params = serde_json::json!({ "uri": &*uri }).to_string();
+            crate::protocol::notification_frame("notifications/resources/updated", Some(&params))
+                .into()
+        } else {
+            state.messages.pop_front()?
+        };
+        state.next_id += 1;
+        let event = (state.next_id, frame);
+        if state.replay.len() >= REPLAY_CAPACITY {
+            state.replay.pop_front();
+        }
+        state.replay.push_back(event.clone());
+        Some(event)
+    }
+
+    /// Events after `last_id` still in the ring. `Err` means some were
+    /// already evicted; the caller should resync.
+    pub fn replay_after(&self, last_id: u64) -> Result<Vec<Event>, ()> {
+        let state = self.lock();
+        let oldest = state
+            .replay
+            .front()
+            .map_or(state.next_id + 1, |(id, _)| *id);
+        if last_id < state.next_id && last_id + 1 < oldest {
+            return Err(());
+        }
+        Ok(state
+            .replay
+            .iter()
+            .filter(|(id, _)| *id > last_id)
+            .cloned()
+            .collect())
+    }
+
+    /// Marks everything a client could have missed as changed.
+    pub fn resync(&self, watched: impl IntoIterator<Item = Arc<str>>) {
+        let mut state = self.lock();
+        state.list_changed = [true; 3];
+        state.updated.extend(watched);
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    /// Attaches a new stream, ending the one attached before (a message is
+    /// delivered on exactly one stream). Returns the new stream's token.
+    pub fn attach_stream(&self, parent: &CancellationToken) -> CancellationToken {
+        let token = parent.child_token();
+        if let Some(previous) = self.lock().stream.replace(token.clone()) {
+            previous.cancel();
+        }
+        token
+    }
+
+    /// Waits until something may be pending.
+    pub async fn wait(&self) {
+        self.wake.notified().await;
+    }
+
+    pub fn backlog(&self) -> Backlog {
+        let state = self.lock();
+        Backlog {
+            pending: state.list_changed.iter().filter(|p| **p).count()
+                + state.updated.len()
+                + state.messages.len(),
+            replay: state.replay.len(),
+            dropped: state.dropped,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn methods(outbox: &Outbox) -> Vec<String> {
+        std::iter::from_fn(|| outbox.next_event())
+            .map(|(_, f)| {
+                serde_json::from_str::<serde_json::Value>(&f).unwrap()["method"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bursts_coalesce_per_kind_and_per_uri() {
+        let outbox = Outbox::default();
+        for _ in 0..100 {
+            outbox.mark_list_changed(ListKind::Tools);
+            outbox.mark_list_changed(ListKind::Templates);
+            outbox.mark_updated("a+x".into());
+        }
+        assert_eq!(
+            methods(&outbox),
+            [
+                "notifications/tools/list_changed",
+                "notifications/resources/list_changed",
+                "notifications/resources/updated"
+            ]
+        );
+    }
+
+    #[test]
+    fn messages_drop_oldest_when_full() {
+        let outbox = Outbox::default();
+        for i in 0..(MESSAGE_CAPACITY + 10) {
+            outbox.push_message(format!("{{\"method\":\"m\",\"n\":{i}}}").into());
+        }
+        let backlog = outbox.backlog();
+        assert_eq!((backlog.pending, backlog.dropped), (MESSAGE_CAPACITY, 10));
+        let (_, first) = outbox.next_event().unwrap();
+        assert!(first.contains("\"n\":10"), "{first}");
+    }
+
+    #[test]
+    fn replay_returns_missed_events_or_asks_for_resync() {
+        let outbox = Outbox::default();
+        for i in 0..3 {
+            outbox.push_message(format!("{{\"n\":{i}}}").into());
+        }
+        let ids: Vec<u64> = std::iter::from_fn(|| outbox.next_event())
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(ids, [1, 2, 3]);
+        let replayed: Vec<u64> = outbox
+            .replay_after(1)
+            .unwrap()
+            .iter()
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(replayed, [2, 3]);
+        assert!(outbox.replay_after(3).unwrap().is_empty());
+        for i in 0..(REPLAY_CAPACITY + 5) {
+            outbox.push_message(format!("{{\"n\":{i}}}").into());
+            outbox.next_event();
+        }
+        assert!(outbox.replay_after(1).is_err());
+    }
+}
