@@ -37,6 +37,9 @@ pub struct ExampleServerArgs {
     /// Append every received JSON-RPC message to this file, one per line.
     #[arg(long)]
     pub record: Option<std::path::PathBuf>,
+    /// Declare no `resources.subscribe` capability (and refuse subscriptions).
+    #[arg(long)]
+    pub no_subscribe: bool,
     /// Add tools that change the server on command (add_tools, add_prompt,
     /// touch, log, flood_stderr, crash).
     #[arg(long)]
@@ -176,6 +179,10 @@ impl Server {
             "prompts/get" => self.get_prompt(params),
             "resources/read" => self.read(params),
             "completion/complete" => Ok(complete(params)),
+            "resources/subscribe" | "resources/unsubscribe" if self.args.no_subscribe => Err((
+                code::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+            )),
             "resources/subscribe" | "resources/unsubscribe" | "logging/setLevel" => Ok(json!({})),
             _ => Err((
                 code::METHOD_NOT_FOUND,
@@ -199,7 +206,7 @@ impl Server {
             "capabilities": {
                 "tools": { "listChanged": true },
                 "prompts": { "listChanged": true },
-                "resources": { "subscribe": true, "listChanged": true },
+                "resources": { "subscribe": !self.args.no_subscribe, "listChanged": true },
                 "completions": {},
                 "logging": {},
             },

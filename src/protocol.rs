@@ -22,9 +22,6 @@ pub const UPSTREAM_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26
 /// one it does not support.
 pub const LATEST_VERSION: &str = "2025-11-25";
 
-/// The version a client that sends no `MCP-Protocol-Version` header is assumed to speak.
-pub const DEFAULT_HEADER_VERSION: &str = "2025-03-26";
-
 /// Standard JSON-RPC and MCP error codes the gateway produces itself.
 pub mod code {
     pub const PARSE_ERROR: i64 = -32700;

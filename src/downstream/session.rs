@@ -3,8 +3,8 @@
 //!
 //! A session that never sends `DELETE` must not leak: the sweeper task runs
 //! on the gateway's task tracker and removes any session idle longer than
-//! `sessions.idle_timeout` (a session with an open notification stream is
-//! not idle). Closing a session cancels its calls in flight and removes its
+//! `sessions.idle_timeout` (a session with an open notification stream or a
+//! call in flight is not idle). Closing a session cancels its calls in flight and removes its
 //! subscriber from the notify hub, which releases its resource subscriptions.
 
 use std::sync::Arc;
@@ -166,7 +166,7 @@ impl SessionTable {
         let idle: Vec<Arc<str>> = self
             .sessions
             .iter()
-            .filter(|s| s.streams.load(Ordering::Relaxed) == 0)
+            .filter(|s| s.streams.load(Ordering::Relaxed) == 0 && s.inflight.is_empty())
             .filter(|s| now.saturating_sub(s.last_seen.load(Ordering::Relaxed)) >= limit)
             .map(|s| s.key().clone())
             .collect();

@@ -129,14 +129,14 @@ impl Outbox {
 
     /// Events after `last_id` still in the ring. `Err` means some were
     /// already evicted; the caller should resync.
-    pub fn replay_after(&self, last_id: u64) -> Result<Vec<Event>, ()> {
+    pub fn replay_after(&self, last_id: u64) -> Result<Vec<Event>, Evicted> {
         let state = self.lock();
         let oldest = state
             .replay
             .front()
             .map_or(state.next_id + 1, |(id, _)| *id);
         if last_id < state.next_id && last_id + 1 < oldest {
-            return Err(());
+            return Err(Evicted);
         }
         Ok(state
             .replay

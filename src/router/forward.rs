@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::rewrite::{self, Params};
 use super::{Reply, RequestContext, RouteError};
-use crate::protocol;
+use crate::protocol::{self, RpcError, code};
 use crate::upstream::{Answer, Connection, ProgressRoute, UpstreamError, UpstreamHandle};
 
 /// Frames buffered for a streaming reply. Progress beyond this is dropped
@@ -74,20 +74,33 @@ pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> 
         .params
         .build(call.key, &call.value, streaming.then_some(upstream_id));
 
+    // Ids are unique per session while in flight; a reuse would make the
+    // first call's cancellation reach the wrong request.
     let client_id = canonical_id(id);
+    match ctx.inflight.calls.entry(client_id.clone()) {
+        dashmap::Entry::Occupied(_) => {
+            let error = RpcError::new(
+                code::INVALID_REQUEST,
+                format!(
+                    "request id {} is already in flight in this session",
+                    id.get()
+                ),
+            );
+            return Reply::Ready(protocol::error_frame(Some(id.get()), &error));
+        }
+        dashmap::Entry::Vacant(slot) => {
+            slot.insert(InflightCall {
+                conn: Arc::downgrade(&conn),
+                upstream_id,
+            });
+        }
+    }
     let guard = CallGuard {
         ctx_inflight: ctx.inflight.clone(),
-        client_id: client_id.clone(),
+        client_id,
         conn: conn.clone(),
         upstream_id,
     };
-    ctx.inflight.calls.insert(
-        client_id,
-        InflightCall {
-            conn: Arc::downgrade(&conn),
-            upstream_id,
-        },
-    );
 
     let exchange = Exchange {
         method: call.method,

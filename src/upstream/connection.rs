@@ -237,7 +237,7 @@ impl Connection {
         match envelope.kind() {
             Ok(MessageKind::Response) => self.on_response(&envelope),
             Ok(MessageKind::Notification) => self.on_notification(&envelope),
-            Ok(MessageKind::Request) => self.on_request(&envelope).await,
+            Ok(MessageKind::Request) => self.on_request(&envelope),
             Err(e) => {
                 tracing::warn!(upstream = %self.upstream, error = %e, "invalid message from upstream; ignored");
             }
@@ -327,7 +327,7 @@ impl Connection {
     }
 
     /// Answers the server-to-client requests the gateway handles itself.
-    async fn on_request(&self, envelope: &Envelope<'_>) {
+    fn on_request(&self, envelope: &Envelope<'_>) {
         let id = envelope.id.map_or("null", RawValue::get);
         let method = envelope.method.as_deref().unwrap_or_default();
         let frame = match method {
@@ -341,6 +341,10 @@ impl Connection {
                 ),
             ),
         };
-        let _ = self.outbound.send(frame).await;
+        // Never block the reader: a full queue means the upstream is not
+        // reading its input, and a ping it cannot read needs no answer.
+        if self.outbound.try_send(frame).is_err() {
+            tracing::debug!(upstream = %self.upstream, method, "outbound queue full; reply dropped");
+        }
     }
 }

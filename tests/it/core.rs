@@ -308,3 +308,30 @@ async fn uris_are_namespaced_in_every_place_they_appear() {
     assert_eq!(unknown_tool["error"]["code"], -32602);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_request_id_still_in_flight_cannot_be_reused_in_the_same_session() {
+    let gw = TestGateway::with_examples("", &[("alpha", &[])]).await;
+    let client = McpClient::connect(&gw.url).await;
+    let slow = json!({ "name": "alpha__slow", "arguments": { "steps": 500, "interval_ms": 20 }, "_meta": { "progressToken": "t" } });
+    let mut first = client.open_stream(json!(5), "tools/call", slow).await;
+    first.next().await.unwrap();
+    let reuse = client
+        .exchange(
+            json!(5),
+            "tools/call",
+            json!({ "name": "alpha__echo", "arguments": { "message": "x" } }),
+        )
+        .await;
+    assert_eq!(reuse[0]["error"]["code"], -32600, "{reuse:?}");
+    // The first call is still the one a cancellation reaches.
+    client
+        .notify("notifications/cancelled", Some(json!({ "requestId": 5 })))
+        .await;
+    let mut last = Value::Null;
+    while let Some(message) = first.next().await {
+        last = message;
+    }
+    assert_eq!(last["error"]["code"], -32800);
+    gw.stop().await;
+}

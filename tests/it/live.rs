@@ -355,12 +355,37 @@ async fn log_messages_follow_each_sessions_level() {
 
 #[tokio::test]
 async fn subscribing_where_the_upstream_cannot_is_a_clear_error() {
-    let record = tempdir().join("nosub.jsonl");
-    // The example server always supports subscriptions, so use an unknown upstream
-    // and a malformed request to check the errors, and a real subscription to check success.
-    let gw =
-        TestGateway::with_examples("", &[("alpha", &["--record", record.to_str().unwrap()])]).await;
+    let record = tempdir().join("plain.jsonl");
+    let gw = TestGateway::with_examples(
+        "",
+        &[
+            ("alpha", &[]),
+            (
+                "plain",
+                &["--no-subscribe", "--record", record.to_str().unwrap()],
+            ),
+        ],
+    )
+    .await;
     let client = McpClient::connect(&gw.url).await;
+    let refused = client
+        .request(
+            "resources/subscribe",
+            json!({ "uri": "plain+demo://plain/readme" }),
+        )
+        .await;
+    assert_eq!(refused["error"]["code"], -32601, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("plain") && message.contains("resources/subscribe"),
+        "{message}"
+    );
+    assert_eq!(
+        gw.gateway().hub().subscriptions().entry_count(),
+        0,
+        "nothing left in the table"
+    );
+
     let unknown = client
         .request("resources/subscribe", json!({ "uri": "nosuch+demo://x" }))
         .await;
@@ -368,5 +393,14 @@ async fn subscribing_where_the_upstream_cannot_is_a_clear_error() {
     let missing = client.request("resources/subscribe", json!({})).await;
     assert_eq!(missing["error"]["code"], -32602);
     client.subscribe(README).await;
+    // The refused subscription never reached the upstream that cannot take it.
+    client
+        .call_tool("plain__echo", json!({ "message": "sync" }))
+        .await;
+    assert!(
+        read_jsonl(&record)
+            .iter()
+            .all(|m| m["method"] != "resources/subscribe")
+    );
     gw.stop().await;
 }
