@@ -286,6 +286,13 @@ impl Supervisor {
             () = self.shutdown.cancelled() => "the gateway is shutting down".into(),
         };
 
+        // Down before the view changes, so whoever hears the list_changed
+        // also sees the upstream as not ready.
+        if !self.shutdown.is_cancelled() {
+            self.handle.set_state(UpstreamState::Down {
+                reason: reason.clone(),
+            });
+        }
         self.handle.shared.conn.store(None);
         self.publish(None);
         conn.close(reason.clone());

@@ -9,6 +9,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::support::interop::{self, everything_upstream, run_python};
 use crate::support::{McpClient, TestGateway, example_upstream, within};
+use mcpmux::upstream::UpstreamState;
 
 async fn gateway_with_everything() -> TestGateway {
     let yaml = format!(
@@ -145,5 +146,152 @@ async fn python_sdk_client_lists_calls_with_progress_and_reads_through_the_gatew
             .iter()
             .any(|p| p == "local__greeting")
     );
+    gw.stop().await;
+}
+
+/// The first static document resource server-everything lists, namespaced.
+async fn everything_documents(client: &McpClient) -> Vec<String> {
+    let (resources, _) = client.list_all("resources/list", "resources").await;
+    resources
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .filter(|u| u.starts_with("everything+demo://resource/static/document/"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Reads log messages until one mentions `marker`; returns the texts before it.
+async fn logs_until(events: &mut crate::support::client::SseReader, marker: &str) -> Vec<String> {
+    let mut texts = Vec::new();
+    loop {
+        let message = events.next().await.expect("stream open");
+        if message["method"] != "notifications/message" {
+            continue;
+        }
+        let text = message["params"]["data"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if text.contains(marker) {
+            return texts;
+        }
+        texts.push(text);
+    }
+}
+
+#[tokio::test]
+async fn server_everything_sees_one_subscription_for_two_sessions_and_one_unsubscription() {
+    let gw = gateway_with_everything().await;
+    let observer = McpClient::connect(&gw.url).await;
+    observer.set_level("info").await;
+    let mut log = observer.listen(None).await;
+    let docs = everything_documents(&observer).await;
+    assert!(docs.len() >= 2, "{docs:?}");
+    let (watched, marker) = (&docs[0], &docs[1]);
+    let original = watched.trim_start_matches("everything+");
+    let marker_original = marker.trim_start_matches("everything+");
+
+    let a = McpClient::connect(&gw.url).await;
+    let b = McpClient::connect(&gw.url).await;
+    a.subscribe(watched).await;
+    b.subscribe(watched).await;
+    observer.subscribe(marker).await;
+    let acknowledged = logs_until(
+        &mut log,
+        &format!("Subscribe Resource request for URI: {marker_original}"),
+    )
+    .await;
+    let subscribes = acknowledged
+        .iter()
+        .filter(|t| t.contains("Subscribe") && t.contains(original))
+        .count();
+    assert_eq!(subscribes, 1, "server-everything saw: {acknowledged:?}");
+
+    a.result(
+        "resources/unsubscribe",
+        serde_json::json!({ "uri": watched }),
+    )
+    .await;
+    assert_eq!(b.delete().await, reqwest::StatusCode::OK);
+    observer
+        .result(
+            "resources/unsubscribe",
+            serde_json::json!({ "uri": marker }),
+        )
+        .await;
+    let acknowledged = logs_until(
+        &mut log,
+        &format!("Unsubscribe Resource request: {marker_original}"),
+    )
+    .await;
+    let unsubscribes = acknowledged
+        .iter()
+        .filter(|t| t.contains("Unsubscribe") && t.contains(original))
+        .count();
+    assert_eq!(unsubscribes, 1, "server-everything saw: {acknowledged:?}");
+    // The logger names the upstream.
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn server_everything_updates_reach_both_subscribers_and_survive_its_restart() {
+    let gw = gateway_with_everything().await;
+    let a = McpClient::connect(&gw.url).await;
+    let b = McpClient::connect(&gw.url).await;
+    let mut a_events = a.listen(None).await;
+    let mut b_events = b.listen(None).await;
+    let docs = everything_documents(&a).await;
+    let watched = &docs[0];
+    a.subscribe(watched).await;
+    b.subscribe(watched).await;
+
+    // The toggle sends one round of updates at once, then one every 5 s.
+    let toggled = a
+        .call_tool("everything__toggle-subscriber-updates", json!({}))
+        .await;
+    assert!(toggled.get("error").is_none(), "{toggled}");
+    for events in [&mut a_events, &mut b_events] {
+        let update = events.next_skipping_list_changed().await.unwrap();
+        assert_eq!(update["method"], "notifications/resources/updated");
+        assert_eq!(update["params"]["uri"], watched.as_str());
+    }
+
+    // kill -9 the real server: sessions hear its tools leave, it restarts,
+    // and the gateway subscribes again on its own.
+    let everything = gw.gateway().upstream("everything").unwrap();
+    let mut state = everything.watch_state();
+    let pid = nix::unistd::Pid::from_raw(everything.pid().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    // The view loses its tools first; only then is the upstream not ready.
+    assert_eq!(
+        a_events.next().await.unwrap()["method"],
+        "notifications/tools/list_changed"
+    );
+    within(
+        "server-everything to restart",
+        state.wait_for(|s| *s == UpstreamState::Ready),
+    )
+    .await
+    .unwrap();
+    assert_eq!(everything.restarts(), 1);
+    let mut saw_tools_changed = false;
+    let toggled = a
+        .call_tool("everything__toggle-subscriber-updates", json!({}))
+        .await;
+    assert!(toggled.get("error").is_none(), "{toggled}");
+    for events in [&mut b_events, &mut a_events] {
+        loop {
+            let message = events.next().await.unwrap();
+            match message["method"].as_str().unwrap() {
+                "notifications/tools/list_changed" => saw_tools_changed = true,
+                "notifications/resources/updated" => {
+                    assert_eq!(message["params"]["uri"], watched.as_str());
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(saw_tools_changed, "b was told the tools changed too");
     gw.stop().await;
 }
