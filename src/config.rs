@@ -118,6 +118,27 @@ pub struct UpstreamConfig {
 #[non_exhaustive]
 pub enum Transport {
     Stdio(StdioConfig),
+    Remote(RemoteConfig),
+}
+
+/// A remote MCP server reached over HTTP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteConfig {
+    pub url: String,
+    /// Sent on every request; values may hold credentials.
+    pub headers: BTreeMap<String, Secret>,
+    pub mode: RemoteMode,
+}
+
+/// Which HTTP transport a remote upstream speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteMode {
+    /// Streamable HTTP, falling back to legacy HTTP+SSE when the server
+    /// refuses the initialize POST with 400, 404 or 405 (the spec's rule).
+    Auto,
+    StreamableHttp,
+    /// The 2024-11-05 HTTP+SSE transport.
+    Sse,
 }
 
 /// A local MCP server started as a child process.
@@ -217,9 +238,12 @@ struct RawUpstream {
     env: IndexMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     cwd: Option<Spanned<String>>,
-    /// Reserved for remote upstreams (Streamable HTTP, legacy SSE).
     #[serde(default)]
     url: Option<Spanned<String>>,
+    #[serde(default)]
+    headers: IndexMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
+    transport: Option<Spanned<String>>,
     #[serde(default)]
     prefix: Option<Spanned<String>>,
     #[serde(default)]
@@ -436,49 +460,24 @@ impl RawUpstream {
         }
         let label = format!("upstreams.{}", name.value);
 
-        if let Some(url) = &self.url {
-            p.at(
-                url.referenced,
-                format_args!("{label}.url: remote upstreams are not supported yet; use command"),
-            );
-        }
-        let command = match &self.command {
-            Some(c) => p.expand(c, &format!("{label}.command"), lookup),
-            None => {
+        let transport = match (&self.command, &self.url) {
+            (Some(_), Some(url)) => {
                 p.at(
-                    name.referenced,
-                    format_args!("{label}: needs a command to start"),
+                    url.referenced,
+                    format_args!("{label}: set either command (stdio) or url (remote), not both"),
                 );
                 None
             }
-        };
-        if let (Some(c), Some(raw)) = (&command, &self.command)
-            && c.trim().is_empty()
-        {
-            p.at(raw.referenced, format_args!("{label}.command: is empty"));
-        }
-        let args: Vec<String> = self
-            .args
-            .iter()
-            .filter_map(|a| p.expand(a, &format!("{label}.args"), lookup))
-            .collect();
-        let mut env = BTreeMap::new();
-        for (key, value) in &self.env {
-            if key.value.is_empty() || key.value.contains(['=', '\0']) {
+            (None, None) => {
                 p.at(
-                    key.referenced,
-                    format_args!("{label}.env: {:?} is not a valid variable name", key.value),
+                    name.referenced,
+                    format_args!("{label}: needs a command (stdio) or a url (remote)"),
                 );
+                None
             }
-            if let Some(v) = p.expand(value, &format!("{label}.env.{}", key.value), lookup) {
-                env.insert(key.value.clone(), Secret::new(v));
-            }
-        }
-        let cwd = self
-            .cwd
-            .as_ref()
-            .and_then(|c| p.expand(c, &format!("{label}.cwd"), lookup))
-            .map(PathBuf::from);
+            (Some(command), None) => self.stdio(command, &label, lookup, p).map(Transport::Stdio),
+            (None, Some(url)) => self.remote(url, &label, lookup, p).map(Transport::Remote),
+        };
 
         let prefix = match &self.prefix {
             None => Some(name.value.clone()),
@@ -510,13 +509,136 @@ impl RawUpstream {
         Some(UpstreamConfig {
             name: name.value.clone(),
             prefix: prefix?,
-            transport: Transport::Stdio(StdioConfig {
-                command: command?,
-                args,
-                env,
-                cwd,
-            }),
+            transport: transport?,
             timeout: timeout?,
+        })
+    }
+
+    fn stdio(
+        &self,
+        command: &Spanned<String>,
+        label: &str,
+        lookup: &Lookup,
+        p: &mut Problems,
+    ) -> Option<StdioConfig> {
+        for (key, present) in [
+            ("headers", !self.headers.is_empty()),
+            ("transport", self.transport.is_some()),
+        ] {
+            if present {
+                p.at(
+                    command.referenced,
+                    format_args!("{label}.{key}: only remote (url) upstreams take {key}"),
+                );
+            }
+        }
+        let command_text = p.expand(command, &format!("{label}.command"), lookup)?;
+        if command_text.trim().is_empty() {
+            p.at(
+                command.referenced,
+                format_args!("{label}.command: is empty"),
+            );
+        }
+        let args = self
+            .args
+            .iter()
+            .filter_map(|a| p.expand(a, &format!("{label}.args"), lookup))
+            .collect();
+        let mut env = BTreeMap::new();
+        for (key, value) in &self.env {
+            if key.value.is_empty() || key.value.contains(['=', '\0']) {
+                p.at(
+                    key.referenced,
+                    format_args!("{label}.env: {:?} is not a valid variable name", key.value),
+                );
+            }
+            if let Some(v) = p.expand(value, &format!("{label}.env.{}", key.value), lookup) {
+                env.insert(key.value.clone(), Secret::new(v));
+            }
+        }
+        let cwd = self
+            .cwd
+            .as_ref()
+            .and_then(|c| p.expand(c, &format!("{label}.cwd"), lookup))
+            .map(PathBuf::from);
+        Some(StdioConfig {
+            command: command_text,
+            args,
+            env,
+            cwd,
+        })
+    }
+
+    fn remote(
+        &self,
+        url: &Spanned<String>,
+        label: &str,
+        lookup: &Lookup,
+        p: &mut Problems,
+    ) -> Option<RemoteConfig> {
+        let stdio_only = [
+            ("args", !self.args.is_empty()),
+            ("env", !self.env.is_empty()),
+            ("cwd", self.cwd.is_some()),
+        ];
+        for (key, present) in stdio_only {
+            if present {
+                p.at(
+                    url.referenced,
+                    format_args!("{label}.{key}: only stdio (command) upstreams take {key}"),
+                );
+            }
+        }
+        let url_text = p.expand(url, &format!("{label}.url"), lookup)?;
+        let scheme_ok = url_text.starts_with("http://") || url_text.starts_with("https://");
+        if !scheme_ok || reqwest::Url::parse(&url_text).is_err() {
+            p.at(
+                url.referenced,
+                format_args!("{label}.url: {url_text:?} is not an http:// or https:// URL"),
+            );
+        }
+        let mut headers = BTreeMap::new();
+        for (key, value) in &self.headers {
+            if reqwest::header::HeaderName::from_bytes(key.value.as_bytes()).is_err() {
+                p.at(
+                    key.referenced,
+                    format_args!(
+                        "{label}.headers: {:?} is not a valid header name",
+                        key.value
+                    ),
+                );
+            }
+            if let Some(v) = p.expand(value, &format!("{label}.headers.{}", key.value), lookup) {
+                if reqwest::header::HeaderValue::from_str(&v).is_err() {
+                    p.at(
+                        value.referenced,
+                        format_args!(
+                            "{label}.headers.{}: the value is not a valid header value",
+                            key.value
+                        ),
+                    );
+                }
+                headers.insert(key.value.clone(), Secret::new(v));
+            }
+        }
+        let mode = match self.transport.as_ref().map(|t| (t, t.value.as_str())) {
+            None => RemoteMode::Auto,
+            Some((_, "streamable-http")) => RemoteMode::StreamableHttp,
+            Some((_, "sse")) => RemoteMode::Sse,
+            Some((t, other)) => {
+                p.at(
+                    t.referenced,
+                    format_args!(
+                        "{label}.transport: {other:?} is not \"streamable-http\" or \"sse\""
+                    ),
+                );
+                RemoteMode::Auto
+            }
+        };
+        Some(RemoteConfig {
+            url: url_text,
+            headers,
+            mode,
         })
     }
 }

@@ -25,6 +25,7 @@ pub mod example_server;
 pub mod notify;
 pub mod protocol;
 pub mod router;
+pub mod sse;
 pub mod subscriptions;
 pub mod upstream;
 

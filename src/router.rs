@@ -141,7 +141,8 @@ impl RouteError {
             ),
             Self::Upstream(e) => {
                 let (code, upstream) = match e {
-                    UpstreamError::Unavailable { upstream, .. } => {
+                    UpstreamError::Unavailable { upstream, .. }
+                    | UpstreamError::SessionExpired { upstream } => {
                         (code::UPSTREAM_UNAVAILABLE, upstream)
                     }
                     UpstreamError::Timeout { upstream, .. } => (code::UPSTREAM_TIMEOUT, upstream),

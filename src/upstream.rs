@@ -11,6 +11,9 @@
 
 pub mod connection;
 pub mod handshake;
+pub mod http;
+mod legacy_sse;
+pub mod link;
 pub mod stdio;
 
 use std::collections::HashMap;
@@ -28,9 +31,9 @@ pub use connection::{Answer, Connection, ProgressRoute, UpstreamNotification};
 pub use handshake::ServerHello;
 
 use crate::catalog::{CatalogStore, ListKind, UpstreamView};
-use crate::config::{Transport, UpstreamConfig};
+use crate::config::UpstreamConfig;
 use crate::notify::NotifyHub;
-use stdio::StdioChild;
+use link::Link;
 
 /// Notifications queued from one upstream to its supervisor. When full,
 /// further notifications are dropped with a warning (list changes are
@@ -51,6 +54,9 @@ pub enum UpstreamError {
     Timeout { upstream: String, timeout: Duration },
     #[error("upstream '{upstream}' broke the protocol: {detail}")]
     Protocol { upstream: String, detail: String },
+    /// An HTTP upstream forgot our session (404); the gateway re-initializes.
+    #[error("upstream '{upstream}' lost the session; it is being re-initialized")]
+    SessionExpired { upstream: String },
     /// The upstream answered with a JSON-RPC error; it is passed on as is.
     #[error("upstream '{upstream}' answered with an error")]
     Rpc {
@@ -214,12 +220,17 @@ impl Supervisor {
         loop {
             self.handle.set_state(UpstreamState::Starting);
             let started = Instant::now();
-            let reason = self.run_once().await;
+            let (reason, restart_now) = self.run_once().await;
             if self.shutdown.is_cancelled() {
                 break;
             }
             if started.elapsed() >= STABLE_AFTER {
                 attempt = 0;
+            }
+            if restart_now {
+                tracing::info!(reason = %reason, "re-initializing at once");
+                self.handle.shared.restarts.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
             let delay = backoff(attempt);
             attempt = attempt.saturating_add(1);
@@ -235,10 +246,9 @@ impl Supervisor {
     }
 
     /// One life of the upstream: start, handshake, serve, tear down.
-    /// Returns why it ended.
-    async fn run_once(&self) -> String {
+    /// Returns why it ended, and whether to restart without a backoff.
+    async fn run_once(&self) -> (String, bool) {
         let name = self.handle.name().clone();
-        let Transport::Stdio(stdio_cfg) = &self.config.transport;
         let (out_tx, out_rx) = mpsc::channel(connection::OUTBOUND_CAPACITY);
         let (note_tx, mut note_rx) = mpsc::channel(NOTIFICATION_CAPACITY);
         let conn = Arc::new(Connection::new(
@@ -247,10 +257,11 @@ impl Supervisor {
             note_tx,
             self.hub.clone(),
         ));
-        let mut child = match StdioChild::spawn(name.clone(), stdio_cfg, conn.clone(), out_rx) {
-            Ok(child) => child,
-            Err(e) => return format!("could not start {:?}: {e}", stdio_cfg.command),
-        };
+        let mut child =
+            match Link::start(name.clone(), &self.config.transport, conn.clone(), out_rx) {
+                Ok(link) => link,
+                Err(e) => return (e, false),
+            };
         self.handle
             .shared
             .pid
@@ -260,11 +271,6 @@ impl Supervisor {
         let setup = async {
             let hello = handshake::initialize(&conn, timeout).await?;
             let lists = handshake::fetch_lists(&conn, &hello, timeout).await?;
-            // Subscriptions and the log level are back in place before the
-            // upstream counts as ready again.
-            self.hub
-                .restore_upstream(&name, &conn, &hello, timeout)
-                .await;
             Ok::<_, UpstreamError>((hello, lists))
         };
         let reason = tokio::select! {
@@ -276,13 +282,18 @@ impl Supervisor {
                     let hello = Arc::new(hello);
                     self.handle.shared.hello.store(Some(hello.clone()));
                     self.handle.shared.conn.store(Some(conn.clone()));
+                    // Subscriptions and the log level are back in place before
+                    // the upstream counts as ready. The connection is visible
+                    // first, so a subscription made meanwhile goes straight to
+                    // it rather than into a gap.
+                    self.hub.restore_upstream(&name, &conn, &hello, timeout).await;
                     self.publish(Some(&view));
                     self.handle.set_state(UpstreamState::Ready);
                     self.serve(&conn, &hello, view, &mut child, &mut note_rx).await
                 }
                 Err(e) => format!("handshake failed: {e}"),
             },
-            ended = child.wait_ended() => format!("its process {ended} during the handshake"),
+            ended = child.wait_ended() => format!("{ended} during the handshake"),
             () = self.shutdown.cancelled() => "the gateway is shutting down".into(),
         };
 
@@ -296,10 +307,11 @@ impl Supervisor {
         self.handle.shared.conn.store(None);
         self.publish(None);
         conn.close(reason.clone());
+        let restart_now = child.restart_now();
         let stopped = child.stop().await;
-        tracing::debug!(child = %stopped, "upstream child stopped");
+        tracing::debug!(link = %stopped, "upstream transport stopped");
         self.handle.shared.pid.store(0, Ordering::Relaxed);
-        reason
+        (reason, restart_now)
     }
 
     /// Runs while the upstream is up: refreshes lists on `list_changed`.
@@ -308,12 +320,12 @@ impl Supervisor {
         conn: &Connection,
         hello: &ServerHello,
         mut view: UpstreamView,
-        child: &mut StdioChild,
+        child: &mut Link,
         notes: &mut mpsc::Receiver<UpstreamNotification>,
     ) -> String {
         loop {
             let note = tokio::select! {
-                ended = child.wait_ended() => return format!("its process {ended}"),
+                ended = child.wait_ended() => return ended,
                 () = self.shutdown.cancelled() => return "the gateway is shutting down".into(),
                 note = notes.recv() => match note {
                     Some(note) => note,

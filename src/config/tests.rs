@@ -56,7 +56,9 @@ fn unset_variable_is_an_error_at_its_value() {
 fn secrets_are_masked_in_debug_output() {
     let cfg =
         parse("upstreams:\n  a:\n    command: srv\n    env: { KEY: \"${TOKEN}\" }\n").unwrap();
-    let Transport::Stdio(stdio) = &cfg.upstreams[0].transport;
+    let Transport::Stdio(stdio) = &cfg.upstreams[0].transport else {
+        panic!("a stdio upstream");
+    };
     assert_eq!(stdio.env["KEY"].expose(), "hunter2");
     let debug = format!("{cfg:?}");
     assert!(!debug.contains("hunter2"), "{debug}");
@@ -83,4 +85,35 @@ fn demo_config_is_valid() {
     let lookup = Lookup::from_pairs([("MCPMUX_EXE", "/bin/mcpmux")]);
     let cfg = Config::parse(DEMO_CONFIG, "demo", &lookup).unwrap();
     assert!(cfg.upstreams.len() >= 2);
+}
+
+#[test]
+fn remote_upstreams_take_url_headers_and_transport() {
+    let cfg = parse(
+        "upstreams:\n  docs:\n    url: https://docs.example.com/mcp\n    headers: { Authorization: \"Bearer ${TOKEN}\" }\n    transport: sse\n    timeout: 5s\n",
+    )
+    .unwrap();
+    let Transport::Remote(remote) = &cfg.upstreams[0].transport else {
+        panic!("a remote upstream");
+    };
+    assert_eq!(remote.url, "https://docs.example.com/mcp");
+    assert_eq!(remote.mode, RemoteMode::Sse);
+    assert_eq!(remote.headers["Authorization"].expose(), "Bearer hunter2");
+    assert!(!format!("{cfg:?}").contains("hunter2"));
+}
+
+#[test]
+fn remote_and_stdio_keys_do_not_mix() {
+    let both = single_issue("upstreams:\n  a:\n    command: x\n    url: http://h/mcp\n");
+    assert!(
+        both.contains("either command") && both.starts_with("test.yaml:4:10:"),
+        "{both}"
+    );
+    let env_on_url = single_issue("upstreams:\n  a:\n    url: http://h/mcp\n    env: { K: v }\n");
+    assert!(env_on_url.contains("only stdio"), "{env_on_url}");
+    let bad_url = single_issue("upstreams:\n  a:\n    url: ftp://h/mcp\n");
+    assert!(bad_url.contains("not an http"), "{bad_url}");
+    let bad_mode =
+        single_issue("upstreams:\n  a:\n    url: http://h/mcp\n    transport: carrier-pigeon\n");
+    assert!(bad_mode.contains("carrier-pigeon"), "{bad_mode}");
 }

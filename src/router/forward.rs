@@ -47,16 +47,34 @@ impl InflightCall {
 /// Removes the in-flight entry and the pending upstream request when the
 /// call ends in any way, including the client going away mid-call.
 struct CallGuard {
-    ctx_inflight: Arc<super::InflightCalls>,
+    inflight: Arc<super::InflightCalls>,
     client_id: Box<str>,
-    conn: Arc<Connection>,
-    upstream_id: u64,
+    /// The attempt in flight; replaced when a call is retried.
+    current: std::sync::Mutex<(Arc<Connection>, u64)>,
+}
+
+impl CallGuard {
+    /// Points the in-flight entry (and so cancellation) at a new attempt.
+    fn retarget(&self, conn: &Arc<Connection>, upstream_id: u64) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = (conn.clone(), upstream_id);
+        if let Some(mut entry) = self.inflight.calls.get_mut(&self.client_id) {
+            *entry = InflightCall {
+                conn: Arc::downgrade(conn),
+                upstream_id,
+            };
+        }
+    }
 }
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.ctx_inflight.calls.remove(&self.client_id);
-        self.conn.forget(self.upstream_id);
+        let (conn, id) = &*self.current.lock().unwrap_or_else(|e| e.into_inner());
+        // After a cancellation the client may already reuse the id for a
+        // new call: remove the entry only if it is still this call's.
+        self.inflight.calls.remove_if(&self.client_id, |_, call| {
+            call.upstream_id == *id && std::ptr::eq(call.conn.as_ptr(), Arc::as_ptr(conn))
+        });
+        conn.forget(*id);
     }
 }
 
@@ -79,13 +97,11 @@ pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> 
     let client_id = canonical_id(id);
     match ctx.inflight.calls.entry(client_id.clone()) {
         dashmap::Entry::Occupied(_) => {
-            let error = RpcError::new(
-                code::INVALID_REQUEST,
-                format!(
-                    "request id {} is already in flight in this session",
-                    id.get()
-                ),
+            let message = format!(
+                "request id {} is already in flight in this session",
+                id.get()
             );
+            let error = RpcError::new(code::INVALID_REQUEST, message);
             return Reply::Ready(protocol::error_frame(Some(id.get()), &error));
         }
         dashmap::Entry::Vacant(slot) => {
@@ -96,42 +112,41 @@ pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> 
         }
     }
     let guard = CallGuard {
-        ctx_inflight: ctx.inflight.clone(),
+        inflight: ctx.inflight.clone(),
         client_id,
-        conn: conn.clone(),
-        upstream_id,
+        current: std::sync::Mutex::new((conn.clone(), upstream_id)),
     };
 
-    let exchange = Exchange {
+    let mut exchange = Exchange {
         method: call.method,
-        upstream: call.handle.name().to_string(),
-        timeout: call.handle.timeout(),
+        handle: call.handle,
+        params,
+        timeout: Duration::ZERO,
         client_id: id.get().to_owned(),
         started: Instant::now(),
         last_progress: Arc::new(AtomicU64::new(0)),
+        progress: None,
     };
+    exchange.timeout = exchange.handle.timeout();
     if !streaming {
         let rx = conn
-            .send_request(upstream_id, call.method, Some(&params), None)
+            .send_request(upstream_id, call.method, Some(&exchange.params), None)
             .await;
-        let frame = exchange.finish(&conn, upstream_id, rx).await;
+        let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
         drop(guard);
         return Reply::Ready(frame);
     }
 
     let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
-    let route = ProgressRoute {
-        client_token: serde_json::value::to_raw_value(&client_token.unwrap_or(Value::Null))
-            .unwrap_or_else(|_| RawValue::NULL.to_owned()),
-        sink: sink.clone(),
-        last_progress: exchange.last_progress.clone(),
-        started: exchange.started,
-    };
+    let client_token = serde_json::value::to_raw_value(&client_token.unwrap_or(Value::Null))
+        .unwrap_or_else(|_| RawValue::NULL.to_owned());
+    exchange.progress = Some((client_token, sink.clone()));
+    let route = exchange.route();
     let rx = conn
-        .send_request(upstream_id, call.method, Some(&params), Some(route))
+        .send_request(upstream_id, call.method, Some(&exchange.params), route)
         .await;
     tokio::spawn(async move {
-        let frame = exchange.finish(&guard.conn, upstream_id, rx).await;
+        let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
         // The client may have gone; nothing else waits for this frame.
         let _ = sink.send(frame).await;
         drop(guard);
@@ -142,35 +157,95 @@ pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> 
 /// The bookkeeping of one forwarded request while it waits.
 struct Exchange {
     method: &'static str,
-    upstream: String,
+    handle: UpstreamHandle,
+    /// The params as sent upstream (with the first attempt's progress token).
+    params: String,
     timeout: Duration,
     client_id: String,
     started: Instant,
     /// Milliseconds after `started` of the latest progress (written by the
     /// connection's reader).
     last_progress: Arc<AtomicU64>,
+    /// The client's progress token and its stream, when progress streams.
+    progress: Option<(Box<RawValue>, mpsc::Sender<String>)>,
 }
 
 impl Exchange {
-    /// Waits for the answer, restarting the deadline whenever progress
-    /// arrives, and turns it into the client's response frame.
+    fn route(&self) -> Option<ProgressRoute> {
+        self.progress.as_ref().map(|(token, sink)| ProgressRoute {
+            client_token: token.clone(),
+            sink: sink.clone(),
+            last_progress: self.last_progress.clone(),
+            started: self.started,
+        })
+    }
+
+    /// Waits for the answer and turns it into the client's response frame.
+    /// When an HTTP upstream lost its session, the call is sent once more
+    /// after the gateway has re-initialized it.
     async fn finish(
         &self,
+        guard: &CallGuard,
         conn: &Connection,
         upstream_id: u64,
         rx: Result<oneshot::Receiver<Answer>, UpstreamError>,
     ) -> String {
-        let answer = match rx {
-            Ok(rx) => self.wait(conn, upstream_id, rx).await,
-            Err(e) => Err(RouteError::Upstream(e)),
-        };
+        let mut answer = self.answer(conn, upstream_id, rx).await;
+        if matches!(
+            answer,
+            Err(RouteError::Upstream(UpstreamError::SessionExpired { .. }))
+        ) {
+            answer = self.retry(guard).await;
+        }
         match answer {
             Ok(result) => {
-                let body = rewrite::namespace_result(self.method, &self.upstream, &result);
+                let upstream = self.handle.name();
+                let body = rewrite::namespace_result(self.method, upstream, &result);
                 protocol::response_frame(&self.client_id, &body)
             }
             Err(e) => e.to_frame(&self.client_id),
         }
+    }
+
+    async fn answer(
+        &self,
+        conn: &Connection,
+        upstream_id: u64,
+        rx: Result<oneshot::Receiver<Answer>, UpstreamError>,
+    ) -> Result<Box<RawValue>, RouteError> {
+        match rx {
+            Ok(rx) => self.wait(conn, upstream_id, rx).await,
+            Err(e) => Err(RouteError::Upstream(e)),
+        }
+    }
+
+    /// The one retry: wait (within the deadline) for the re-initialized
+    /// upstream, then send again with a fresh id.
+    async fn retry(&self, guard: &CallGuard) -> Result<Box<RawValue>, RouteError> {
+        let mut state = self.handle.watch_state();
+        let deadline = self.started + self.timeout;
+        let ready = state.wait_for(|s| *s == crate::upstream::UpstreamState::Ready);
+        if tokio::time::timeout_at(deadline.into(), ready)
+            .await
+            .is_err()
+        {
+            return Err(RouteError::Upstream(UpstreamError::Timeout {
+                upstream: self.handle.name().to_string(),
+                timeout: self.timeout,
+            }));
+        }
+        let conn = self.handle.connection()?;
+        let upstream_id = conn.next_id();
+        let params = match &self.progress {
+            Some(_) => with_progress_token(&self.params, upstream_id),
+            None => self.params.clone(),
+        };
+        guard.retarget(&conn, upstream_id);
+        tracing::info!(upstream = %self.handle.name(), method = self.method, "retrying once after re-initializing the upstream");
+        let rx = conn
+            .send_request(upstream_id, self.method, Some(&params), self.route())
+            .await;
+        self.answer(&conn, upstream_id, rx).await
     }
 
     async fn wait(
@@ -195,13 +270,24 @@ impl Exchange {
                     }
                     conn.cancel(upstream_id, "mcpmux: request timed out");
                     return Err(RouteError::Upstream(UpstreamError::Timeout {
-                        upstream: self.upstream.clone(),
+                        upstream: self.handle.name().to_string(),
                         timeout: self.timeout,
                     }));
                 }
             }
         }
     }
+}
+
+/// `params` with `_meta.progressToken` set to `token` (retry path only).
+fn with_progress_token(params: &str, token: u64) -> String {
+    let Ok(mut value) = serde_json::from_str::<Value>(params) else {
+        return params.to_owned();
+    };
+    if let Some(meta) = value.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.insert("progressToken".into(), Value::from(token));
+    }
+    value.to_string()
 }
 
 /// Handles the client's `notifications/cancelled`: the owning upstream gets

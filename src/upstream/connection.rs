@@ -7,7 +7,7 @@
 //! oneshot keyed by it. When the transport ends, [`Connection::close`] fails
 //! every pending request at once with the reason.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -63,6 +63,9 @@ pub struct Connection {
     next_id: AtomicU64,
     closed: CancellationToken,
     close_reason: OnceLock<String>,
+    /// Set by an HTTP transport when the upstream forgot our session (404):
+    /// requests failed by it may be retried once after re-initializing.
+    session_expired: AtomicBool,
     /// `list_changed` notifications for the supervisor; when full they are
     /// dropped with a warning (the refresh already queued covers them).
     list_changes: mpsc::Sender<UpstreamNotification>,
@@ -84,6 +87,7 @@ impl Connection {
             next_id: AtomicU64::new(1),
             closed: CancellationToken::new(),
             close_reason: OnceLock::new(),
+            session_expired: AtomicBool::new(false),
             list_changes,
             hub,
         }
@@ -113,6 +117,11 @@ impl Connection {
     }
 
     fn unavailable(&self) -> UpstreamError {
+        if self.session_expired.load(Ordering::Relaxed) {
+            return UpstreamError::SessionExpired {
+                upstream: self.upstream.to_string(),
+            };
+        }
         UpstreamError::Unavailable {
             upstream: self.upstream.to_string(),
             reason: self
@@ -191,6 +200,24 @@ impl Connection {
     pub fn send_detached(&self, method: &str, params: Option<&str>) -> bool {
         let frame = protocol::request_frame(self.next_id(), method, params);
         self.outbound.try_send(frame).is_ok()
+    }
+
+    /// Marks the upstream session as forgotten by the server; pending and
+    /// later failures report [`UpstreamError::SessionExpired`].
+    pub fn mark_session_expired(&self) {
+        self.session_expired.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether request `id` is still waiting for its answer.
+    pub fn is_pending(&self, id: u64) -> bool {
+        self.pending.contains_key(&id)
+    }
+
+    /// Fails request `id` with `error` (the transport could not deliver it).
+    pub fn fail(&self, id: u64, error: UpstreamError) {
+        if let Some((_, pending)) = self.pending.remove(&id) {
+            let _ = pending.reply.send(Err(error));
+        }
     }
 
     /// Drops the pending entry for `id` without telling the upstream.

@@ -1,0 +1,555 @@
+//! The remote transports: Streamable HTTP, and legacy HTTP+SSE (2024-11-05)
+//! either configured or detected by the spec's fallback rule.
+//!
+//! One [`HttpLink`] serves one upstream session. Its writer task takes
+//! frames from the connection's outbound queue and POSTs each one in its
+//! own task (at most [`MAX_CONCURRENT_POSTS`] at once), so many calls run
+//! concurrently. A POST answer is JSON, or an SSE stream whose events are
+//! dispatched as they arrive; a stream that ends before the request's
+//! answer is resumed with `Last-Event-ID` (2025-11-25 polling). After the
+//! handshake a GET stream carries server-initiated notifications (a 405
+//! means the server has none). A 404 for our session means the server
+//! forgot it: the link ends as "session expired", the supervisor
+//! re-initializes at once, and the calls that failed are retried once.
+//! Credentials come only from the config's `headers`, never from clients.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Response, StatusCode, Url};
+use serde_json::Value;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::UpstreamError;
+use super::connection::Connection;
+use super::legacy_sse;
+use crate::config::{RemoteConfig, RemoteMode};
+use crate::protocol::Envelope;
+use crate::sse::SseParser;
+
+/// POSTs in flight at once per upstream; more wait for a slot.
+pub const MAX_CONCURRENT_POSTS: usize = 64;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest JSON body accepted from an upstream.
+const MAX_BODY: usize = 64 * 1024 * 1024;
+/// Resumptions of one POST stream that ended before its answer.
+const MAX_RESUMES: usize = 3;
+const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+const MAX_RETRY: Duration = Duration::from_secs(30);
+
+/// Which wire the link speaks; decided by the first (initialize) POST.
+#[derive(Debug, Clone)]
+enum Mode {
+    Detect,
+    Streamable,
+    Sse { post_url: Url },
+}
+
+/// One session with a remote upstream.
+pub struct HttpLink {
+    shared: Arc<Shared>,
+    writer: JoinHandle<()>,
+}
+
+pub(super) struct Shared {
+    pub(super) upstream: Arc<str>,
+    pub(super) client: reqwest::Client,
+    pub(super) url: Url,
+    /// Configured headers (credentials marked sensitive).
+    pub(super) headers: HeaderMap,
+    mode: Mutex<Mode>,
+    session_id: Mutex<Option<HeaderValue>>,
+    version: Mutex<Option<HeaderValue>>,
+    pub(super) conn: Arc<Connection>,
+    /// Cancelled when the link ends; `end_reason` says why.
+    pub(super) ended: CancellationToken,
+    end_reason: Mutex<Option<String>>,
+    listening: AtomicBool,
+    last_event_id: Mutex<Option<String>>,
+}
+
+impl HttpLink {
+    /// Starts the writer; nothing is sent until the handshake's first frame.
+    pub fn start(
+        upstream: Arc<str>,
+        cfg: &RemoteConfig,
+        conn: Arc<Connection>,
+        outbound: mpsc::Receiver<String>,
+    ) -> Result<HttpLink, String> {
+        let url = Url::parse(&cfg.url).map_err(|e| format!("invalid url: {e}"))?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &cfg.headers {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?;
+            let mut value = HeaderValue::from_str(value.expose()).map_err(|e| e.to_string())?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let mode = match cfg.mode {
+            RemoteMode::Auto => Mode::Detect,
+            RemoteMode::StreamableHttp => Mode::Streamable,
+            // The endpoint is learned from the SSE stream at the first POST.
+            RemoteMode::Sse => Mode::Detect,
+        };
+        let shared = Arc::new(Shared {
+            upstream,
+            client,
+            url,
+            headers,
+            mode: Mutex::new(mode),
+            session_id: Mutex::new(None),
+            version: Mutex::new(None),
+            conn,
+            ended: CancellationToken::new(),
+            end_reason: Mutex::new(None),
+            listening: AtomicBool::new(false),
+            last_event_id: Mutex::new(None),
+        });
+        let force_sse = cfg.mode == RemoteMode::Sse;
+        let writer = tokio::spawn(write_loop(shared.clone(), outbound, force_sse));
+        Ok(HttpLink { shared, writer })
+    }
+
+    /// Waits until the link ends and says why.
+    pub async fn wait_ended(&self) -> String {
+        self.shared.ended.cancelled().await;
+        self.shared.reason()
+    }
+
+    /// Whether the server forgot the session (restart without delay).
+    pub fn session_expired(&self) -> bool {
+        self.shared.ended.is_cancelled() && self.shared.reason().contains("session expired")
+    }
+
+    /// Ends the session: a best-effort DELETE, then every task stops.
+    pub async fn stop(&mut self) -> String {
+        let was_running = !self.shared.ended.is_cancelled();
+        self.shared.end("stopped by the gateway");
+        self.writer.abort();
+        let session = self
+            .shared
+            .session_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if was_running && let Some(session) = session {
+            let delete = self
+                .shared
+                .client
+                .delete(self.shared.url.clone())
+                .headers(self.shared.headers.clone())
+                .header("mcp-session-id", session);
+            let _ = tokio::time::timeout(Duration::from_secs(2), delete.send()).await;
+        }
+        "session closed".into()
+    }
+}
+
+async fn write_loop(shared: Arc<Shared>, mut outbound: mpsc::Receiver<String>, force_sse: bool) {
+    let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_POSTS));
+    let mut first = true;
+    loop {
+        let frame = tokio::select! {
+            () = shared.ended.cancelled() => return,
+            frame = outbound.recv() => match frame {
+                Some(f) => f,
+                None => return,
+            },
+        };
+        if first {
+            // The initialize POST decides the mode; nothing else is in flight yet.
+            first = false;
+            shared.detect_and_send(frame, force_sse).await;
+            continue;
+        }
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            shared.send(frame).await;
+            drop(slot);
+        });
+    }
+}
+
+/// What the gateway sent in one frame.
+struct Sent {
+    id: Option<u64>,
+    method: Option<String>,
+}
+
+fn inspect(frame: &str) -> Sent {
+    match Envelope::parse(frame) {
+        Ok(e) => Sent {
+            id: e.id.and_then(|id| id.get().parse().ok()),
+            method: e.method.map(|m| m.into_owned()),
+        },
+        Err(_) => Sent {
+            id: None,
+            method: None,
+        },
+    }
+}
+
+impl Shared {
+    pub(super) fn reason(&self) -> String {
+        self.end_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| "the link ended".into())
+    }
+
+    /// Ends the link (first reason wins).
+    pub(super) fn end(&self, reason: impl Into<String>) {
+        let mut slot = self.end_reason.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(reason.into());
+        }
+        drop(slot);
+        self.ended.cancel();
+    }
+
+    fn expire_session(&self) {
+        self.conn.mark_session_expired();
+        self.end("session expired: the server answered 404 for it");
+    }
+
+    fn fail(&self, sent: &Sent, error: UpstreamError) {
+        match sent.id {
+            Some(id) => self.conn.fail(id, error),
+            None => {
+                tracing::warn!(upstream = %self.upstream, method = ?sent.method, error = %error, "could not deliver a notification")
+            }
+        }
+    }
+
+    pub(super) fn unavailable(&self, reason: String) -> UpstreamError {
+        UpstreamError::Unavailable {
+            upstream: self.upstream.to_string(),
+            reason,
+        }
+    }
+
+    fn protocol(&self, detail: String) -> UpstreamError {
+        UpstreamError::Protocol {
+            upstream: self.upstream.to_string(),
+            detail,
+        }
+    }
+
+    /// Hands one received message to the connection, noting the protocol
+    /// version the initialize answer carries.
+    pub(super) async fn deliver(&self, message: &str) {
+        let unknown_version = self
+            .version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none();
+        if unknown_version
+            && let Ok(value) = serde_json::from_str::<Value>(message)
+            && let Some(version) = value
+                .pointer("/result/protocolVersion")
+                .and_then(Value::as_str)
+            && let Ok(header) = HeaderValue::from_str(version)
+        {
+            *self.version.lock().unwrap_or_else(|e| e.into_inner()) = Some(header);
+        }
+        self.conn.dispatch(message).await;
+    }
+
+    /// The first frame: try Streamable HTTP, fall back to legacy SSE when
+    /// the server refuses the POST with 400, 404 or 405.
+    async fn detect_and_send(self: &Arc<Self>, frame: String, force_sse: bool) {
+        if !force_sse {
+            let sent = inspect(&frame);
+            match self.post(&frame).await {
+                Ok(response) if matches!(response.status().as_u16(), 400 | 404 | 405) => {
+                    tracing::info!(upstream = %self.upstream, status = %response.status(), "Streamable HTTP refused; trying the legacy HTTP+SSE transport");
+                }
+                Ok(response) => {
+                    *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = Mode::Streamable;
+                    self.handle_response(&sent, response).await;
+                    return;
+                }
+                Err(e) => return self.fail(&sent, e),
+            }
+        }
+        match legacy_sse::open(self.clone()).await {
+            Ok(post_url) => {
+                *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = Mode::Sse { post_url };
+                self.send(frame).await;
+            }
+            Err(e) => {
+                self.fail(&inspect(&frame), self.unavailable(e.clone()));
+                self.end(e);
+            }
+        }
+    }
+
+    /// Sends one frame in the link's mode and handles the answer.
+    async fn send(self: &Arc<Self>, frame: String) {
+        let sent = inspect(&frame);
+        let mode = self.mode.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Mode::Sse { post_url } = mode {
+            if let Err(e) = legacy_sse::post(self, &post_url, frame).await {
+                self.fail(&sent, e);
+            }
+            return;
+        }
+        match self.post(&frame).await {
+            Ok(response) => self.handle_response(&sent, response).await,
+            Err(e) => self.fail(&sent, e),
+        }
+    }
+
+    /// POSTs a frame with the session headers.
+    async fn post(&self, frame: &str) -> Result<Response, UpstreamError> {
+        let mut request = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(frame.to_owned());
+        request = self.session_headers(request);
+        request
+            .send()
+            .await
+            .map_err(|e| self.unavailable(format!("request failed: {}", e.without_url())))
+    }
+
+    fn session_headers(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        if let Some(session) = self
+            .session_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            request = request.header("mcp-session-id", session);
+        }
+        if let Some(version) = self
+            .version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            request = request.header("mcp-protocol-version", version);
+        }
+        request
+    }
+
+    async fn handle_response(self: &Arc<Self>, sent: &Sent, response: Response) {
+        if let Some(session) = response.headers().get("mcp-session-id") {
+            *self.session_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
+        }
+        let status = response.status();
+        let had_session = self
+            .session_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        if status == StatusCode::NOT_FOUND
+            && had_session
+            && sent.method.as_deref() != Some("initialize")
+        {
+            self.expire_session();
+            return self.fail(sent, self.conn_error());
+        }
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            let snippet: String = body.chars().take(200).collect();
+            return self.fail(sent, self.protocol(format!("HTTP {status}: {snippet}")));
+        }
+        if sent.method.as_deref() == Some("notifications/initialized")
+            && !self.listening.swap(true, Ordering::Relaxed)
+        {
+            tokio::spawn(self.clone().listen());
+        }
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if content_type.starts_with("text/event-stream") {
+            self.post_stream(sent, response).await;
+        } else if content_type.starts_with("application/json") {
+            match read_limited(response, MAX_BODY).await {
+                Ok(body) => self.deliver_json(&body).await,
+                Err(e) => self.fail(sent, self.protocol(e)),
+            }
+        } else if let Some(id) = sent.id {
+            // 202 or an empty 200 to a request: the answer must come on a stream.
+            tracing::debug!(upstream = %self.upstream, id, %status, "request accepted without a body");
+        }
+    }
+
+    fn conn_error(&self) -> UpstreamError {
+        UpstreamError::SessionExpired {
+            upstream: self.upstream.to_string(),
+        }
+    }
+
+    async fn deliver_json(&self, body: &str) {
+        match serde_json::from_str::<Vec<Box<serde_json::value::RawValue>>>(body) {
+            Ok(batch) => {
+                for message in batch {
+                    self.deliver(message.get()).await;
+                }
+            }
+            Err(_) => self.deliver(body).await,
+        }
+    }
+
+    /// Reads a POST's SSE answer; resumes it with GET + `Last-Event-ID`
+    /// when it ends before the request's answer arrived.
+    async fn post_stream(self: &Arc<Self>, sent: &Sent, response: Response) {
+        let mut last_id = None;
+        let mut retry = DEFAULT_RETRY;
+        let mut response = response;
+        for attempt in 0..=MAX_RESUMES {
+            if let Err(e) = self.read_events(response, &mut last_id, &mut retry).await {
+                tracing::debug!(upstream = %self.upstream, error = %e, "POST stream broke");
+            }
+            let Some(id) = sent.id.filter(|id| self.conn.is_pending(*id)) else {
+                return;
+            };
+            let Some(resume_from) = last_id.clone().filter(|_| attempt < MAX_RESUMES) else {
+                return self.fail(
+                    sent,
+                    self.protocol(format!(
+                        "the stream for request {id} ended without an answer"
+                    )),
+                );
+            };
+            tokio::select! {
+                () = tokio::time::sleep(retry) => {}
+                () = self.ended.cancelled() => return,
+            }
+            match self.get(Some(&resume_from)).await {
+                Ok(r) if r.status().is_success() => response = r,
+                Ok(r) => {
+                    return self.fail(
+                        sent,
+                        self.protocol(format!("resuming the stream failed: HTTP {}", r.status())),
+                    );
+                }
+                Err(e) => return self.fail(sent, e),
+            }
+        }
+    }
+
+    async fn get(&self, last_event_id: Option<&str>) -> Result<Response, UpstreamError> {
+        let mut request = self
+            .client
+            .get(self.url.clone())
+            .headers(self.headers.clone())
+            .header(header::ACCEPT, "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        self.session_headers(request)
+            .send()
+            .await
+            .map_err(|e| self.unavailable(format!("request failed: {}", e.without_url())))
+    }
+
+    /// Dispatches every event of an SSE body until it ends or the link does.
+    pub(super) async fn read_events(
+        &self,
+        response: Response,
+        last_id: &mut Option<String>,
+        retry: &mut Duration,
+    ) -> Result<(), String> {
+        let mut parser = SseParser::default();
+        let mut body = response.bytes_stream();
+        loop {
+            let chunk = tokio::select! {
+                () = self.ended.cancelled() => return Ok(()),
+                chunk = body.next() => match chunk {
+                    Some(Ok(c)) => c,
+                    Some(Err(e)) => return Err(e.without_url().to_string()),
+                    None => return Ok(()),
+                },
+            };
+            for event in parser.push(&chunk).map_err(|e| e.to_string())? {
+                if let Some(id) = event.id {
+                    *last_id = Some(id);
+                }
+                if let Some(ms) = event.retry {
+                    *retry = Duration::from_millis(ms).min(MAX_RETRY);
+                }
+                let is_message = event.event.as_deref().is_none_or(|e| e == "message");
+                if is_message && !event.data.trim().is_empty() {
+                    self.deliver(&event.data).await;
+                }
+            }
+        }
+    }
+
+    /// The standalone GET stream for server-initiated messages, reconnected
+    /// with `Last-Event-ID` until the link ends.
+    async fn listen(self: Arc<Self>) {
+        let mut delay = DEFAULT_RETRY;
+        while !self.ended.is_cancelled() {
+            let from = self
+                .last_event_id
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            match self.get(from.as_deref()).await {
+                Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => {
+                    tracing::debug!(upstream = %self.upstream, "no standalone notification stream (405); notifications arrive on POST streams");
+                    return;
+                }
+                Ok(r) if r.status() == StatusCode::NOT_FOUND => return self.expire_session(),
+                Ok(r) if r.status().is_success() => {
+                    delay = DEFAULT_RETRY;
+                    let mut last = from;
+                    let mut retry = DEFAULT_RETRY;
+                    if let Err(e) = self.read_events(r, &mut last, &mut retry).await {
+                        tracing::debug!(upstream = %self.upstream, error = %e, "notification stream broke");
+                    }
+                    *self.last_event_id.lock().unwrap_or_else(|e| e.into_inner()) = last;
+                    delay = delay.max(retry);
+                }
+                Ok(r) => {
+                    tracing::warn!(upstream = %self.upstream, status = %r.status(), "notification stream refused")
+                }
+                Err(e) => {
+                    tracing::debug!(upstream = %self.upstream, error = %e, "notification stream unreachable")
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = self.ended.cancelled() => return,
+            }
+            delay = (delay * 2).min(MAX_RETRY);
+        }
+    }
+}
+
+/// Reads a body up to `limit` bytes.
+pub(super) async fn read_limited(response: Response, limit: usize) -> Result<String, String> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| e.without_url().to_string())?;
+        if body.len() + chunk.len() > limit {
+            return Err(format!("response body larger than {limit} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    String::from_utf8(body).map_err(|_| "response body is not UTF-8".to_owned())
+}

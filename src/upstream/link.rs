@@ -1,0 +1,70 @@
+//! The transport of one upstream life: a child process or an HTTP session.
+//!
+//! The supervisor sees only this enum: start it, wait for it to end, stop it.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::connection::Connection;
+use super::http::HttpLink;
+use super::stdio::StdioChild;
+use crate::config::Transport;
+
+pub enum Link {
+    Stdio(Box<StdioChild>),
+    Http(HttpLink),
+}
+
+impl Link {
+    /// Starts the transport; messages it receives go to `conn`, frames from
+    /// `outbound` go to the upstream.
+    pub fn start(
+        upstream: Arc<str>,
+        transport: &Transport,
+        conn: Arc<Connection>,
+        outbound: mpsc::Receiver<String>,
+    ) -> Result<Link, String> {
+        match transport {
+            Transport::Stdio(cfg) => StdioChild::spawn(upstream, cfg, conn, outbound)
+                .map(|child| Link::Stdio(Box::new(child)))
+                .map_err(|e| format!("could not start {:?}: {e}", cfg.command)),
+            Transport::Remote(cfg) => {
+                HttpLink::start(upstream, cfg, conn, outbound).map(Link::Http)
+            }
+        }
+    }
+
+    /// The child's process id (stdio only).
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Link::Stdio(child) => child.pid(),
+            Link::Http(_) => None,
+        }
+    }
+
+    /// Waits until the transport ends, and says why.
+    pub async fn wait_ended(&mut self) -> String {
+        match self {
+            Link::Stdio(child) => format!("its process {}", child.wait_ended().await),
+            Link::Http(link) => link.wait_ended().await,
+        }
+    }
+
+    /// Whether the upstream should be re-initialized at once rather than
+    /// after a backoff (an HTTP server that forgot our session).
+    pub fn restart_now(&self) -> bool {
+        match self {
+            Link::Stdio(_) => false,
+            Link::Http(link) => link.session_expired(),
+        }
+    }
+
+    /// Stops the transport and releases everything it holds.
+    pub async fn stop(&mut self) -> String {
+        match self {
+            Link::Stdio(child) => child.stop().await,
+            Link::Http(link) => link.stop().await,
+        }
+    }
+}
