@@ -4,8 +4,11 @@
 //! [`app`] builds the axum router over one shared [`AppState`]. The MCP
 //! endpoint lives in [`http`]; sessions in [`session`].
 
+pub mod dispatch;
 pub mod http;
+pub mod legacy_sse;
 pub mod session;
+pub mod stdio;
 pub mod stream;
 
 use std::sync::Arc;
@@ -85,6 +88,8 @@ pub fn app(state: Arc<AppState>) -> axum::Router {
             "/mcp",
             get(stream::get).post(http::post).delete(http::delete),
         )
+        .route("/sse", get(legacy_sse::open))
+        .route("/message", axum::routing::post(legacy_sse::message))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(state)

@@ -49,7 +49,6 @@ use upstream::{UpstreamHandle, UpstreamSet, UpstreamState};
 /// A running gateway: the HTTP server, the upstream actors, and the tasks
 /// that keep sessions tidy.
 pub struct Gateway {
-    addr: SocketAddr,
     config: Config,
     state: Arc<AppState>,
     /// Stops accepting connections and ends HTTP streams.
@@ -57,13 +56,20 @@ pub struct Gateway {
     /// Stops the upstream supervisors (and their children) and the sweeper.
     upstream_shutdown: CancellationToken,
     tracker: TaskTracker,
-    server: JoinHandle<()>,
+    /// The HTTP server, when serving HTTP, and its address.
+    server: Option<(SocketAddr, JoinHandle<()>)>,
 }
 
 impl Gateway {
-    /// Starts upstreams and serves MCP on `listener`.
+    /// Starts upstreams and serves MCP over HTTP on `listener`.
     pub fn start(config: Config, listener: TcpListener) -> std::io::Result<Gateway> {
-        let addr = listener.local_addr()?;
+        let mut gateway = Self::new(config);
+        gateway.serve_http(listener)?;
+        Ok(gateway)
+    }
+
+    /// Starts the upstreams and the session sweeper; serves nothing yet.
+    pub fn new(config: Config) -> Gateway {
         let upstream_shutdown = CancellationToken::new();
         let http_shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -99,8 +105,21 @@ impl Gateway {
             http: config.http.clone(),
             shutdown: http_shutdown.clone(),
         });
-        let app = downstream::app(state.clone());
-        let stop = http_shutdown.clone();
+        Gateway {
+            config,
+            state,
+            http_shutdown,
+            upstream_shutdown,
+            tracker,
+            server: None,
+        }
+    }
+
+    /// Serves the HTTP endpoints on `listener`.
+    pub fn serve_http(&mut self, listener: TcpListener) -> std::io::Result<SocketAddr> {
+        let addr = listener.local_addr()?;
+        let app = downstream::app(self.state.clone());
+        let stop = self.http_shutdown.clone();
         let server = tokio::spawn(async move {
             let serve = axum::serve(listener, app)
                 .with_graceful_shutdown(async move { stop.cancelled().await });
@@ -108,21 +127,25 @@ impl Gateway {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         });
-        tracing::info!(%addr, upstreams = config.upstreams.len(), "mcpmux listening; MCP endpoint at /mcp");
-        Ok(Gateway {
-            addr,
-            config,
-            state,
-            http_shutdown,
-            upstream_shutdown,
-            tracker,
-            server,
-        })
+        tracing::info!(%addr, upstreams = self.config.upstreams.len(), "mcpmux listening; MCP endpoint at /mcp");
+        self.server = Some((addr, server));
+        Ok(addr)
     }
 
-    /// The address the gateway serves on.
+    /// The address the gateway serves HTTP on.
+    ///
+    /// # Panics
+    /// If it serves no HTTP (the stdio transport).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server
+            .as_ref()
+            .map(|(addr, _)| *addr)
+            .expect("the gateway serves HTTP")
+    }
+
+    /// State shared by the downstream transports.
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
     }
 
     /// The handle of a configured upstream.
@@ -153,14 +176,25 @@ impl Gateway {
         }
     }
 
+    /// Resolves once every upstream's first start has settled: it is ready,
+    /// or it failed (and is retrying). Hosts that read the tool list once at
+    /// start see every upstream that can come up.
+    pub async fn settled(&self) {
+        for handle in self.state.router.upstreams().all() {
+            let mut state = handle.watch_state();
+            let _ = state.wait_for(|s| *s != UpstreamState::Starting).await;
+        }
+    }
+
     /// Graceful shutdown: stop accepting, let in-flight requests finish
     /// within `shutdown_grace`, then stop every upstream child.
     pub async fn shutdown(self) {
         tracing::info!("shutting down");
         self.http_shutdown.cancel();
         let grace = self.config.shutdown_grace;
-        let mut server = self.server;
-        if tokio::time::timeout(grace, &mut server).await.is_err() {
+        if let Some((_, mut server)) = self.server
+            && tokio::time::timeout(grace, &mut server).await.is_err()
+        {
             tracing::warn!(grace = %humantime::format_duration(grace), "requests still running after the grace period; closing them");
             server.abort();
         }

@@ -12,6 +12,8 @@ use mcpmux::example_server::{self, ExampleServerArgs};
 
 /// EX_USAGE from sysexits.h: the config or command line is wrong.
 const EXIT_USAGE: u8 = 64;
+/// How long `mcpmux stdio` waits for upstreams before reading its input.
+const STDIO_STARTUP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Parser)]
 #[command(
@@ -34,6 +36,14 @@ enum Command {
         /// Address to listen on; overrides `listen` in the config.
         #[arg(long)]
         listen: Option<SocketAddr>,
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+    },
+    /// Speak MCP on stdin/stdout (for hosts that launch servers as commands);
+    /// logs go to stderr. Without --config, runs the embedded demo config.
+    Stdio {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
     },
@@ -81,19 +91,62 @@ fn main() -> ExitCode {
             listen,
             log_format,
         } => {
-            let lookup = Lookup::from_process();
-            let loaded = match &config {
-                Some(path) => Config::load(path, &lookup),
-                None => Config::parse(config::DEMO_CONFIG, "<embedded demo config>", &lookup),
-            };
-            let cfg = match loaded {
+            let cfg = match load(config.as_deref()) {
                 Ok(cfg) => cfg,
                 Err(e) => return config_failure(&e),
             };
             init_tracing(log_format);
             serve(cfg, listen)
         }
+        Command::Stdio { config, log_format } => {
+            let cfg = match load(config.as_deref()) {
+                Ok(cfg) => cfg,
+                Err(e) => return config_failure(&e),
+            };
+            init_tracing(log_format);
+            serve_stdio(cfg)
+        }
     }
+}
+
+/// The config file, or the embedded demo config without one.
+fn load(path: Option<&std::path::Path>) -> Result<Config, config::ConfigError> {
+    let lookup = Lookup::from_process();
+    match path {
+        Some(path) => Config::load(path, &lookup),
+        None => Config::parse(config::DEMO_CONFIG, "<embedded demo config>", &lookup),
+    }
+}
+
+fn serve_stdio(cfg: Config) -> ExitCode {
+    runtime().block_on(async move {
+        let gateway = mcpmux::Gateway::new(cfg);
+        // Answer the host's first tools/list with every upstream that can start.
+        if tokio::time::timeout(STDIO_STARTUP_WAIT, gateway.settled())
+            .await
+            .is_err()
+        {
+            tracing::warn!("upstreams still starting; serving a partial view until they are ready");
+        }
+        let stop = tokio_util::sync::CancellationToken::new();
+        let on_signal = stop.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            on_signal.cancel();
+        });
+        let state = gateway.state().clone();
+        let served =
+            mcpmux::downstream::stdio::run(state, tokio::io::stdin(), tokio::io::stdout(), stop)
+                .await;
+        gateway.shutdown().await;
+        match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "stdio transport failed");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }
 
 fn config_failure(error: &config::ConfigError) -> ExitCode {

@@ -17,12 +17,12 @@ use axum::response::{IntoResponse, Response};
 use serde_json::value::RawValue;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::Instrument as _;
 
 use super::AppState;
+use super::dispatch::{self, Outcome};
 use super::session::CloseReason;
 use crate::protocol::{self, Envelope, MessageKind, RpcError, code};
-use crate::router::{Reply, RequestContext};
+use crate::router::Reply;
 
 pub const SESSION_HEADER: &str = "mcp-session-id";
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -68,6 +68,66 @@ fn accepts(headers: &HeaderMap) -> Accepts {
     }
 }
 
+/// Checks the content type and reads the body within the size limit.
+#[allow(clippy::result_large_err)]
+pub async fn read_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<bytes::Bytes, Response> {
+    if let Some(ct) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        && !ct
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+    {
+        return Err(rpc_error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            code::INVALID_REQUEST,
+            format!("Content-Type must be application/json, not {ct:?}"),
+        ));
+    }
+    let limit = state.http.max_body_bytes;
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        rpc_error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            code::INVALID_REQUEST,
+            format!("request body exceeds the limit of {limit} bytes"),
+        )
+    })
+}
+
+/// Parses one JSON-RPC message (batches are refused) and checks its shape.
+#[allow(clippy::result_large_err)]
+pub fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind), Response> {
+    let bad = |code, message: String, id: Option<&str>| {
+        rpc_error_response(StatusCode::BAD_REQUEST, id, code, message)
+    };
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| bad(code::PARSE_ERROR, "body is not valid UTF-8".into(), None))?;
+    if text.trim_start().starts_with('[') {
+        return Err(bad(
+            code::INVALID_REQUEST,
+            "JSON-RPC batches are not supported; send one message per request".into(),
+            None,
+        ));
+    }
+    let envelope = Envelope::parse(text)
+        .map_err(|e| bad(code::PARSE_ERROR, format!("parse error: {e}"), None))?;
+    match envelope.kind() {
+        Ok(kind) => Ok((envelope, kind)),
+        Err(e) => Err(bad(
+            code::INVALID_REQUEST,
+            e.to_string(),
+            envelope.id.map(RawValue::get),
+        )),
+    }
+}
+
 pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     if let Err(denied) = state.check_origin(&headers) {
         return denied;
@@ -81,71 +141,13 @@ pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
             "Accept must include application/json or text/event-stream",
         );
     }
-    if let Some(ct) = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        && !ct
-            .trim_start()
-            .to_ascii_lowercase()
-            .starts_with("application/json")
-    {
-        return rpc_error_response(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            None,
-            code::INVALID_REQUEST,
-            format!("Content-Type must be application/json, not {ct:?}"),
-        );
-    }
-    let limit = state.http.max_body_bytes;
-    let bytes = match axum::body::to_bytes(body, limit).await {
+    let bytes = match read_body(&state, &headers, body).await {
         Ok(b) => b,
-        Err(_) => {
-            return rpc_error_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                None,
-                code::INVALID_REQUEST,
-                format!("request body exceeds the limit of {limit} bytes"),
-            );
-        }
+        Err(rejected) => return rejected,
     };
-    let Ok(text) = std::str::from_utf8(&bytes) else {
-        return rpc_error_response(
-            StatusCode::BAD_REQUEST,
-            None,
-            code::PARSE_ERROR,
-            "body is not valid UTF-8",
-        );
-    };
-    if text.trim_start().starts_with('[') {
-        return rpc_error_response(
-            StatusCode::BAD_REQUEST,
-            None,
-            code::INVALID_REQUEST,
-            "JSON-RPC batches are not supported; send one message per request",
-        );
-    }
-    let envelope = match Envelope::parse(text) {
-        Ok(e) => e,
-        Err(e) => {
-            return rpc_error_response(
-                StatusCode::BAD_REQUEST,
-                None,
-                code::PARSE_ERROR,
-                format!("parse error: {e}"),
-            );
-        }
-    };
-    let kind = match envelope.kind() {
-        Ok(kind) => kind,
-        Err(e) => {
-            let id = envelope.id.map(RawValue::get);
-            return rpc_error_response(
-                StatusCode::BAD_REQUEST,
-                id,
-                code::INVALID_REQUEST,
-                e.to_string(),
-            );
-        }
+    let (envelope, kind) = match parse_message(&bytes) {
+        Ok(parsed) => parsed,
+        Err(rejected) => return rejected,
     };
     let method = envelope.method.as_deref().unwrap_or_default();
     if kind == MessageKind::Request && method == protocol::method::INITIALIZE {
@@ -182,34 +184,11 @@ pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
             "unknown or expired session; initialize a new one",
         );
     };
-    let ctx = RequestContext {
-        inflight: session.inflight.clone(),
-        subscriber: session.subscriber.clone(),
-        can_stream: accept.sse,
-    };
-    let span = session.span.clone();
-    match kind {
-        MessageKind::Notification => {
-            state.router.notification(&ctx, method, envelope.params);
-            StatusCode::ACCEPTED.into_response()
-        }
-        // Answers to server-to-client requests; the gateway sends none.
-        MessageKind::Response => StatusCode::ACCEPTED.into_response(),
-        MessageKind::Request => {
-            let Some(id) = envelope.id else {
-                return StatusCode::BAD_REQUEST.into_response();
-            };
-            let reply = state
-                .router
-                .request(&ctx, id, method, envelope.params)
-                .instrument(tracing::debug_span!(parent: &span, "request", method))
-                .await;
-            match reply {
-                Reply::Ready(frame) if accept.json => json_response(frame),
-                Reply::Ready(frame) => sse_response(ReceiverStream::new(single(frame))),
-                Reply::Streaming(frames) => sse_response(ReceiverStream::new(frames)),
-            }
-        }
+    match dispatch::handle(&state, &session, &envelope, kind, accept.sse).await {
+        Outcome::Accepted => StatusCode::ACCEPTED.into_response(),
+        Outcome::Reply(Reply::Ready(frame)) if accept.json => json_response(frame),
+        Outcome::Reply(Reply::Ready(frame)) => sse_response(ReceiverStream::new(single(frame))),
+        Outcome::Reply(Reply::Streaming(frames)) => sse_response(ReceiverStream::new(frames)),
     }
 }
 
@@ -229,31 +208,11 @@ fn sse_response(frames: ReceiverStream<String>) -> Response {
 
 fn initialize(state: &AppState, envelope: &Envelope<'_>) -> Response {
     let id = envelope.id.map_or("null", RawValue::get);
-    let requested = envelope
-        .params
-        .and_then(|p| {
-            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p.get()).ok()
-        })
-        .and_then(|p| {
-            p.get("protocolVersion")
-                .and_then(|v| v.as_str())
-                .map(str::to_owned)
-        });
-    let Some(requested) = requested else {
-        return rpc_error_response(
-            StatusCode::BAD_REQUEST,
-            Some(id),
-            code::INVALID_PARAMS,
-            "initialize needs params.protocolVersion",
-        );
+    let version = match dispatch::negotiate(envelope.params) {
+        Ok(v) => v,
+        Err(e) => return rpc_error_response(StatusCode::BAD_REQUEST, Some(id), e.code, e.message),
     };
-    // Version negotiation: the client's version if supported, else our latest.
-    let version = if protocol::is_supported_downstream(&requested) {
-        requested.as_str()
-    } else {
-        protocol::LATEST_VERSION
-    };
-    let session = match state.sessions.create(version) {
+    let session = match state.sessions.create(Some(version), None) {
         Ok(s) => s,
         Err(e) => {
             return rpc_error_response(

@@ -22,8 +22,12 @@ use crate::router::InflightCalls;
 /// One client session.
 pub struct Session {
     pub id: Arc<str>,
-    /// The protocol version agreed in `initialize`.
-    pub protocol_version: String,
+    /// The protocol version agreed in `initialize` (set once).
+    pub protocol_version: std::sync::OnceLock<String>,
+    /// For transports whose answers travel on the session's stream (legacy
+    /// SSE, stdio): the stream task holds the receiver. Bounded; a request
+    /// task waits for room, so only this session's requests slow down.
+    pub replies: Option<tokio::sync::mpsc::Sender<String>>,
     /// Calls this session has in flight upstream.
     pub inflight: Arc<InflightCalls>,
     /// The session's outbox and subscriptions in the notify hub.
@@ -42,6 +46,8 @@ pub struct Session {
 pub enum CloseReason {
     Deleted,
     Idle,
+    /// The transport that carried the session went away.
+    Disconnected,
     Shutdown,
 }
 
@@ -116,14 +122,21 @@ impl SessionTable {
     }
 
     /// Creates a session with a fresh unguessable id.
-    pub fn create(&self, protocol_version: &str) -> Result<Arc<Session>, TooManySessions> {
+    pub fn create(
+        &self,
+        protocol_version: Option<&str>,
+        replies: Option<tokio::sync::mpsc::Sender<String>>,
+    ) -> Result<Arc<Session>, TooManySessions> {
         if self.sessions.len() >= self.max_sessions {
             return Err(TooManySessions(self.max_sessions));
         }
         let id: Arc<str> = format!("{:032x}", rand::random::<u128>()).into();
         let session = Arc::new(Session {
             id: id.clone(),
-            protocol_version: protocol_version.to_owned(),
+            protocol_version: protocol_version
+                .map(str::to_owned)
+                .map_or_else(Default::default, Into::into),
+            replies,
             inflight: Arc::default(),
             subscriber: self.hub.register(),
             last_seen: AtomicU64::new(self.now_ms()),
@@ -133,7 +146,7 @@ impl SessionTable {
         });
         self.sessions.insert(id, session.clone());
         self.count.send_replace(self.sessions.len());
-        tracing::info!(parent: &session.span, version = protocol_version, "session created");
+        tracing::info!(parent: &session.span, version = ?protocol_version, "session created");
         Ok(session)
     }
 

@@ -1,0 +1,163 @@
+//! One client message within an existing session, whatever the transport:
+//! Streamable HTTP, legacy HTTP+SSE and stdio all come through here.
+//!
+//! Also the merge of a session's two outbound flows for transports that
+//! have a single stream: answers to its requests (which are never dropped)
+//! and notifications from its outbox (which coalesce as the outbox decides).
+
+use std::sync::Arc;
+
+use futures_util::Stream;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::AppState;
+use super::session::Session;
+use crate::notify::outbox::Event;
+use crate::protocol::{self, Envelope, MessageKind, RpcError, code};
+use crate::router::{Reply, RequestContext};
+
+/// What became of one message.
+pub enum Outcome {
+    /// A request's answer.
+    Reply(Reply),
+    /// A notification or a response: nothing to send back.
+    Accepted,
+}
+
+/// Handles one message of `session`. `initialize` here only negotiates the
+/// version (the session already exists); `can_stream` says whether the
+/// transport can carry progress before the answer.
+pub async fn handle(
+    state: &AppState,
+    session: &Session,
+    envelope: &Envelope<'_>,
+    kind: MessageKind,
+    can_stream: bool,
+) -> Outcome {
+    let method = envelope.method.as_deref().unwrap_or_default();
+    let ctx = RequestContext {
+        inflight: session.inflight.clone(),
+        subscriber: session.subscriber.clone(),
+        can_stream,
+    };
+    match (kind, envelope.id) {
+        (MessageKind::Notification, _) => {
+            state.router.notification(&ctx, method, envelope.params);
+            Outcome::Accepted
+        }
+        // Answers to server-to-client requests; the gateway sends none.
+        (MessageKind::Response, _) | (MessageKind::Request, None) => Outcome::Accepted,
+        (MessageKind::Request, Some(id)) if method == protocol::method::INITIALIZE => {
+            Outcome::Reply(Reply::Ready(initialize(
+                state,
+                session,
+                id,
+                envelope.params,
+            )))
+        }
+        (MessageKind::Request, Some(id)) => {
+            let span = tracing::debug_span!(parent: &session.span, "request", method);
+            let reply = tracing::Instrument::instrument(
+                state.router.request(&ctx, id, method, envelope.params),
+                span,
+            )
+            .await;
+            Outcome::Reply(reply)
+        }
+    }
+}
+
+/// The version to agree on: the client's if supported, else the latest.
+pub fn negotiate(params: Option<&RawValue>) -> Result<&'static str, RpcError> {
+    let requested = params
+        .and_then(|p| {
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p.get()).ok()
+        })
+        .and_then(|p| {
+            p.get("protocolVersion")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        })
+        .ok_or_else(|| {
+            RpcError::new(
+                code::INVALID_PARAMS,
+                "initialize needs params.protocolVersion",
+            )
+        })?;
+    Ok(protocol::DOWNSTREAM_VERSIONS
+        .iter()
+        .copied()
+        .find(|v| *v == requested)
+        .unwrap_or(protocol::LATEST_VERSION))
+}
+
+fn initialize(
+    state: &AppState,
+    session: &Session,
+    id: &RawValue,
+    params: Option<&RawValue>,
+) -> String {
+    match negotiate(params) {
+        Ok(version) => {
+            let _ = session.protocol_version.set(version.to_owned());
+            protocol::response_frame(id.get(), &state.router.initialize_result(version))
+        }
+        Err(e) => protocol::error_frame(Some(id.get()), &e),
+    }
+}
+
+/// Sends a reply's frames to the session's reply channel, in order.
+pub async fn send_reply(replies: &mpsc::Sender<String>, reply: Reply) {
+    match reply {
+        Reply::Ready(frame) => {
+            let _ = replies.send(frame).await;
+        }
+        Reply::Streaming(mut frames) => {
+            while let Some(frame) = frames.recv().await {
+                if replies.send(frame).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One thing to write to a single-stream transport.
+pub enum Outgoing {
+    /// An answer (or progress) for a request.
+    Reply(String),
+    /// A notification from the outbox, with its event id.
+    Event(Event),
+}
+
+/// Answers first, then notifications, until `stop` or the session ends.
+pub fn outgoing(
+    session: Arc<Session>,
+    replies: mpsc::Receiver<String>,
+    stop: CancellationToken,
+) -> impl Stream<Item = Outgoing> {
+    futures_util::stream::unfold(
+        (session, replies, stop),
+        |(session, mut replies, stop)| async move {
+            loop {
+                if let Ok(frame) = replies.try_recv() {
+                    return Some((Outgoing::Reply(frame), (session, replies, stop)));
+                }
+                if let Some(event) = session.subscriber.outbox.next_event() {
+                    return Some((Outgoing::Event(event), (session, replies, stop)));
+                }
+                tokio::select! {
+                    frame = replies.recv() => match frame {
+                        Some(frame) => return Some((Outgoing::Reply(frame), (session, replies, stop))),
+                        None => return None,
+                    },
+                    () = session.subscriber.outbox.wait() => {}
+                    () = stop.cancelled() => return None,
+                    () = session.closed.cancelled() => return None,
+                }
+            }
+        },
+    )
+}

@@ -1,0 +1,153 @@
+//! The 2024-11-05 HTTP+SSE transport, for hosts that speak only that:
+//! `GET /sse` opens a session and its stream, whose first event names the
+//! endpoint (`/message?sessionId=…`) for the client's POSTs. Every answer
+//! and notification travels on the stream; a POST only gets 202.
+//!
+//! The session lives as long as its stream: when the client disconnects,
+//! the session closes and releases its subscriptions.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt as _;
+use serde::Deserialize;
+use tokio::sync::mpsc;
+
+use super::AppState;
+use super::dispatch::{self, Outcome, Outgoing};
+use super::http::{parse_message, read_body, rpc_error_response};
+use super::session::{CloseReason, SessionTable};
+use crate::protocol::code;
+
+/// Answers queued for one SSE session before its request tasks wait.
+const REPLY_CAPACITY: usize = 256;
+
+/// Closes the session when its stream goes away.
+struct SessionOnStream {
+    table: Arc<SessionTable>,
+    id: Arc<str>,
+}
+
+impl Drop for SessionOnStream {
+    fn drop(&mut self) {
+        self.table.close(&self.id, CloseReason::Disconnected);
+    }
+}
+
+pub async fn open(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = state.check_origin(&headers) {
+        return denied;
+    }
+    let (replies_tx, replies_rx) = mpsc::channel(REPLY_CAPACITY);
+    let session = match state.sessions.create(None, Some(replies_tx)) {
+        Ok(s) => s,
+        Err(e) => {
+            return rpc_error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                code::INTERNAL_ERROR,
+                e.to_string(),
+            );
+        }
+    };
+    let endpoint = format!("/message?sessionId={}", session.id);
+    let keep = (
+        state.sessions.open_stream(&session),
+        SessionOnStream {
+            table: state.sessions.clone(),
+            id: session.id.clone(),
+        },
+    );
+    let stop = state.shutdown.child_token();
+    let first =
+        futures_util::stream::once(
+            async move { Event::default().event("endpoint").data(endpoint) },
+        );
+    let rest = dispatch::outgoing(session, replies_rx, stop).map(move |out| {
+        let _alive = &keep;
+        match out {
+            Outgoing::Reply(frame) => Event::default().event("message").data(frame),
+            Outgoing::Event((id, frame)) => Event::default()
+                .event("message")
+                .id(id.to_string())
+                .data(&*frame),
+        }
+    });
+    let events = first.chain(rest).map(Ok::<_, std::convert::Infallible>);
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(state.http.sse_keepalive))
+        .into_response()
+}
+
+#[derive(Deserialize)]
+pub struct SessionQuery {
+    #[serde(rename = "sessionId")]
+    session_id: Option<String>,
+}
+
+pub async fn message(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<SessionQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(denied) = state.check_origin(&headers) {
+        return denied;
+    }
+    let Some(session_id) = query.session_id else {
+        return rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::INVALID_REQUEST,
+            "missing sessionId query parameter",
+        );
+    };
+    let Some(session) = state.sessions.touch(&session_id) else {
+        return rpc_error_response(
+            StatusCode::NOT_FOUND,
+            None,
+            code::INVALID_REQUEST,
+            "unknown or closed session",
+        );
+    };
+    let Some(replies) = session.replies.clone() else {
+        return rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::INVALID_REQUEST,
+            "this session uses Streamable HTTP; POST to /mcp",
+        );
+    };
+    let bytes = match read_body(&state, &headers, body).await {
+        Ok(b) => b,
+        Err(rejected) => return rejected,
+    };
+    // The task owns the body; it reports whether the message parsed, then
+    // answers on the stream. The client waits for 202 only.
+    let (verdict_tx, verdict_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (envelope, kind) = match parse_message(&bytes) {
+            Ok(parsed) => {
+                let _ = verdict_tx.send(None);
+                parsed
+            }
+            Err(rejected) => {
+                let _ = verdict_tx.send(Some(rejected));
+                return;
+            }
+        };
+        if let Outcome::Reply(reply) =
+            dispatch::handle(&state, &session, &envelope, kind, true).await
+        {
+            dispatch::send_reply(&replies, reply).await;
+        }
+    });
+    if let Ok(Some(rejected)) = verdict_rx.await {
+        return rejected;
+    }
+    StatusCode::ACCEPTED.into_response()
+}

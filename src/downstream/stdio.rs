@@ -1,0 +1,144 @@
+//! The stdio transport: `mcpmux stdio` speaks MCP on its own stdin and
+//! stdout, so desktop hosts can launch the gateway as a command.
+//!
+//! One session for the life of the process, never idle-expired. The reader
+//! handles one line at a time in order (a request's answer is produced by
+//! its own task, so slow calls overlap); one writer task owns stdout and
+//! writes answers first, then notifications. Logs go to stderr only.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt as _;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::AppState;
+use super::dispatch::{self, Outcome, Outgoing};
+use super::session::CloseReason;
+use crate::protocol::{self, Envelope, RpcError, code};
+use crate::upstream::stdio::read_line_capped;
+
+/// Answers queued before request tasks wait for the writer.
+const REPLY_CAPACITY: usize = 256;
+
+/// Serves one MCP session over `input`/`output` until input ends or `stop`.
+pub async fn run<R, W>(
+    state: Arc<AppState>,
+    input: R,
+    mut output: W,
+    stop: CancellationToken,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (replies, replies_rx) = mpsc::channel(REPLY_CAPACITY);
+    let session = state
+        .sessions
+        .create(None, Some(replies.clone()))
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let _never_idle = state.sessions.open_stream(&session);
+    let writer_stop = stop.child_token();
+    let mut outgoing = Box::pin(dispatch::outgoing(
+        session.clone(),
+        replies_rx,
+        writer_stop.clone(),
+    ));
+    let writer = tokio::spawn(async move {
+        while let Some(out) = outgoing.next().await {
+            let line = match out {
+                Outgoing::Reply(frame) => frame,
+                Outgoing::Event((_, frame)) => frame.to_string(),
+            };
+            if output.write_all(line.as_bytes()).await.is_err()
+                || output.write_all(b"\n").await.is_err()
+            {
+                break;
+            }
+            let _ = output.flush().await;
+        }
+    });
+
+    let mut reader = BufReader::new(input);
+    let mut line = Vec::new();
+    let limit = state.http.max_body_bytes;
+    loop {
+        let read = tokio::select! {
+            read = read_line_capped(&mut reader, &mut line, limit) => read?,
+            () = stop.cancelled() => break,
+        };
+        match read {
+            None => break,
+            Some(true) => {
+                let error = RpcError::new(
+                    code::INVALID_REQUEST,
+                    format!("message exceeds the limit of {limit} bytes"),
+                );
+                let _ = replies.send(protocol::error_frame(None, &error)).await;
+            }
+            Some(false) if line.iter().all(u8::is_ascii_whitespace) => {}
+            Some(false) => handle_line(&state, &session, &replies, std::mem::take(&mut line)).await,
+        }
+    }
+    state.sessions.close(&session.id, CloseReason::Disconnected);
+    // Let answers already queued reach the host before the writer stops.
+    drop(replies);
+    writer_stop.cancel();
+    let _ = writer.await;
+    Ok(())
+}
+
+async fn handle_line(
+    state: &Arc<AppState>,
+    session: &Arc<super::session::Session>,
+    replies: &mpsc::Sender<String>,
+    line: Vec<u8>,
+) {
+    let text = match String::from_utf8(line) {
+        Ok(t) => t,
+        Err(_) => {
+            let error = RpcError::new(code::PARSE_ERROR, "message is not valid UTF-8");
+            let _ = replies.send(protocol::error_frame(None, &error)).await;
+            return;
+        }
+    };
+    let kind = {
+        let envelope = match Envelope::parse(&text) {
+            Ok(e) => e,
+            Err(e) => {
+                let error = RpcError::new(code::PARSE_ERROR, format!("parse error: {e}"));
+                let _ = replies.send(protocol::error_frame(None, &error)).await;
+                return;
+            }
+        };
+        match envelope.kind() {
+            Ok(kind) => kind,
+            Err(e) => {
+                let id = envelope.id.map(|i| i.get());
+                let error = RpcError::new(code::INVALID_REQUEST, e.to_string());
+                let _ = replies.send(protocol::error_frame(id, &error)).await;
+                return;
+            }
+        }
+    };
+    // Notifications are handled in line order; a request runs in its own
+    // task (which parses its own copy of the line), so the reader can take
+    // the next line, a cancellation say, while the call is in flight.
+    let (state, session, replies) = (state.clone(), session.clone(), replies.clone());
+    let task = async move {
+        let Ok(envelope) = Envelope::parse(&text) else {
+            return;
+        };
+        if let Outcome::Reply(reply) =
+            dispatch::handle(&state, &session, &envelope, kind, true).await
+        {
+            dispatch::send_reply(&replies, reply).await;
+        }
+    };
+    if kind == protocol::MessageKind::Request {
+        tokio::spawn(task);
+    } else {
+        task.await;
+    }
+}
