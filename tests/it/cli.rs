@@ -12,16 +12,21 @@ use crate::support::{McpClient, exe, process_exists, tempdir, within};
 /// A running `mcpmux serve` whose JSON log lines are read as they come.
 struct Served {
     child: Child,
-    logs: mpsc::UnboundedReceiver<Value>,
-    /// Every log line read so far, in order.
-    seen: Vec<Value>,
+    logs: mpsc::UnboundedReceiver<(String, Option<Value>)>,
+    /// Every log line read so far, in order, raw and parsed.
+    seen: Vec<(String, Option<Value>)>,
 }
 
 impl Served {
     fn start(args: &[&str]) -> Served {
+        Self::start_with_env(args, &[])
+    }
+
+    fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Served {
         let mut child = Command::new(exe())
             .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -33,9 +38,8 @@ impl Served {
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    let _ = tx.send(v);
-                }
+                let parsed = serde_json::from_str::<Value>(&line).ok();
+                let _ = tx.send((line, parsed));
             }
         });
         Served {
@@ -52,6 +56,7 @@ impl Served {
                 let found: Vec<Value> = self
                     .seen
                     .iter()
+                    .filter_map(|(_, parsed)| parsed.as_ref())
                     .filter(|l| l["fields"]["message"] == message)
                     .map(|l| l["fields"].clone())
                     .collect();
@@ -67,6 +72,21 @@ impl Served {
             }
         })
         .await
+    }
+
+    /// Waits for the process to exit and returns every line it logged.
+    async fn finish(mut self) -> (std::process::ExitStatus, String) {
+        let status = within("mcpmux to exit", self.child.wait()).await.unwrap();
+        while let Some(line) = within("the rest of the log", self.logs.recv()).await {
+            self.seen.push(line);
+        }
+        let text = self
+            .seen
+            .iter()
+            .map(|(raw, _)| raw.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        (status, text)
     }
 }
 
@@ -188,4 +208,38 @@ async fn serve_with_a_bad_config_exits_64() {
         stderr.contains(":1:9:") && stderr.contains("listen"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn header_secrets_reach_the_upstream_and_never_the_logs() {
+    let secret = format!("tok-{:x}", std::process::id() as u64 * 7919 + 12345);
+    let py = crate::support::peer::HttpPeer::python("streamable-http", 0).await;
+    let path = tempdir().join("remote.yaml");
+    let yaml = format!(
+        "upstreams:\n  py:\n    url: {:?}\n    headers:\n      Authorization: \"Bearer ${{MCPMUX_TEST_TOKEN}}\"\n",
+        py.url("/mcp")
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let mut served = Served::start_with_env(
+        &["--config", path.to_str().unwrap()],
+        &[("MCPMUX_TEST_TOKEN", &secret), ("RUST_LOG", "trace")],
+    );
+    let listening = served
+        .wait_for("mcpmux listening; MCP endpoint at /mcp", 1)
+        .await;
+    served.wait_for("upstream ready", 1).await;
+    let url = format!("http://{}/mcp", listening[0]["addr"].as_str().unwrap());
+    let client = McpClient::connect(&url).await;
+    let whoami = client.call_tool("py__whoami", serde_json::json!({})).await;
+    assert_eq!(
+        whoami["result"]["content"][0]["text"],
+        format!("Bearer {secret}"),
+        "{whoami}"
+    );
+
+    signal(&served.child, nix::sys::signal::Signal::SIGTERM);
+    let (status, log) = served.finish().await;
+    assert!(status.success(), "{status}");
+    assert!(log.lines().count() > 20, "trace logging was on");
+    assert!(!log.contains(&secret), "the secret leaked into the log");
 }

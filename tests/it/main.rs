@@ -6,4 +6,5 @@ mod cli;
 mod core;
 mod everything;
 mod live;
+mod remote;
 mod support;

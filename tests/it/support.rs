@@ -5,6 +5,7 @@
 pub mod client;
 pub mod gateway;
 pub mod interop;
+pub mod peer;
 
 pub use client::McpClient;
 pub use gateway::{TestGateway, example_upstream};

@@ -30,11 +30,17 @@ pub fn example_upstream(name: &str, args: &[&str]) -> String {
 impl TestGateway {
     /// Starts a gateway from config text and waits until every upstream is ready.
     pub async fn start(yaml: &str) -> TestGateway {
+        let gw = Self::start_unready(yaml).await;
+        within("upstreams to become ready", gw.gateway().ready()).await;
+        gw
+    }
+
+    /// Starts a gateway without waiting for its upstreams.
+    pub async fn start_unready(yaml: &str) -> TestGateway {
         let config = Config::parse(yaml, "test.yaml", &Lookup::from_process())
             .unwrap_or_else(|e| panic!("test config is invalid: {e}\n{yaml}"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway = Gateway::start(config, listener).unwrap();
-        within("upstreams to become ready", gateway.ready()).await;
         let url = format!("http://{}/mcp", gateway.addr());
         TestGateway {
             gateway: Some(gateway),
@@ -49,6 +55,13 @@ impl TestGateway {
             yaml.push_str(&example_upstream(name, args));
         }
         Self::start(&yaml).await
+    }
+
+    /// Waits until upstream `name` is ready.
+    pub async fn wait_ready(&self, name: &str) {
+        let mut state = self.gateway().upstream(name).unwrap().watch_state();
+        let ready = state.wait_for(|s| *s == mcpmux::upstream::UpstreamState::Ready);
+        within(name, ready).await.unwrap();
     }
 
     pub fn gateway(&self) -> &Gateway {

@@ -1,0 +1,83 @@
+//! Third-party MCP servers run over HTTP for a test: server-everything in
+//! its `streamableHttp` and `sse` modes, and the Python SDK server. Each
+//! binds port 0 and reports the port it got; the process is killed when
+//! the peer is dropped.
+
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::interop;
+use super::within;
+
+pub struct HttpPeer {
+    child: Child,
+    pub port: u16,
+}
+
+impl HttpPeer {
+    /// server-everything in `mode` ("streamableHttp" or "sse").
+    pub async fn everything(mode: &str) -> HttpPeer {
+        let mut child = Command::new(interop::node())
+            .arg("-r")
+            .arg(interop::dir().join("report-port.cjs"))
+            .arg(interop::everything_js())
+            .arg(mode)
+            .env("PORT", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let port = read_port(child.stderr.take().unwrap(), "LISTENING_PORT=").await;
+        HttpPeer { child, port }
+    }
+
+    /// The Python `mcp` SDK server (`tests/interop/py_http_server.py`) in
+    /// `transport` ("streamable-http" or "sse") on `port` (0 for any).
+    pub async fn python(transport: &str, port: u16) -> HttpPeer {
+        let mut child = Command::new(interop::python())
+            .arg(interop::dir().join("py_http_server.py"))
+            .args(["--transport", transport, "--port", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let port = read_port(child.stdout.take().unwrap(), "LISTENING ").await;
+        HttpPeer { child, port }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Kills the server at once (SIGKILL) and reaps it.
+    pub async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+}
+
+/// Reads lines until one starts with `prefix` followed by the port, then
+/// keeps draining the pipe so the peer never blocks on it.
+async fn read_port(pipe: impl tokio::io::AsyncRead + Unpin + Send + 'static, prefix: &str) -> u16 {
+    let mut lines = BufReader::new(pipe).lines();
+    let port = within("the peer to report its port", async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("peer exited before listening");
+            if let Some(port) = line.strip_prefix(prefix) {
+                return port.trim().parse::<u16>().unwrap();
+            }
+        }
+    })
+    .await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    port
+}
