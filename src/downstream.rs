@@ -7,6 +7,8 @@
 pub mod dispatch;
 pub mod http;
 pub mod legacy_sse;
+pub mod listen;
+pub mod modern;
 pub mod session;
 pub mod stdio;
 pub mod stream;

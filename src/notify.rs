@@ -80,6 +80,33 @@ pub struct Subscriber {
     pub outbox: Outbox,
     /// The client's `logging/setLevel`; 0 until it sets one (no log messages).
     log_level: AtomicU8,
+    /// The list kinds it wants `list_changed` for.
+    wants: ListFilter,
+}
+
+/// Which `list_changed` notifications a subscriber asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListFilter {
+    pub tools: bool,
+    pub prompts: bool,
+    pub resources: bool,
+}
+
+impl ListFilter {
+    /// Every kind: what a legacy session receives.
+    pub const ALL: ListFilter = ListFilter {
+        tools: true,
+        prompts: true,
+        resources: true,
+    };
+
+    pub fn wants(&self, kind: ListKind) -> bool {
+        match kind {
+            ListKind::Tools => self.tools,
+            ListKind::Prompts => self.prompts,
+            ListKind::Resources | ListKind::Templates => self.resources,
+        }
+    }
 }
 
 impl Subscriber {
@@ -117,12 +144,23 @@ impl NotifyHub {
         self.subscribers.len()
     }
 
-    /// A new subscriber with an empty outbox.
+    /// A new subscriber with an empty outbox that wants every list kind.
     pub fn register(&self) -> Arc<Subscriber> {
+        self.insert(Outbox::default(), ListFilter::ALL)
+    }
+
+    /// A new modern listen stream: only the kinds in `wants`, every
+    /// notification tagged with `_meta` `tag`.
+    pub fn register_listener(&self, wants: ListFilter, tag: String) -> Arc<Subscriber> {
+        self.insert(Outbox::tagged(tag), wants)
+    }
+
+    fn insert(&self, outbox: Outbox, wants: ListFilter) -> Arc<Subscriber> {
         let subscriber = Arc::new(Subscriber {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            outbox: Outbox::default(),
+            outbox,
             log_level: AtomicU8::new(0),
+            wants,
         });
         self.subscribers.insert(subscriber.id, subscriber.clone());
         subscriber
@@ -164,7 +202,7 @@ impl NotifyHub {
             return;
         }
         for subscriber in &self.subscribers {
-            for kind in kinds {
+            for kind in kinds.iter().filter(|k| subscriber.wants.wants(**k)) {
                 subscriber.outbox.mark_list_changed(*kind);
             }
         }

@@ -22,6 +22,22 @@ pub const UPSTREAM_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26
 /// one it does not support.
 pub const LATEST_VERSION: &str = "2025-11-25";
 
+/// The stateless (modern) protocol revision the gateway serves.
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+/// Every version the gateway serves downstream, newest first.
+pub const ALL_VERSIONS: &[&str] = &["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// `_meta` keys of the modern era.
+pub mod meta {
+    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+    pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+}
+
 /// Standard JSON-RPC and MCP error codes the gateway produces itself.
 pub mod code {
     pub const PARSE_ERROR: i64 = -32700;
@@ -31,6 +47,12 @@ pub mod code {
     pub const INTERNAL_ERROR: i64 = -32603;
     /// MCP: the requested resource does not exist (2025 era).
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    /// MCP 2026-07-28: an HTTP header does not match the body.
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// MCP 2026-07-28: the request needs a capability the client did not declare.
+    pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+    /// MCP 2026-07-28: the requested protocol version is not supported.
+    pub const UNSUPPORTED_VERSION: i64 = -32022;
     /// The request was cancelled by the client before an answer arrived.
     pub const REQUEST_CANCELLED: i64 = -32800;
     /// mcpmux: the upstream that owns the item is not connected.
@@ -39,6 +61,15 @@ pub mod code {
     pub const UPSTREAM_TIMEOUT: i64 = -32051;
     /// mcpmux: the upstream answered with something that is not valid MCP.
     pub const UPSTREAM_PROTOCOL: i64 = -32052;
+}
+
+/// The two wire eras of MCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// `initialize`, sessions, server-to-client requests (2024-11-05 to 2025-11-25).
+    Legacy,
+    /// Stateless, per-request `_meta` (2026-07-28).
+    Modern,
 }
 
 /// Whether `version` is one the gateway serves to downstream clients.
@@ -231,6 +262,8 @@ pub mod method {
     pub const SUBSCRIBE: &str = "resources/subscribe";
     pub const UNSUBSCRIBE: &str = "resources/unsubscribe";
     pub const SET_LEVEL: &str = "logging/setLevel";
+    pub const DISCOVER: &str = "server/discover";
+    pub const LISTEN: &str = "subscriptions/listen";
 }
 
 #[cfg(test)]

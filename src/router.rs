@@ -22,7 +22,8 @@ pub use forward::InflightCall;
 
 use crate::catalog::{CatalogStore, CursorError, ListKind, naming};
 use crate::notify::{LogLevel, NotifyHub, Subscriber};
-use crate::protocol::{self, RpcError, code, method};
+use crate::protocol::{self, Era, RpcError, code, method};
+use crate::subscriptions::SubscriberId;
 use crate::upstream::{UpstreamError, UpstreamSet};
 use rewrite::{Params, json_string};
 
@@ -39,10 +40,15 @@ pub enum Reply {
 pub struct RequestContext {
     /// The session's calls in flight, by the client's request id.
     pub inflight: Arc<InflightCalls>,
-    /// Where the session's notifications and subscriptions are kept.
-    pub subscriber: Arc<Subscriber>,
+    /// Where the session's notifications and subscriptions are kept; none
+    /// for a stateless (modern) request.
+    pub subscriber: Option<Arc<Subscriber>>,
     /// Whether the reply may stream (the client accepts `text/event-stream`).
     pub can_stream: bool,
+    /// The client's protocol era. Modern requests get `resultType` and
+    /// caching hints on results, and closing their response stream cancels
+    /// the upstream request.
+    pub era: Era,
 }
 
 /// A session's forwarded calls that have not finished, keyed by the raw
@@ -110,8 +116,10 @@ pub enum RouteError {
 }
 
 impl RouteError {
-    /// The one mapping from gateway errors to JSON-RPC errors.
-    pub fn to_rpc(&self) -> (Fault, RpcError) {
+    /// The one mapping from gateway errors to JSON-RPC errors. The era
+    /// matters once: a missing resource is -32002 before 2026-07-28 and
+    /// -32602 from it on.
+    pub fn to_rpc(&self, era: Era) -> (Fault, RpcError) {
         let message = self.to_string();
         match self {
             Self::MethodNotFound(_) => (
@@ -126,10 +134,16 @@ impl RouteError {
                 Fault::Downstream,
                 RpcError::new(code::INVALID_PARAMS, message).with_data(json!({ "name": name })),
             ),
-            Self::ResourceNotFound(uri) => (
-                Fault::Downstream,
-                RpcError::new(code::RESOURCE_NOT_FOUND, message).with_data(json!({ "uri": uri })),
-            ),
+            Self::ResourceNotFound(uri) => {
+                let code = match era {
+                    Era::Legacy => code::RESOURCE_NOT_FOUND,
+                    Era::Modern => code::INVALID_PARAMS,
+                };
+                (
+                    Fault::Downstream,
+                    RpcError::new(code, message).with_data(json!({ "uri": uri })),
+                )
+            }
             Self::NotSupported { upstream, .. } => (
                 Fault::Downstream,
                 RpcError::new(code::METHOD_NOT_FOUND, message)
@@ -158,13 +172,45 @@ impl RouteError {
     }
 
     /// The error response frame for request `id`. An upstream's own
-    /// JSON-RPC error is passed through unchanged.
-    pub fn to_frame(&self, id: &str) -> String {
+    /// JSON-RPC error is passed through unchanged, except that a modern
+    /// client gets -32602 where a legacy upstream said -32002.
+    pub fn to_frame(&self, id: &str, era: Era) -> String {
         if let Self::Upstream(UpstreamError::Rpc { error, .. }) = self {
+            if era == Era::Modern
+                && let Ok(mut object) =
+                    serde_json::from_str::<serde_json::Map<String, Value>>(error.get())
+                && object.get("code").and_then(Value::as_i64) == Some(code::RESOURCE_NOT_FOUND)
+            {
+                object.insert("code".into(), Value::from(code::INVALID_PARAMS));
+                return protocol::error_frame_raw(id, &Value::Object(object).to_string());
+            }
             return protocol::error_frame_raw(id, error.get());
         }
-        protocol::error_frame(Some(id), &self.to_rpc().1)
+        protocol::error_frame(Some(id), &self.to_rpc(era).1)
     }
+}
+
+/// What the gateway offers clients of either era.
+pub fn capabilities() -> Value {
+    json!({
+        "tools": { "listChanged": true },
+        "prompts": { "listChanged": true },
+        "resources": { "subscribe": true, "listChanged": true },
+        "completions": {},
+        "logging": {},
+    })
+}
+
+/// How long a modern client may cache a merged list page. The gateway
+/// announces every change with `list_changed`, so the TTL only bounds how
+/// stale a client without a listen stream can be.
+pub const LIST_TTL_MS: u64 = 60_000;
+
+/// The caller's subscriber, which only session-based requests have.
+fn subscriber(ctx: &RequestContext) -> Result<&Arc<Subscriber>, RouteError> {
+    ctx.subscriber
+        .as_ref()
+        .ok_or_else(|| RouteError::MethodNotFound("this method needs a session (2025 era)".into()))
 }
 
 /// Answers requests from the merged catalog and the upstream set.
@@ -206,13 +252,7 @@ impl Router {
     pub fn initialize_result(&self, version: &str) -> String {
         let mut result = json!({
             "protocolVersion": version,
-            "capabilities": {
-                "tools": { "listChanged": true },
-                "prompts": { "listChanged": true },
-                "resources": { "subscribe": true, "listChanged": true },
-                "completions": {},
-                "logging": {},
-            },
+            "capabilities": capabilities(),
             "serverInfo": { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
         });
         if let Some(text) = self.catalog.load().instructions() {
@@ -253,14 +293,18 @@ impl Router {
                 .unwrap_or(method::COMPLETE);
                 return match self.prepare_call(method, params) {
                     Ok(call) => forward::run(call, ctx, id).await,
-                    Err(e) => Reply::Ready(e.to_frame(id.get())),
+                    Err(e) => Reply::Ready(e.to_frame(id.get(), ctx.era)),
                 };
             }
             other => Err(RouteError::MethodNotFound(other.to_owned())),
         };
         Reply::Ready(match outcome {
+            Ok(result) if ctx.era == Era::Modern => protocol::response_frame(
+                id.get(),
+                &rewrite::cacheable(&result, LIST_TTL_MS, "public"),
+            ),
             Ok(result) => protocol::response_frame(id.get(), &result),
-            Err(e) => e.to_frame(id.get()),
+            Err(e) => e.to_frame(id.get(), ctx.era),
         })
     }
 
@@ -292,9 +336,20 @@ impl Router {
     ) -> Result<String, RouteError> {
         let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
+        self.subscribe_uri(subscriber(ctx)?.id, &uri).await?;
+        Ok("{}".to_owned())
+    }
+
+    /// Adds `subscriber` to the watchers of a namespaced URI, shared by
+    /// legacy sessions and modern listen streams alike.
+    pub async fn subscribe_uri(
+        &self,
+        subscriber: SubscriberId,
+        uri: &str,
+    ) -> Result<(), RouteError> {
         let (upstream, original) = self
-            .split_uri(&uri)
-            .ok_or_else(|| RouteError::ResourceNotFound(uri.clone()))?;
+            .split_uri(uri)
+            .ok_or_else(|| RouteError::ResourceNotFound(uri.to_owned()))?;
         let handle = self.upstream(&upstream)?;
         if handle.hello().is_some_and(|h| !h.can_subscribe()) {
             return Err(RouteError::NotSupported {
@@ -304,7 +359,7 @@ impl Router {
         }
         let table = self.hub.subscriptions();
         if table
-            .subscribe(ctx.subscriber.id, &uri, handle.name(), original)
+            .subscribe(subscriber, uri, handle.name(), original)
             .is_some()
             && let Ok(conn) = handle.connection()
         {
@@ -313,11 +368,11 @@ impl Router {
                 .request(method::SUBSCRIBE, Some(&upstream_params), handle.timeout())
                 .await
             {
-                table.unsubscribe(ctx.subscriber.id, &uri);
+                table.unsubscribe(subscriber, uri);
                 return Err(e.into());
             }
         }
-        Ok("{}".to_owned())
+        Ok(())
     }
 
     /// `resources/unsubscribe`: the last subscriber leaving unsubscribes upstream.
@@ -331,7 +386,7 @@ impl Router {
         if let Some(change) = self
             .hub
             .subscriptions()
-            .unsubscribe(ctx.subscriber.id, &uri)
+            .unsubscribe(subscriber(ctx)?.id, &uri)
         {
             self.hub.unsubscribe_upstream(&change);
         }
@@ -348,7 +403,7 @@ impl Router {
         let level = params.string("level").map_err(RouteError::InvalidParams)?;
         let level = LogLevel::parse(&level)
             .ok_or_else(|| RouteError::InvalidParams(format!("unknown log level {level:?}")))?;
-        self.hub.set_log_level(&ctx.subscriber, level);
+        self.hub.set_log_level(subscriber(ctx)?, level);
         Ok("{}".to_owned())
     }
 

@@ -39,8 +39,9 @@ pub async fn handle(
     let method = envelope.method.as_deref().unwrap_or_default();
     let ctx = RequestContext {
         inflight: session.inflight.clone(),
-        subscriber: session.subscriber.clone(),
+        subscriber: Some(session.subscriber.clone()),
         can_stream,
+        era: protocol::Era::Legacy,
     };
     match (kind, envelope.id) {
         (MessageKind::Notification, _) => {

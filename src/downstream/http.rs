@@ -149,6 +149,9 @@ pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
         Ok(parsed) => parsed,
         Err(rejected) => return rejected,
     };
+    if super::modern::is_modern(&headers, &envelope) {
+        return super::modern::handle(&state, &headers, &envelope, kind, accept.sse).await;
+    }
     let method = envelope.method.as_deref().unwrap_or_default();
     if kind == MessageKind::Request && method == protocol::method::INITIALIZE {
         return initialize(&state, &envelope);
@@ -198,7 +201,7 @@ fn single(frame: String) -> tokio::sync::mpsc::Receiver<String> {
     rx
 }
 
-fn sse_response(frames: ReceiverStream<String>) -> Response {
+pub fn sse_response(frames: ReceiverStream<String>) -> Response {
     let events =
         frames.map(|frame| Ok::<_, std::convert::Infallible>(Event::default().data(frame)));
     Sse::new(events)

@@ -68,9 +68,20 @@ pub struct Outbox {
     state: Mutex<State>,
     /// Wakes the attached stream; a permit is kept if it is not waiting.
     wake: Notify,
+    /// `_meta` JSON added to every notification this outbox builds (a
+    /// modern listen stream's `subscriptionId`).
+    tag: Option<String>,
 }
 
 impl Outbox {
+    /// An outbox whose notifications carry `_meta` `tag` (JSON text).
+    pub fn tagged(tag: String) -> Self {
+        Self {
+            tag: Some(tag),
+            ..Self::default()
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -110,9 +121,17 @@ impl Outbox {
         let frame: Arc<str> = if let Some(slot) = state.list_changed.iter().position(|p| *p) {
             state.list_changed[slot] = false;
             let method = NOTIFIED_KINDS[slot].list_changed_method();
-            crate::protocol::notification_frame(method, None).into()
+            let params = self.tag.as_ref().map(|tag| format!("{{\"_meta\":{tag}}}"));
+            crate::protocol::notification_frame(method, params.as_deref()).into()
         } else if let Some(uri) = state.updated.shift_remove_index(0) {
-            let params = serde_json::json!({ "uri": &*uri }).to_string();
+            let mut params = String::with_capacity(uri.len() + 64);
+            params.push_str("{\"uri\":");
+            crate::protocol::push_json_string(&mut params, &uri);
+            if let Some(tag) = &self.tag {
+                params.push_str(",\"_meta\":");
+                params.push_str(tag);
+            }
+            params.push('}');
             crate::protocol::notification_frame("notifications/resources/updated", Some(&params))
                 .into()
         } else {
@@ -127,8 +146,8 @@ impl Outbox {
         Some(event)
     }
 
-    /// Events after `last_id` still in the ring. `Err` means some were
-    /// already evicted; the caller should resync.
+    /// Events after `last_id` still in the ring, or [`Evicted`] when some
+    /// were already dropped from it (the caller should resync).
     pub fn replay_after(&self, last_id: u64) -> Result<Vec<Event>, Evicted> {
         let state = self.lock();
         let oldest = state

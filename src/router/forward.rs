@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::rewrite::{self, Params};
 use super::{Reply, RequestContext, RouteError};
-use crate::protocol::{self, RpcError, code};
+use crate::protocol::{self, Era, RpcError, code};
 use crate::upstream::{Answer, Connection, ProgressRoute, UpstreamError, UpstreamHandle};
 
 /// Frames buffered for a streaming reply. Progress beyond this is dropped
@@ -51,6 +51,9 @@ struct CallGuard {
     client_id: Box<str>,
     /// The attempt in flight; replaced when a call is retried.
     current: std::sync::Mutex<(Arc<Connection>, u64)>,
+    /// Modern clients cancel by closing the response stream: a call dropped
+    /// before its answer is cancelled upstream, not just forgotten.
+    cancel_on_drop: bool,
 }
 
 impl CallGuard {
@@ -74,7 +77,12 @@ impl Drop for CallGuard {
         self.inflight.calls.remove_if(&self.client_id, |_, call| {
             call.upstream_id == *id && std::ptr::eq(call.conn.as_ptr(), Arc::as_ptr(conn))
         });
-        conn.forget(*id);
+        // `cancel` only tells the upstream when the call is still pending.
+        if self.cancel_on_drop {
+            conn.cancel(*id, "the client closed the response stream");
+        } else {
+            conn.forget(*id);
+        }
     }
 }
 
@@ -83,7 +91,7 @@ impl Drop for CallGuard {
 pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> Reply {
     let conn = match call.handle.connection() {
         Ok(conn) => conn,
-        Err(e) => return Reply::Ready(RouteError::from(e).to_frame(id.get())),
+        Err(e) => return Reply::Ready(RouteError::from(e).to_frame(id.get(), ctx.era)),
     };
     let upstream_id = conn.next_id();
     let client_token = call.params.progress_token().cloned();
@@ -115,6 +123,7 @@ pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> 
         inflight: ctx.inflight.clone(),
         client_id,
         current: std::sync::Mutex::new((conn.clone(), upstream_id)),
+        cancel_on_drop: ctx.era == Era::Modern,
     };
 
     let mut exchange = Exchange {
@@ -126,6 +135,7 @@ pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> 
         started: Instant::now(),
         last_progress: Arc::new(AtomicU64::new(0)),
         progress: None,
+        era: ctx.era,
     };
     exchange.timeout = exchange.handle.timeout();
     if !streaming {
@@ -168,6 +178,7 @@ struct Exchange {
     last_progress: Arc<AtomicU64>,
     /// The client's progress token and its stream, when progress streams.
     progress: Option<(Box<RawValue>, mpsc::Sender<String>)>,
+    era: Era,
 }
 
 impl Exchange {
@@ -201,9 +212,15 @@ impl Exchange {
             Ok(result) => {
                 let upstream = self.handle.name();
                 let body = rewrite::namespace_result(self.method, upstream, &result);
-                protocol::response_frame(&self.client_id, &body)
+                match self.era {
+                    Era::Legacy => protocol::response_frame(&self.client_id, &body),
+                    Era::Modern => protocol::response_frame(
+                        &self.client_id,
+                        &rewrite::modern_result(self.method, &body),
+                    ),
+                }
             }
-            Err(e) => e.to_frame(&self.client_id),
+            Err(e) => e.to_frame(&self.client_id, self.era),
         }
     }
 
@@ -255,8 +272,17 @@ impl Exchange {
         mut rx: oneshot::Receiver<Answer>,
     ) -> Result<Box<RawValue>, RouteError> {
         let mut deadline = self.started + self.timeout;
+        // A modern client that closes its response stream cancels the call.
+        let client_gone = async {
+            match (&self.progress, self.era) {
+                (Some((_, sink)), Era::Modern) => sink.closed().await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::pin!(client_gone);
         loop {
             tokio::select! {
+                () = &mut client_gone => return Err(RouteError::Cancelled),
                 answer = &mut rx => return match answer {
                     Ok(answer) => answer.map_err(RouteError::Upstream),
                     // The pending entry was removed without an answer: cancelled.

@@ -167,6 +167,41 @@ pub fn namespace_result<'r>(method: &str, upstream: &str, result: &'r RawValue) 
     Cow::Owned(value.to_string())
 }
 
+/// A result as a modern (2026-07-28) client expects it: with `resultType`
+/// (legacy upstreams send none), and for `resources/read` with caching
+/// hints. Without hints from the upstream a read is `private` and
+/// immediately stale: the gateway cannot know who may share it.
+pub fn modern_result(method: &str, body: &str) -> String {
+    let Ok(mut members) = serde_json::from_str::<IndexMap<String, Box<RawValue>>>(body) else {
+        return body.to_owned();
+    };
+    let raw = |s: &str| RawValue::from_string(s.to_owned()).expect("valid JSON literal");
+    if !members.contains_key("resultType") {
+        members.shift_insert(0, "resultType".into(), raw("\"complete\""));
+    }
+    if method == "resources/read" {
+        members.entry("ttlMs".into()).or_insert_with(|| raw("0"));
+        members
+            .entry("cacheScope".into())
+            .or_insert_with(|| raw("\"private\""));
+    }
+    serde_json::to_string(&members).unwrap_or_else(|_| body.to_owned())
+}
+
+/// A gateway-built result object with `resultType` and caching hints
+/// spliced in front of its members.
+pub fn cacheable(result: &str, ttl_ms: u64, scope: &str) -> String {
+    let rest = result.strip_prefix('{').unwrap_or(result);
+    let separator = if rest.trim_start().starts_with('}') {
+        ""
+    } else {
+        ","
+    };
+    format!(
+        "{{\"resultType\":\"complete\",\"ttlMs\":{ttl_ms},\"cacheScope\":\"{scope}\"{separator}{rest}"
+    )
+}
+
 /// Namespaces `resource_link` and embedded `resource` blocks, given one
 /// content block or an array of them.
 fn namespace_blocks(content: Option<&mut Value>, upstream: &str) {
@@ -220,6 +255,44 @@ mod tests {
         let stripped: Value =
             serde_json::from_str(&params.build("name", "\"echo\"", None)).unwrap();
         assert!(stripped["_meta"].get("progressToken").is_none());
+    }
+
+    #[test]
+    fn modern_results_get_result_type_and_read_hints() {
+        let out: Value =
+            serde_json::from_str(&modern_result("tools/call", r#"{"content":[]}"#)).unwrap();
+        assert_eq!(out["resultType"], "complete");
+        let kept: Value = serde_json::from_str(&modern_result(
+            "tools/call",
+            r#"{"resultType":"input_required","requestState":"s"}"#,
+        ))
+        .unwrap();
+        assert_eq!(kept["resultType"], "input_required");
+        assert_eq!(kept["requestState"], "s");
+        let read: Value = serde_json::from_str(&modern_result(
+            "resources/read",
+            r#"{"contents":[],"ttlMs":5}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            (read["ttlMs"].as_u64(), read["cacheScope"].as_str()),
+            (Some(5), Some("private"))
+        );
+    }
+
+    #[test]
+    fn cacheable_results_stay_valid_json() {
+        let list: Value =
+            serde_json::from_str(&cacheable(r#"{"tools":[]}"#, 60, "public")).unwrap();
+        assert_eq!(
+            (
+                list["ttlMs"].as_u64(),
+                list["tools"].as_array().map(Vec::len)
+            ),
+            (Some(60), Some(0))
+        );
+        let empty: Value = serde_json::from_str(&cacheable("{}", 0, "private")).unwrap();
+        assert_eq!(empty["cacheScope"], "private");
     }
 
     #[test]

@@ -1,0 +1,293 @@
+//! The 2026-07-28 (stateless) era on the downstream side.
+//!
+//! Era is chosen per request: a request whose `MCP-Protocol-Version` header
+//! is not a legacy version, or whose `_meta` carries a protocol version, or
+//! that asks for `server/discover` or `subscriptions/listen`, is served
+//! here without a session. Every such request is validated as the spec
+//! demands before anything else happens: `_meta` fields (-32602), the
+//! mirrored headers `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
+//! (-32020, with Base64 sentinel decoding), and the version itself
+//! (-32022 with the supported list). Methods the modern era removed
+//! (`initialize`, `ping`, `logging/setLevel`, `resources/(un)subscribe`)
+//! and unknown ones get 404 with -32601.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+use super::AppState;
+use super::http::{self, SESSION_HEADER, VERSION_HEADER};
+use crate::notify::LogLevel;
+use crate::protocol::{self, Envelope, Era, MessageKind, RpcError, code, meta, method};
+use crate::router::{Reply, RequestContext};
+
+/// Methods a modern client may call on the gateway.
+const METHODS: &[&str] = &[
+    method::DISCOVER,
+    method::LISTEN,
+    method::TOOLS_LIST,
+    method::PROMPTS_LIST,
+    method::RESOURCES_LIST,
+    method::TEMPLATES_LIST,
+    method::TOOLS_CALL,
+    method::PROMPTS_GET,
+    method::RESOURCES_READ,
+    method::COMPLETE,
+];
+
+/// Whether a message belongs to the modern era.
+pub fn is_modern(headers: &HeaderMap, envelope: &Envelope<'_>) -> bool {
+    if let Some(version) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())
+        && !protocol::is_supported_downstream(version)
+    {
+        return true;
+    }
+    let method = envelope.method.as_deref().unwrap_or_default();
+    if method == method::DISCOVER || method == method::LISTEN {
+        return true;
+    }
+    // A legacy session never sends the modern `_meta` version.
+    headers.get(SESSION_HEADER).is_none()
+        && envelope
+            .params
+            .is_some_and(|p| p.get().contains(meta::PROTOCOL_VERSION))
+}
+
+/// What a valid modern request carries besides its method.
+pub struct Validated {
+    pub log_level: Option<LogLevel>,
+}
+
+/// An error for request `id` with an HTTP status.
+fn reject(status: StatusCode, id: Option<&RawValue>, error: RpcError) -> Response {
+    let body = protocol::error_frame(Some(id.map_or("null", RawValue::get)), &error);
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+fn mismatch(id: Option<&RawValue>, message: String) -> Response {
+    reject(
+        StatusCode::BAD_REQUEST,
+        id,
+        RpcError::new(code::HEADER_MISMATCH, format!("Header mismatch: {message}")),
+    )
+}
+
+/// Decodes a header value that may use the `=?base64?…?=` sentinel.
+fn decode_header(value: &str) -> Option<String> {
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(value.to_owned()),
+    }
+}
+
+/// Checks `_meta` and the mirrored headers of a modern request.
+#[allow(clippy::result_large_err)]
+pub fn validate(headers: &HeaderMap, envelope: &Envelope<'_>) -> Result<Validated, Response> {
+    let id = envelope.id;
+    let invalid = |message: &str| {
+        reject(
+            StatusCode::BAD_REQUEST,
+            id,
+            RpcError::new(code::INVALID_PARAMS, message),
+        )
+    };
+    let params: Map<String, Value> = match envelope.params {
+        None => Map::new(),
+        Some(raw) => {
+            serde_json::from_str(raw.get()).map_err(|_| invalid("params must be an object"))?
+        }
+    };
+    let Some(Value::Object(meta)) = params.get("_meta") else {
+        return Err(invalid(
+            "missing params._meta (every 2026-07-28 request carries it)",
+        ));
+    };
+    let Some(version) = meta.get(meta::PROTOCOL_VERSION).and_then(Value::as_str) else {
+        return Err(invalid(
+            "missing _meta[\"io.modelcontextprotocol/protocolVersion\"]",
+        ));
+    };
+    let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    match header(VERSION_HEADER) {
+        None => {
+            return Err(mismatch(
+                id,
+                "the MCP-Protocol-Version header is missing".into(),
+            ));
+        }
+        Some(h) if h != version => {
+            return Err(mismatch(
+                id,
+                format!(
+                    "MCP-Protocol-Version header {h:?} does not match body version {version:?}"
+                ),
+            ));
+        }
+        Some(_) => {}
+    }
+    if version != protocol::MODERN_VERSION {
+        let error = RpcError::new(code::UNSUPPORTED_VERSION, "Unsupported protocol version")
+            .with_data(json!({ "supported": protocol::ALL_VERSIONS, "requested": version }));
+        return Err(reject(StatusCode::BAD_REQUEST, id, error));
+    }
+    if !meta
+        .get(meta::CLIENT_CAPABILITIES)
+        .is_some_and(Value::is_object)
+    {
+        return Err(invalid(
+            "missing _meta[\"io.modelcontextprotocol/clientCapabilities\"]",
+        ));
+    }
+    let method = envelope.method.as_deref().unwrap_or_default();
+    match header("mcp-method") {
+        None => return Err(mismatch(id, "the Mcp-Method header is missing".into())),
+        Some(h) if h != method => {
+            return Err(mismatch(
+                id,
+                format!("Mcp-Method header {h:?} does not match body method {method:?}"),
+            ));
+        }
+        Some(_) => {}
+    }
+    let name_member = match method {
+        method::TOOLS_CALL | method::PROMPTS_GET => Some("name"),
+        method::RESOURCES_READ => Some("uri"),
+        _ => None,
+    };
+    if let Some(member) = name_member {
+        let body_value = params
+            .get(member)
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match header("mcp-name").map(decode_header) {
+            None => return Err(mismatch(id, "the Mcp-Name header is missing".into())),
+            Some(None) => {
+                return Err(mismatch(
+                    id,
+                    "the Mcp-Name header is not valid Base64 UTF-8".into(),
+                ));
+            }
+            Some(Some(h)) if h != body_value => {
+                return Err(mismatch(
+                    id,
+                    format!("Mcp-Name header value {h:?} does not match body value {body_value:?}"),
+                ));
+            }
+            Some(Some(_)) => {}
+        }
+    }
+    let log_level = match meta.get(meta::LOG_LEVEL) {
+        None => None,
+        Some(level) => Some(level.as_str().and_then(LogLevel::parse).ok_or_else(|| {
+            invalid("_meta[\"io.modelcontextprotocol/logLevel\"] is not a log level")
+        })?),
+    };
+    Ok(Validated { log_level })
+}
+
+/// Serves one modern message.
+pub async fn handle(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    envelope: &Envelope<'_>,
+    kind: MessageKind,
+    can_stream: bool,
+) -> Response {
+    // The modern HTTP transport has no client notifications; accept and ignore.
+    if kind != MessageKind::Request {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    let Some(id) = envelope.id else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let method = envelope.method.as_deref().unwrap_or_default();
+    if let Err(rejected) = validate(headers, envelope) {
+        return rejected;
+    }
+    if !METHODS.contains(&method) {
+        let error = RpcError::new(
+            code::METHOD_NOT_FOUND,
+            format!("method not found: {method} (not part of 2026-07-28)"),
+        );
+        return reject(StatusCode::NOT_FOUND, Some(id), error);
+    }
+    match method {
+        method::DISCOVER => json(protocol::response_frame(id.get(), &discover(state))),
+        method::LISTEN => super::listen::open(state, id, envelope.params).await,
+        _ => {
+            let ctx = RequestContext {
+                inflight: Arc::default(),
+                subscriber: None,
+                can_stream,
+                era: Era::Modern,
+            };
+            match state
+                .router
+                .request(&ctx, id, method, envelope.params)
+                .await
+            {
+                Reply::Ready(frame) => json(frame),
+                Reply::Streaming(frames) => {
+                    http::sse_response(tokio_stream::wrappers::ReceiverStream::new(frames))
+                }
+            }
+        }
+    }
+}
+
+fn json(frame: String) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        frame,
+    )
+        .into_response()
+}
+
+/// The `server/discover` result: the merged view's capabilities and every
+/// version the gateway serves.
+fn discover(state: &AppState) -> String {
+    let mut result = json!({
+        "resultType": "complete",
+        "supportedVersions": protocol::ALL_VERSIONS,
+        "capabilities": crate::router::capabilities(),
+        "_meta": { meta::SERVER_INFO: { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") } },
+        "ttlMs": crate::router::LIST_TTL_MS,
+        "cacheScope": "public",
+    });
+    if let Some(text) = state.router.catalog().load().instructions() {
+        result["instructions"] = Value::from(text);
+    }
+    result.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_header;
+
+    #[test]
+    fn base64_sentinel_is_decoded() {
+        assert_eq!(decode_header("get_weather").as_deref(), Some("get_weather"));
+        assert_eq!(
+            decode_header("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(decode_header("=?base64?!!!?="), None);
+    }
+}
