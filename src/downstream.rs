@@ -33,6 +33,9 @@ pub struct AppState {
     pub http: HttpConfig,
     /// Cancelled at shutdown; ends every notification stream.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// How long calls in flight may still finish when their client is done
+    /// (shutdown, or a stdio host closing its input).
+    pub drain_grace: std::time::Duration,
 }
 
 impl AppState {

@@ -104,6 +104,7 @@ impl Gateway {
             sessions,
             http: config.http.clone(),
             shutdown: http_shutdown.clone(),
+            drain_grace: config.shutdown_grace,
         });
         Gateway {
             config,

@@ -12,8 +12,9 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// Legacy-era versions the gateway serves downstream, newest first.
-pub const DOWNSTREAM_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+/// Legacy-era versions the gateway serves downstream, newest first
+/// (2024-11-05 for hosts on the HTTP+SSE transport).
+pub const DOWNSTREAM_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// Legacy-era versions the gateway accepts from an upstream's `initialize`.
 pub const UPSTREAM_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -26,7 +27,13 @@ pub const LATEST_VERSION: &str = "2025-11-25";
 pub const MODERN_VERSION: &str = "2026-07-28";
 
 /// Every version the gateway serves downstream, newest first.
-pub const ALL_VERSIONS: &[&str] = &["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
+pub const ALL_VERSIONS: &[&str] = &[
+    "2026-07-28",
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
 
 /// `_meta` keys of the modern era.
 pub mod meta {

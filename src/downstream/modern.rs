@@ -39,10 +39,13 @@ const METHODS: &[&str] = &[
     method::COMPLETE,
 ];
 
-/// Whether a message belongs to the modern era.
+/// Whether a message belongs to the modern era: its `_meta` names a
+/// protocol version, or it is a method only the modern era has, or it
+/// carries no session and a version header that is not a legacy one.
 pub fn is_modern(headers: &HeaderMap, envelope: &Envelope<'_>) -> bool {
-    if let Some(version) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())
-        && !protocol::is_supported_downstream(version)
+    if envelope
+        .params
+        .is_some_and(|p| p.get().contains(meta::PROTOCOL_VERSION))
     {
         return true;
     }
@@ -50,11 +53,11 @@ pub fn is_modern(headers: &HeaderMap, envelope: &Envelope<'_>) -> bool {
     if method == method::DISCOVER || method == method::LISTEN {
         return true;
     }
-    // A legacy session never sends the modern `_meta` version.
     headers.get(SESSION_HEADER).is_none()
-        && envelope
-            .params
-            .is_some_and(|p| p.get().contains(meta::PROTOCOL_VERSION))
+        && headers
+            .get(VERSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|version| !protocol::is_supported_downstream(version))
 }
 
 /// What a valid modern request carries besides its method.

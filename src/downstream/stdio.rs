@@ -60,6 +60,8 @@ where
         }
     });
 
+    // Request tasks, so calls still in flight when input ends can finish.
+    let requests = tokio_util::task::TaskTracker::new();
     let mut reader = BufReader::new(input);
     let mut line = Vec::new();
     let limit = state.http.max_body_bytes;
@@ -78,8 +80,27 @@ where
                 let _ = replies.send(protocol::error_frame(None, &error)).await;
             }
             Some(false) if line.iter().all(u8::is_ascii_whitespace) => {}
-            Some(false) => handle_line(&state, &session, &replies, std::mem::take(&mut line)).await,
+            Some(false) => {
+                handle_line(
+                    &state,
+                    &session,
+                    &replies,
+                    &requests,
+                    std::mem::take(&mut line),
+                )
+                .await
+            }
         }
+    }
+    // A host that pipes requests and closes its input still gets every answer.
+    requests.close();
+    if tokio::time::timeout(state.drain_grace, requests.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "input closed with calls still running after the grace period; cancelling them"
+        );
     }
     state.sessions.close(&session.id, CloseReason::Disconnected);
     // Let answers already queued reach the host before the writer stops.
@@ -93,6 +114,7 @@ async fn handle_line(
     state: &Arc<AppState>,
     session: &Arc<super::session::Session>,
     replies: &mpsc::Sender<String>,
+    requests: &tokio_util::task::TaskTracker,
     line: Vec<u8>,
 ) {
     let text = match String::from_utf8(line) {
@@ -137,7 +159,7 @@ async fn handle_line(
         }
     };
     if kind == protocol::MessageKind::Request {
-        tokio::spawn(task);
+        requests.spawn(task);
     } else {
         task.await;
     }

@@ -114,8 +114,7 @@ impl HttpLink {
             listening: AtomicBool::new(false),
             last_event_id: Mutex::new(None),
         });
-        let force_sse = cfg.mode == RemoteMode::Sse;
-        let writer = tokio::spawn(write_loop(shared.clone(), outbound, force_sse));
+        let writer = tokio::spawn(write_loop(shared.clone(), outbound, cfg.mode));
         Ok(HttpLink { shared, writer })
     }
 
@@ -154,7 +153,7 @@ impl HttpLink {
     }
 }
 
-async fn write_loop(shared: Arc<Shared>, mut outbound: mpsc::Receiver<String>, force_sse: bool) {
+async fn write_loop(shared: Arc<Shared>, mut outbound: mpsc::Receiver<String>, mode: RemoteMode) {
     let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_POSTS));
     let mut first = true;
     loop {
@@ -165,18 +164,23 @@ async fn write_loop(shared: Arc<Shared>, mut outbound: mpsc::Receiver<String>, f
                 None => return,
             },
         };
-        if first {
+        if first && mode != RemoteMode::StreamableHttp {
             // The initialize POST decides the mode; nothing else is in flight yet.
             first = false;
-            shared.detect_and_send(frame, force_sse).await;
+            shared.detect_and_send(frame, mode == RemoteMode::Sse).await;
             continue;
         }
+        first = false;
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
         let shared = shared.clone();
         tokio::spawn(async move {
-            shared.send(frame).await;
+            // A POST outlives neither the link nor its slot.
+            tokio::select! {
+                () = shared.send(frame) => {}
+                () = shared.ended.cancelled() => {}
+            }
             drop(slot);
         });
     }
@@ -313,7 +317,9 @@ impl Shared {
         }
     }
 
-    /// POSTs a frame with the session headers.
+    /// POSTs a frame with the session headers. A server that cannot be
+    /// reached at all ends the link, so the upstream shows as down and is
+    /// reconnected with backoff.
     async fn post(&self, frame: &str) -> Result<Response, UpstreamError> {
         let mut request = self
             .client
@@ -323,10 +329,14 @@ impl Shared {
             .header(header::ACCEPT, "application/json, text/event-stream")
             .body(frame.to_owned());
         request = self.session_headers(request);
-        request
-            .send()
-            .await
-            .map_err(|e| self.unavailable(format!("request failed: {}", e.without_url())))
+        request.send().await.map_err(|e| {
+            let unreachable = e.is_connect();
+            let reason = format!("request failed: {}", e.without_url());
+            if unreachable {
+                self.end(format!("the server is unreachable ({reason})"));
+            }
+            self.unavailable(reason)
+        })
     }
 
     fn session_headers(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
