@@ -6,5 +6,6 @@ mod cli;
 mod core;
 mod everything;
 mod live;
+mod modern;
 mod remote;
 mod support;

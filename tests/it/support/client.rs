@@ -307,6 +307,14 @@ pub struct SseReader {
 }
 
 impl SseReader {
+    /// Reads the body of an SSE response.
+    pub fn from_response(response: reqwest::Response) -> SseReader {
+        SseReader {
+            stream: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
+
     /// The next JSON message, or None when the stream ends.
     pub async fn next(&mut self) -> Option<Value> {
         self.next_event().await.map(|(_, message)| message)

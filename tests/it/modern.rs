@@ -1,0 +1,292 @@
+//! The 2026-07-28 era downstream: a real modern client (the Python `mcp`
+//! SDK) in front of a legacy upstream (server-everything), and the shared
+//! subscription table across eras.
+
+use serde_json::{Value, json};
+
+use crate::support::interop::{everything_upstream, run_python};
+use crate::support::{McpClient, TestGateway, example_upstream, read_jsonl, tempdir, within};
+
+const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+/// POSTs a modern request with the mirrored headers.
+async fn modern(
+    url: &str,
+    method: &str,
+    mut params: Value,
+    extra: &[(&str, &str)],
+) -> crate::support::client::Raw {
+    params["_meta"] = serde_json::from_str(META).unwrap();
+    let body = json!({ "jsonrpc": "2.0", "id": 9, "method": method, "params": params }).to_string();
+    let mut headers = vec![
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+    ];
+    headers.extend_from_slice(extra);
+    crate::support::client::post(&reqwest::Client::new(), url, None, &body, &headers).await
+}
+
+#[tokio::test]
+async fn a_modern_client_uses_a_legacy_upstream_through_the_gateway() {
+    let yaml = format!(
+        "upstreams:\n{}{}",
+        everything_upstream("everything"),
+        example_upstream("local", &["--test-controls"])
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let legacy = McpClient::connect(&gw.url).await;
+    let (resources, _) = legacy.list_all("resources/list", "resources").await;
+    let doc = resources
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .find(|u| u.starts_with("everything+demo://resource/static/document/"))
+        .unwrap()
+        .to_owned();
+
+    let out = run_python("modern_client.py", &[&gw.url, &doc]).await;
+    assert_eq!(out["protocol_version"], "2026-07-28", "{out}");
+    let tools: Vec<&str> = out["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"everything__echo") && tools.contains(&"local__echo"),
+        "{tools:?}"
+    );
+    assert_eq!(out["echo"], "Echo: modern");
+    assert_eq!(out["read_uri"], doc.as_str());
+    assert_eq!(out["prompt"], "Hello, Ada!");
+    assert_eq!(out["honored_resources"], json!([doc]));
+    assert_eq!(out["honored_tools"], true);
+    assert_eq!(out["updated"], doc.as_str());
+    assert_eq!(out["tools_changed"], true);
+    assert!(
+        out["tools_after"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "local__modern_0"),
+        "{out}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_legacy_session_and_a_listen_stream_share_one_upstream_subscription() {
+    let record = tempdir().join("alpha.jsonl");
+    let gw = TestGateway::with_examples(
+        "",
+        &[(
+            "alpha",
+            &["--test-controls", "--record", record.to_str().unwrap()],
+        )],
+    )
+    .await;
+    let legacy = McpClient::connect(&gw.url).await;
+    let mut legacy_events = legacy.listen(None).await;
+    legacy.subscribe("alpha+demo://alpha/readme").await;
+
+    // A raw modern listen stream on the same URI.
+    let mut params = json!({ "notifications": { "resourceSubscriptions": ["alpha+demo://alpha/readme"], "toolsListChanged": false } });
+    params["_meta"] = serde_json::from_str(META).unwrap();
+    let body = json!({ "jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": params }).to_string();
+    let response = reqwest::Client::new()
+        .post(&gw.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let mut modern_events = crate::support::client::SseReader::from_response(response);
+    let ack = modern_events.next().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "listen-1"
+    );
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!(["alpha+demo://alpha/readme"])
+    );
+    assert!(
+        ack["params"]["notifications"]
+            .get("toolsListChanged")
+            .is_none()
+    );
+
+    legacy
+        .call_tool("alpha__touch", json!({ "uri": "demo://alpha/readme" }))
+        .await;
+    let update = modern_events.next().await.unwrap();
+    assert_eq!(update["method"], "notifications/resources/updated");
+    assert_eq!(update["params"]["uri"], "alpha+demo://alpha/readme");
+    assert_eq!(
+        update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "listen-1"
+    );
+    assert_eq!(
+        legacy_events.next_skipping_list_changed().await.unwrap()["params"]["uri"],
+        "alpha+demo://alpha/readme"
+    );
+
+    // Only tool changes were not asked for: none arrive on the listen stream.
+    legacy
+        .call_tool("alpha__add_tools", json!({ "count": 1 }))
+        .await;
+    legacy
+        .call_tool("alpha__touch", json!({ "uri": "demo://alpha/readme" }))
+        .await;
+    let next = modern_events.next().await.unwrap();
+    assert_eq!(
+        next["method"], "notifications/resources/updated",
+        "no tools/list_changed: {next}"
+    );
+
+    let log = read_jsonl(&record);
+    let subscribes = log
+        .iter()
+        .filter(|m| m["method"] == "resources/subscribe")
+        .count();
+    assert_eq!(subscribes, 1, "one upstream subscription for both eras");
+
+    // Closing the listen stream releases its entry; the legacy one remains.
+    drop(modern_events);
+    let table = gw.gateway().hub().subscriptions();
+    within("the listen stream's entry to go", async {
+        while table.entry_count() != 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn modern_requests_get_the_specs_status_and_codes() {
+    let gw = TestGateway::with_examples("", &[("alpha", &[])]).await;
+    let url = &gw.url;
+
+    let mismatch = modern(
+        url,
+        "tools/call",
+        json!({ "name": "alpha__echo", "arguments": {} }),
+        &[("mcp-name", "alpha__add")],
+    )
+    .await;
+    assert_eq!(
+        (mismatch.status.as_u16(), mismatch.error_code()),
+        (400, -32020)
+    );
+    let no_name = modern(
+        url,
+        "tools/call",
+        json!({ "name": "alpha__echo", "arguments": {} }),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (no_name.status.as_u16(), no_name.error_code()),
+        (400, -32020)
+    );
+    let wrong_method = modern(
+        url,
+        "tools/list",
+        json!({}),
+        &[("mcp-method", "prompts/list")],
+    )
+    .await;
+    assert_eq!(
+        (wrong_method.status.as_u16(), wrong_method.error_code()),
+        (400, -32020)
+    );
+
+    let body = json!({ "jsonrpc": "2.0", "id": 3, "method": "server/discover", "params": { "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "1999-01-01", "io.modelcontextprotocol/clientCapabilities": {} } } });
+    let headers = [
+        ("mcp-protocol-version", "1999-01-01"),
+        ("mcp-method", "server/discover"),
+    ];
+    let unsupported = crate::support::client::post(
+        &reqwest::Client::new(),
+        url,
+        None,
+        &body.to_string(),
+        &headers,
+    )
+    .await;
+    assert_eq!(
+        (unsupported.status.as_u16(), unsupported.error_code()),
+        (400, -32022)
+    );
+    assert_eq!(
+        unsupported.json()["error"]["data"]["requested"],
+        "1999-01-01"
+    );
+    assert!(
+        unsupported.json()["error"]["data"]["supported"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v == "2026-07-28")
+    );
+    assert_eq!(unsupported.json()["id"], 3);
+
+    for removed in [
+        "ping",
+        "initialize",
+        "logging/setLevel",
+        "resources/subscribe",
+        "no/such/method",
+    ] {
+        let raw = modern(url, removed, json!({}), &[]).await;
+        assert_eq!(
+            (raw.status.as_u16(), raw.error_code()),
+            (404, -32601),
+            "{removed}: {}",
+            raw.body
+        );
+    }
+
+    let encoded = format!("=?base64?{}?=", base64_of("alpha+demo://alpha/notes/日本"));
+    let read = modern(
+        url,
+        "resources/read",
+        json!({ "uri": "alpha+demo://alpha/notes/日本" }),
+        &[("mcp-name", &encoded)],
+    )
+    .await;
+    assert_eq!(read.status.as_u16(), 200, "{}", read.body);
+    let result = &read.json()["result"];
+    assert_eq!(
+        (result["resultType"].as_str(), result["cacheScope"].as_str()),
+        (Some("complete"), Some("private"))
+    );
+    assert!(result["ttlMs"].as_u64().is_some());
+
+    let missing = modern(
+        url,
+        "resources/read",
+        json!({ "uri": "nosuch+x://y" }),
+        &[("mcp-name", "nosuch+x://y")],
+    )
+    .await;
+    assert_eq!(missing.json()["error"]["code"], -32602);
+    assert_eq!(missing.json()["error"]["data"]["uri"], "nosuch+x://y");
+
+    let list = modern(url, "tools/list", json!({}), &[]).await;
+    let result = &list.json()["result"];
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["cacheScope"], "public");
+    assert!(result["ttlMs"].as_u64().unwrap() > 0);
+    gw.stop().await;
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
