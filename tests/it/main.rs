@@ -4,6 +4,7 @@
 mod bad_input;
 mod cli;
 mod core;
+mod deploy;
 mod everything;
 mod live;
 mod modern;
