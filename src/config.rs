@@ -111,6 +111,19 @@ pub struct UpstreamConfig {
     pub transport: Transport,
     /// Per-request deadline; progress notifications restart it.
     pub timeout: Duration,
+    /// Which protocol era to speak to it.
+    pub era: EraChoice,
+}
+
+/// How the gateway picks the protocol era of an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EraChoice {
+    /// Probe with `server/discover`; fall back to `initialize`.
+    Auto,
+    /// Always `initialize` (2025 era).
+    Legacy,
+    /// Always 2026-07-28; an upstream that does not discover is an error.
+    Modern,
 }
 
 /// How the gateway reaches an upstream.
@@ -248,6 +261,8 @@ struct RawUpstream {
     prefix: Option<Spanned<String>>,
     #[serde(default)]
     timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    era: Option<Spanned<String>>,
 }
 
 /// Collects validation problems so one run reports all of them.
@@ -506,11 +521,26 @@ impl RawUpstream {
         if p.issues.len() != before {
             return None;
         }
+        let era = match self.era.as_ref().map(|e| (e, e.value.as_str())) {
+            None | Some((_, "auto")) => EraChoice::Auto,
+            Some((_, "legacy")) => EraChoice::Legacy,
+            Some((_, "modern")) => EraChoice::Modern,
+            Some((e, other)) => {
+                p.at(
+                    e.referenced,
+                    format_args!(
+                        "{label}.era: {other:?} is not \"auto\", \"legacy\" or \"modern\""
+                    ),
+                );
+                return None;
+            }
+        };
         Some(UpstreamConfig {
             name: name.value.clone(),
             prefix: prefix?,
             transport: transport?,
             timeout: timeout?,
+            era,
         })
     }
 

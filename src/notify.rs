@@ -183,11 +183,15 @@ impl NotifyHub {
 
     /// Tells the upstream that nobody watches a URI any more (best effort).
     pub fn unsubscribe_upstream(&self, change: &UpstreamChange) {
-        let Some(conn) = self
-            .upstreams
-            .get(&change.upstream)
-            .and_then(|h| h.connection().ok())
-        else {
+        let Some(handle) = self.upstreams.get(&change.upstream) else {
+            return;
+        };
+        if handle.is_modern() {
+            // A modern upstream watches URIs through its listen stream.
+            handle.watch_set_changed();
+            return;
+        }
+        let Ok(conn) = handle.connection() else {
             return;
         };
         let params = json!({ "uri": &*change.original }).to_string();
@@ -280,7 +284,7 @@ impl NotifyHub {
             let (Ok(conn), Some(hello)) = (handle.connection(), handle.hello()) else {
                 continue;
             };
-            if hello.has("logging") {
+            if hello.has("logging") && !hello.modern {
                 let params = json!({ "level": level.as_str() }).to_string();
                 conn.send_detached("logging/setLevel", Some(&params));
             }
@@ -296,6 +300,11 @@ impl NotifyHub {
         hello: &ServerHello,
         timeout: Duration,
     ) {
+        // A modern upstream gets its URIs through the listen stream its
+        // supervisor opens, and has no session-wide log level.
+        if hello.modern {
+            return;
+        }
         if hello.can_subscribe() {
             let uris = self.subscriptions.originals_of_upstream(upstream);
             let subscribes = uris.iter().map(|uri| {

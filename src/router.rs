@@ -358,11 +358,15 @@ impl Router {
             });
         }
         let table = self.hub.subscriptions();
-        if table
+        let first = table
             .subscribe(subscriber, uri, handle.name(), original)
-            .is_some()
-            && let Ok(conn) = handle.connection()
-        {
+            .is_some();
+        if first && handle.is_modern() {
+            // A modern upstream watches URIs through its listen stream.
+            handle.watch_set_changed();
+            return Ok(());
+        }
+        if first && let Ok(conn) = handle.connection() {
             let upstream_params = json!({ "uri": original }).to_string();
             if let Err(e) = conn
                 .request(method::SUBSCRIBE, Some(&upstream_params), handle.timeout())

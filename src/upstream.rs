@@ -14,6 +14,7 @@ pub mod handshake;
 pub mod http;
 mod legacy_sse;
 pub mod link;
+mod listen;
 pub mod stdio;
 
 use std::collections::HashMap;
@@ -31,7 +32,7 @@ pub use connection::{Answer, Connection, ProgressRoute, UpstreamNotification};
 pub use handshake::ServerHello;
 
 use crate::catalog::{CatalogStore, ListKind, UpstreamView};
-use crate::config::UpstreamConfig;
+use crate::config::{EraChoice, UpstreamConfig};
 use crate::notify::NotifyHub;
 use link::Link;
 
@@ -43,6 +44,12 @@ const NOTIFICATION_CAPACITY: usize = 1024;
 const STABLE_AFTER: Duration = Duration::from_secs(30);
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A listen stream that lived this long counts as healthy when it ends.
+const STABLE_LISTEN: Duration = Duration::from_secs(5);
+/// Internal marker: refetch every list (a modern listen stream was lost).
+const REFETCH_ALL: &str = "mcpmux/refetch-all";
+/// How long the `server/discover` probe may take before `initialize` is tried.
+const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a request to an upstream failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -90,6 +97,14 @@ struct Shared {
     state: watch::Sender<UpstreamState>,
     restarts: AtomicU64,
     pid: AtomicU32,
+    /// Woken when the URIs to watch change (modern upstreams reopen their
+    /// listen stream; the supervisor holds the other end).
+    listen_changed: tokio::sync::Notify,
+    /// Woken by a call to a remote upstream that is down: the supervisor
+    /// cuts its backoff short and reconnects now.
+    reconnect_now: tokio::sync::Notify,
+    /// Remote upstreams reconnect on demand; stdio ones keep their backoff.
+    remote: bool,
 }
 
 impl UpstreamHandle {
@@ -117,6 +132,40 @@ impl UpstreamHandle {
             })
     }
 
+    /// The live connection; for a remote upstream that is down, one
+    /// reconnect attempt is made at once and awaited (until `deadline`), so
+    /// the first call after an outage succeeds once the server is back and
+    /// fails fast while it is not.
+    pub async fn connection_on_demand(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<Arc<Connection>, UpstreamError> {
+        let unavailable = match self.connection() {
+            Ok(conn) => return Ok(conn),
+            Err(e) => e,
+        };
+        let mut state = self.watch_state();
+        if !self.shared.remote || matches!(*state.borrow(), UpstreamState::Stopped) {
+            return Err(unavailable);
+        }
+        if matches!(*state.borrow(), UpstreamState::Down { .. }) {
+            self.shared.reconnect_now.notify_one();
+        }
+        let mut attempted = false;
+        let settled = state.wait_for(|s| match s {
+            UpstreamState::Ready | UpstreamState::Stopped => true,
+            UpstreamState::Starting => {
+                attempted = true;
+                false
+            }
+            UpstreamState::Down { .. } => attempted,
+        });
+        match tokio::time::timeout_at(deadline, settled).await {
+            Ok(Ok(_)) => self.connection(),
+            _ => Err(unavailable),
+        }
+    }
+
     /// What the upstream declared in its last handshake.
     pub fn hello(&self) -> Option<Arc<ServerHello>> {
         self.shared.hello.load_full()
@@ -142,6 +191,16 @@ impl UpstreamHandle {
             0 => None,
             pid => Some(pid),
         }
+    }
+
+    /// Tells a modern upstream's supervisor that the URIs to watch changed.
+    pub fn watch_set_changed(&self) {
+        self.shared.listen_changed.notify_one();
+    }
+
+    /// Whether the upstream speaks the modern era (as of its last handshake).
+    pub fn is_modern(&self) -> bool {
+        self.hello().is_some_and(|h| h.modern)
     }
 
     fn set_state(&self, state: UpstreamState) {
@@ -192,6 +251,9 @@ pub fn spawn(
             state: watch::Sender::new(UpstreamState::Starting),
             restarts: AtomicU64::new(0),
             pid: AtomicU32::new(0),
+            listen_changed: tokio::sync::Notify::new(),
+            reconnect_now: tokio::sync::Notify::new(),
+            remote: matches!(config.transport, crate::config::Transport::Remote(_)),
         }),
     };
     let supervisor = Supervisor {
@@ -239,6 +301,9 @@ impl Supervisor {
             self.handle.set_state(UpstreamState::Down { reason });
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
+                () = self.handle.shared.reconnect_now.notified() => {
+                    tracing::info!("a call is waiting; reconnecting now");
+                }
                 () = self.shutdown.cancelled() => break,
             }
         }
@@ -269,7 +334,7 @@ impl Supervisor {
         let timeout = self.config.timeout;
 
         let setup = async {
-            let hello = handshake::initialize(&conn, timeout).await?;
+            let hello = self.handshake(&conn).await?;
             let lists = handshake::fetch_lists(&conn, &hello, timeout).await?;
             Ok::<_, UpstreamError>((hello, lists))
         };
@@ -314,6 +379,35 @@ impl Supervisor {
         (reason, restart_now)
     }
 
+    /// Picks the era: `server/discover` first (unless configured or the
+    /// transport is legacy-only), `initialize` when that is not answered.
+    async fn handshake(&self, conn: &Connection) -> Result<ServerHello, UpstreamError> {
+        let timeout = self.config.timeout;
+        let legacy_only = matches!(
+            &self.config.transport,
+            crate::config::Transport::Remote(r) if r.mode == crate::config::RemoteMode::Sse
+        );
+        let probe = match self.config.era {
+            EraChoice::Legacy => None,
+            _ if legacy_only => None,
+            _ => handshake::discover(conn, timeout.min(DISCOVER_TIMEOUT)).await,
+        };
+        let hello = match (probe, self.config.era) {
+            (Some(hello), _) => hello,
+            (None, EraChoice::Modern) => {
+                return Err(UpstreamError::Protocol {
+                    upstream: conn.upstream().to_string(),
+                    detail: "it is configured as era: modern but does not answer server/discover for 2026-07-28".into(),
+                });
+            }
+            (None, _) => handshake::initialize(conn, timeout).await?,
+        };
+        if hello.modern {
+            conn.set_modern(handshake::modern_meta());
+        }
+        Ok(hello)
+    }
+
     /// Runs while the upstream is up: refreshes lists on `list_changed`.
     async fn serve(
         &self,
@@ -323,10 +417,46 @@ impl Supervisor {
         child: &mut Link,
         notes: &mut mpsc::Receiver<UpstreamNotification>,
     ) -> String {
+        let table = self.hub.subscriptions();
+        let mut listen_failures: u32 = 0;
+        let mut listening = match hello.modern {
+            true => listen::open(conn, hello, table).await,
+            false => None,
+        };
         loop {
+            let listen_ended = async {
+                match listening.as_mut() {
+                    Some(l) => {
+                        let _ = (&mut l.answer).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             let note = tokio::select! {
                 ended = child.wait_ended() => return ended,
                 () = self.shutdown.cancelled() => return "the gateway is shutting down".into(),
+                () = self.handle.shared.listen_changed.notified(), if hello.modern => {
+                    // New stream first, then drop the old one: no gap.
+                    let next = listen::open(conn, hello, table).await;
+                    if let Some(old) = std::mem::replace(&mut listening, next) {
+                        conn.cancel(old.id, "subscriptions changed");
+                    }
+                    continue;
+                }
+                () = listen_ended => {
+                    // A stream that dies at once (the server is gone) is
+                    // retried with backoff, not in a hot loop.
+                    let lasted = listening.as_ref().map_or(Duration::ZERO, |l| l.opened.elapsed());
+                    listen_failures = if lasted < STABLE_LISTEN { listen_failures.saturating_add(1) } else { 0 };
+                    let delay = if listen_failures == 0 { Duration::ZERO } else { backoff(listen_failures - 1) };
+                    tracing::info!(retry_in = %humantime::format_duration(delay), "upstream listen stream ended; reopening it and refetching lists");
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = self.shutdown.cancelled() => return "the gateway is shutting down".into(),
+                    }
+                    listening = listen::open(conn, hello, table).await;
+                    UpstreamNotification { method: REFETCH_ALL.into(), params: None }
+                }
                 note = notes.recv() => match note {
                     Some(note) => note,
                     None => return "its connection closed".into(),
@@ -372,6 +502,7 @@ fn collect_stale(note: &UpstreamNotification, out: &mut Vec<ListKind>) {
         "notifications/tools/list_changed" => &[ListKind::Tools],
         "notifications/prompts/list_changed" => &[ListKind::Prompts],
         "notifications/resources/list_changed" => &[ListKind::Resources, ListKind::Templates],
+        REFETCH_ALL => &ListKind::ALL,
         _ => &[],
     };
     for kind in kinds {

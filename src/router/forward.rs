@@ -89,7 +89,8 @@ impl Drop for CallGuard {
 /// Sends the call and produces its reply: inline when there is no progress
 /// to stream, otherwise as a stream of frames fed by a task.
 pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> Reply {
-    let conn = match call.handle.connection() {
+    let deadline = tokio::time::Instant::now() + call.handle.timeout();
+    let conn = match call.handle.connection_on_demand(deadline).await {
         Ok(conn) => conn,
         Err(e) => return Reply::Ready(RouteError::from(e).to_frame(id.get(), ctx.era)),
     };

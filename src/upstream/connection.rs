@@ -63,6 +63,9 @@ pub struct Connection {
     next_id: AtomicU64,
     closed: CancellationToken,
     close_reason: OnceLock<String>,
+    /// The `_meta` every request carries once the upstream is known to speak
+    /// the modern (2026-07-28) era; unset for legacy upstreams.
+    modern_meta: OnceLock<Map<String, Value>>,
     /// Set by an HTTP transport when the upstream forgot our session (404):
     /// requests failed by it may be retried once after re-initializing.
     session_expired: AtomicBool,
@@ -87,6 +90,7 @@ impl Connection {
             next_id: AtomicU64::new(1),
             closed: CancellationToken::new(),
             close_reason: OnceLock::new(),
+            modern_meta: OnceLock::new(),
             session_expired: AtomicBool::new(false),
             list_changes,
             hub,
@@ -132,6 +136,35 @@ impl Connection {
         }
     }
 
+    /// From now on every request carries `meta` in its `_meta` (the
+    /// upstream speaks 2026-07-28).
+    pub fn set_modern(&self, meta: Map<String, Value>) {
+        let _ = self.modern_meta.set(meta);
+    }
+
+    pub fn is_modern(&self) -> bool {
+        self.modern_meta.get().is_some()
+    }
+
+    /// `params` with the modern `_meta` merged in (keys the caller set win).
+    fn with_modern_meta<'p>(&self, params: Option<&'p str>) -> Option<std::borrow::Cow<'p, str>> {
+        let Some(meta) = self.modern_meta.get() else {
+            return params.map(std::borrow::Cow::Borrowed);
+        };
+        let mut object: Map<String, Value> = params
+            .and_then(|p| serde_json::from_str(p).ok())
+            .unwrap_or_default();
+        let slot = object
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(existing) = slot {
+            for (key, value) in meta {
+                existing.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        Some(std::borrow::Cow::Owned(Value::Object(object).to_string()))
+    }
+
     /// Sends request `id` and returns the receiver for its answer. The
     /// pending entry is removed by the answer, by [`Self::forget`], or by close.
     pub async fn send_request(
@@ -155,7 +188,8 @@ impl Connection {
             self.pending.remove(&id);
             return Err(self.unavailable());
         }
-        let frame = protocol::request_frame(id, method, params);
+        let params = self.with_modern_meta(params);
+        let frame = protocol::request_frame(id, method, params.as_deref());
         if self.outbound.send(frame).await.is_err() {
             self.pending.remove(&id);
             return Err(self.unavailable());
@@ -198,7 +232,8 @@ impl Connection {
     /// it as unknown). Keeps its place in line with later requests, so it
     /// reaches the upstream before them. False if the queue is full or closed.
     pub fn send_detached(&self, method: &str, params: Option<&str>) -> bool {
-        let frame = protocol::request_frame(self.next_id(), method, params);
+        let params = self.with_modern_meta(params);
+        let frame = protocol::request_frame(self.next_id(), method, params.as_deref());
         self.outbound.try_send(frame).is_ok()
     }
 

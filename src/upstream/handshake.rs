@@ -19,10 +19,12 @@ use crate::protocol::{self, LATEST_VERSION, UPSTREAM_VERSIONS};
 /// Pages fetched for one list at most; an upstream paging forever is broken.
 const MAX_PAGES: usize = 10_000;
 
-/// What the upstream said about itself in `initialize`.
+/// What the upstream said about itself in `initialize` or `server/discover`.
 #[derive(Debug, Clone)]
 pub struct ServerHello {
     pub protocol_version: String,
+    /// The upstream speaks the stateless 2026-07-28 era.
+    pub modern: bool,
     pub capabilities: Map<String, Value>,
     pub instructions: Option<String>,
     pub server_name: Option<String>,
@@ -88,11 +90,80 @@ pub async fn initialize(
     conn.notify(protocol::method::INITIALIZED, None).await?;
     Ok(ServerHello {
         protocol_version: result.protocol_version,
+        modern: false,
         capabilities: result.capabilities,
         instructions: result.instructions,
         server_name: result
             .server_info
             .and_then(|i| i.get("name").and_then(Value::as_str).map(str::to_owned)),
+    })
+}
+
+/// The `_meta` the gateway sends on every request to a modern upstream.
+pub fn modern_meta() -> Map<String, Value> {
+    let meta = serde_json::json!({
+        protocol::meta::PROTOCOL_VERSION: protocol::MODERN_VERSION,
+        protocol::meta::CLIENT_CAPABILITIES: {},
+        protocol::meta::CLIENT_INFO: { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
+    });
+    match meta {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DiscoverResult {
+    #[serde(default)]
+    supported_versions: Vec<String>,
+    #[serde(default)]
+    capabilities: Map<String, Value>,
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default, rename = "_meta")]
+    meta: Option<Map<String, Value>>,
+}
+
+/// Probes for the modern era with `server/discover`. `None` means the
+/// upstream answered with anything but a 2026-07-28 discovery (an error,
+/// a timeout, another version): fall back to `initialize`.
+pub async fn discover(conn: &Connection, timeout: Duration) -> Option<ServerHello> {
+    let params = Value::Object(Map::from_iter([(
+        "_meta".to_owned(),
+        Value::Object(modern_meta()),
+    )]))
+    .to_string();
+    let raw = match conn
+        .request(protocol::method::DISCOVER, Some(&params), timeout)
+        .await
+    {
+        Ok(raw) => raw,
+        Err(e) => {
+            tracing::debug!(error = %e, "server/discover probe failed; using initialize");
+            return None;
+        }
+    };
+    let result: DiscoverResult = serde_json::from_str(raw.get()).ok()?;
+    if !result
+        .supported_versions
+        .iter()
+        .any(|v| v == protocol::MODERN_VERSION)
+    {
+        return None;
+    }
+    Some(ServerHello {
+        protocol_version: protocol::MODERN_VERSION.to_owned(),
+        modern: true,
+        capabilities: result.capabilities,
+        instructions: result.instructions,
+        server_name: result
+            .meta
+            .as_ref()
+            .and_then(|m| m.get(protocol::meta::SERVER_INFO))
+            .and_then(|i| i.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
     })
 }
 

@@ -71,6 +71,9 @@ pub(super) struct Shared {
     end_reason: Mutex<Option<String>>,
     listening: AtomicBool,
     last_event_id: Mutex<Option<String>>,
+    /// Requests whose POST is in flight, so a modern cancellation can close
+    /// the response stream. Entries leave when the POST ends.
+    posts: dashmap::DashMap<u64, tokio::task::AbortHandle>,
 }
 
 impl HttpLink {
@@ -113,6 +116,7 @@ impl HttpLink {
             end_reason: Mutex::new(None),
             listening: AtomicBool::new(false),
             last_event_id: Mutex::new(None),
+            posts: dashmap::DashMap::new(),
         });
         let writer = tokio::spawn(write_loop(shared.clone(), outbound, cfg.mode));
         Ok(HttpLink { shared, writer })
@@ -155,7 +159,7 @@ impl HttpLink {
 
 async fn write_loop(shared: Arc<Shared>, mut outbound: mpsc::Receiver<String>, mode: RemoteMode) {
     let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_POSTS));
-    let mut first = true;
+    let mut detected = mode == RemoteMode::StreamableHttp;
     loop {
         let frame = tokio::select! {
             () = shared.ended.cancelled() => return,
@@ -164,25 +168,42 @@ async fn write_loop(shared: Arc<Shared>, mut outbound: mpsc::Receiver<String>, m
                 None => return,
             },
         };
-        if first && mode != RemoteMode::StreamableHttp {
-            // The initialize POST decides the mode; nothing else is in flight yet.
-            first = false;
-            shared.detect_and_send(frame, mode == RemoteMode::Sse).await;
+        let (sent, cancelled) = inspect(&frame);
+        if !detected && sent.method.as_deref() == Some("initialize") {
+            // The initialize POST decides the transport; nothing else is in flight.
+            detected = true;
+            shared
+                .detect_and_send(frame, sent, mode == RemoteMode::Sse)
+                .await;
             continue;
         }
-        first = false;
+        // A modern request is cancelled by closing its response stream.
+        if sent.method.as_deref() == Some("notifications/cancelled") && shared.conn.is_modern() {
+            if let Some((_, post)) = cancelled.and_then(|id| shared.posts.remove(&id)) {
+                post.abort();
+            }
+            continue;
+        }
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let shared = shared.clone();
-        tokio::spawn(async move {
+        let id = sent.id;
+        let task_shared = shared.clone();
+        let post = tokio::spawn(async move {
             // A POST outlives neither the link nor its slot.
             tokio::select! {
-                () = shared.send(frame) => {}
-                () = shared.ended.cancelled() => {}
+                () = task_shared.send(frame, sent) => {}
+                () = task_shared.ended.cancelled() => {}
             }
             drop(slot);
         });
+        if let Some(id) = id {
+            shared.posts.insert(id, post.abort_handle());
+            // The POST may have finished before it was registered.
+            if post.is_finished() {
+                shared.posts.remove(&id);
+            }
+        }
     }
 }
 
@@ -190,19 +211,82 @@ async fn write_loop(shared: Arc<Shared>, mut outbound: mpsc::Receiver<String>, m
 struct Sent {
     id: Option<u64>,
     method: Option<String>,
+    /// The modern protocol version in `_meta`, for the mirrored headers.
+    version: Option<String>,
+    /// `params.name` or `params.uri`, mirrored as `Mcp-Name`.
+    name: Option<String>,
 }
 
-fn inspect(frame: &str) -> Sent {
-    match Envelope::parse(frame) {
-        Ok(e) => Sent {
-            id: e.id.and_then(|id| id.get().parse().ok()),
-            method: e.method.map(|m| m.into_owned()),
-        },
-        Err(_) => Sent {
-            id: None,
-            method: None,
-        },
-    }
+#[derive(serde::Deserialize)]
+struct SentParams {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    uri: Option<String>,
+    #[serde(default)]
+    #[serde(rename = "_meta")]
+    meta: Option<SentMeta>,
+    #[serde(default, rename = "requestId")]
+    request_id: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+struct SentMeta {
+    #[serde(default, rename = "io.modelcontextprotocol/protocolVersion")]
+    version: Option<String>,
+}
+
+fn inspect(frame: &str) -> (Sent, Option<u64>) {
+    let Ok(envelope) = Envelope::parse(frame) else {
+        return (
+            Sent {
+                id: None,
+                method: None,
+                version: None,
+                name: None,
+            },
+            None,
+        );
+    };
+    let params = envelope
+        .params
+        .and_then(|p| serde_json::from_str::<SentParams>(p.get()).ok());
+    let method = envelope.method.map(|m| m.into_owned());
+    let name = match method.as_deref() {
+        Some("tools/call" | "prompts/get") => params.as_ref().and_then(|p| p.name.clone()),
+        Some("resources/read") => params.as_ref().and_then(|p| p.uri.clone()),
+        _ => None,
+    };
+    let cancelled = params
+        .as_ref()
+        .and_then(|p| p.request_id.as_ref())
+        .and_then(Value::as_u64);
+    let sent = Sent {
+        id: envelope.id.and_then(|id| id.get().parse().ok()),
+        method,
+        version: params.and_then(|p| p.meta).and_then(|m| m.version),
+        name,
+    };
+    (sent, cancelled)
+}
+
+/// A header value, with the spec's `=?base64?…?=` sentinel when the text
+/// is not plain visible ASCII (or looks like the sentinel itself).
+fn header_value(text: &str) -> Option<HeaderValue> {
+    let plain = !text.is_empty()
+        && text.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && text.trim() == text
+        && !(text.starts_with("=?base64?") && text.ends_with("?="));
+    let value = if plain {
+        text.to_owned()
+    } else {
+        use base64::Engine as _;
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(text)
+        )
+    };
+    HeaderValue::from_str(&value).ok()
 }
 
 impl Shared {
@@ -220,8 +304,11 @@ impl Shared {
         if slot.is_none() {
             *slot = Some(reason.into());
         }
+        let reason = slot.clone().unwrap_or_default();
         drop(slot);
         self.ended.cancel();
+        // Calls must not pick this connection up while the supervisor tears down.
+        self.conn.close(reason);
     }
 
     fn expire_session(&self) {
@@ -230,6 +317,9 @@ impl Shared {
     }
 
     fn fail(&self, sent: &Sent, error: UpstreamError) {
+        if let Some(id) = sent.id {
+            self.posts.remove(&id);
+        }
         match sent.id {
             Some(id) => self.conn.fail(id, error),
             None => {
@@ -274,10 +364,9 @@ impl Shared {
 
     /// The first frame: try Streamable HTTP, fall back to legacy SSE when
     /// the server refuses the POST with 400, 404 or 405.
-    async fn detect_and_send(self: &Arc<Self>, frame: String, force_sse: bool) {
+    async fn detect_and_send(self: &Arc<Self>, frame: String, sent: Sent, force_sse: bool) {
         if !force_sse {
-            let sent = inspect(&frame);
-            match self.post(&frame).await {
+            match self.post(&frame, &sent).await {
                 Ok(response) if matches!(response.status().as_u16(), 400 | 404 | 405) => {
                     tracing::info!(upstream = %self.upstream, status = %response.status(), "Streamable HTTP refused; trying the legacy HTTP+SSE transport");
                 }
@@ -292,18 +381,17 @@ impl Shared {
         match legacy_sse::open(self.clone()).await {
             Ok(post_url) => {
                 *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = Mode::Sse { post_url };
-                self.send(frame).await;
+                self.send(frame, sent).await;
             }
             Err(e) => {
-                self.fail(&inspect(&frame), self.unavailable(e.clone()));
+                self.fail(&sent, self.unavailable(e.clone()));
                 self.end(e);
             }
         }
     }
 
     /// Sends one frame in the link's mode and handles the answer.
-    async fn send(self: &Arc<Self>, frame: String) {
-        let sent = inspect(&frame);
+    async fn send(self: &Arc<Self>, frame: String, sent: Sent) {
         let mode = self.mode.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Mode::Sse { post_url } = mode {
             if let Err(e) = legacy_sse::post(self, &post_url, frame).await {
@@ -311,16 +399,20 @@ impl Shared {
             }
             return;
         }
-        match self.post(&frame).await {
+        match self.post(&frame, &sent).await {
             Ok(response) => self.handle_response(&sent, response).await,
             Err(e) => self.fail(&sent, e),
         }
+        if let Some(id) = sent.id {
+            self.posts.remove(&id);
+        }
     }
 
-    /// POSTs a frame with the session headers. A server that cannot be
-    /// reached at all ends the link, so the upstream shows as down and is
-    /// reconnected with backoff.
-    async fn post(&self, frame: &str) -> Result<Response, UpstreamError> {
+    /// POSTs a frame with the session headers. A session-based (legacy)
+    /// server that cannot be reached at all ends the link, so the upstream
+    /// shows as down and is re-initialized with backoff; a stateless
+    /// (modern) one keeps its link, since nothing is lost with the socket.
+    async fn post(&self, frame: &str, sent: &Sent) -> Result<Response, UpstreamError> {
         let mut request = self
             .client
             .post(self.url.clone())
@@ -328,11 +420,24 @@ impl Shared {
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "application/json, text/event-stream")
             .body(frame.to_owned());
-        request = self.session_headers(request);
+        request = match &sent.version {
+            // A modern request mirrors its body into headers and has no session.
+            Some(version) => {
+                let mut request = request.header("mcp-protocol-version", version.as_str());
+                if let Some(method) = sent.method.as_deref().and_then(header_value) {
+                    request = request.header("mcp-method", method);
+                }
+                if let Some(name) = sent.name.as_deref().and_then(header_value) {
+                    request = request.header("mcp-name", name);
+                }
+                request
+            }
+            None => self.session_headers(request),
+        };
         request.send().await.map_err(|e| {
             let unreachable = e.is_connect();
             let reason = format!("request failed: {}", e.without_url());
-            if unreachable {
+            if unreachable && !self.conn.is_modern() {
                 self.end(format!("the server is unreachable ({reason})"));
             }
             self.unavailable(reason)
@@ -377,7 +482,16 @@ impl Shared {
             return self.fail(sent, self.conn_error());
         }
         if !status.is_success() {
-            let body = response.text().await.unwrap_or_default();
+            let body = read_limited(response, MAX_BODY).await.unwrap_or_default();
+            // A JSON-RPC error answering our request says more than the status.
+            let answers = sent.id.is_some_and(|id| {
+                serde_json::from_str::<Value>(&body).ok().is_some_and(|v| {
+                    v.get("error").is_some() && v.get("id").and_then(Value::as_u64) == Some(id)
+                })
+            });
+            if answers {
+                return self.deliver(&body).await;
+            }
             let snippet: String = body.chars().take(200).collect();
             return self.fail(sent, self.protocol(format!("HTTP {status}: {snippet}")));
         }

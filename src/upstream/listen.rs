@@ -1,0 +1,72 @@
+//! A modern upstream's change notifications: one `subscriptions/listen`
+//! request per upstream, asking for every list kind the upstream can
+//! announce and every URI that has subscribers in the gateway's table.
+//!
+//! When that URI set changes the supervisor opens a new listen first and
+//! only then cancels the old one, so no update falls into a gap. When the
+//! stream ends (the upstream closed it, or the transport broke) the
+//! supervisor opens it again and refetches the lists it may have missed.
+
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+
+use super::connection::{Answer, Connection};
+use super::handshake::ServerHello;
+use crate::subscriptions::SubscriptionTable;
+
+/// One open listen request.
+pub struct Listen {
+    pub id: u64,
+    pub answer: oneshot::Receiver<Answer>,
+    pub opened: std::time::Instant,
+}
+
+/// Opens a listen stream for the upstream's list kinds and the table's URIs.
+pub async fn open(
+    conn: &Connection,
+    hello: &ServerHello,
+    table: &SubscriptionTable,
+) -> Option<Listen> {
+    let announces = |capability: &str| {
+        hello
+            .capabilities
+            .get(capability)
+            .and_then(|c| c.get("listChanged"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    };
+    let mut filter = Map::new();
+    for (key, capability) in [
+        ("toolsListChanged", "tools"),
+        ("promptsListChanged", "prompts"),
+        ("resourcesListChanged", "resources"),
+    ] {
+        if announces(capability) {
+            filter.insert(key.into(), Value::Bool(true));
+        }
+    }
+    let uris = table.originals_of_upstream(conn.upstream());
+    if hello.can_subscribe() && !uris.is_empty() {
+        let uris: Vec<&str> = uris.iter().map(|u| &**u).collect();
+        filter.insert("resourceSubscriptions".into(), json!(uris));
+    }
+    if filter.is_empty() {
+        return None;
+    }
+    let id = conn.next_id();
+    let params = json!({ "notifications": filter }).to_string();
+    match conn
+        .send_request(id, crate::protocol::method::LISTEN, Some(&params), None)
+        .await
+    {
+        Ok(answer) => Some(Listen {
+            id,
+            answer,
+            opened: std::time::Instant::now(),
+        }),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not open the upstream listen stream");
+            None
+        }
+    }
+}
