@@ -145,6 +145,10 @@ pub struct Catalog {
     tools: HashMap<Box<str>, Target>,
     prompts: HashMap<Box<str>, Target>,
     instructions: Option<String>,
+    /// Upstreams whose URIs are exposed unchanged, in config order.
+    plain_upstreams: Vec<Arc<str>>,
+    /// Their listed resources, by URI.
+    plain_uris: HashMap<Box<str>, Arc<str>>,
 }
 
 /// Why a cursor was refused.
@@ -172,6 +176,33 @@ impl Catalog {
 
     pub fn is_empty(&self) -> bool {
         self.lists.iter().all(|l| l.items.is_empty())
+    }
+
+    /// Which upstream a client-visible URI belongs to, and the URI that
+    /// upstream knows: `{upstream}+{uri}` for a namespacing upstream, else
+    /// an un-namespaced upstream that lists the URI, else the first one.
+    pub fn route_uri<'u>(
+        &self,
+        uri: &'u str,
+        is_upstream: impl Fn(&str) -> bool,
+    ) -> Option<(Arc<str>, &'u str)> {
+        if let Some((upstream, original)) = naming::split_uri(uri)
+            && is_upstream(upstream)
+            && !self.plain_upstreams.iter().any(|p| &**p == upstream)
+        {
+            return Some((upstream.into(), original));
+        }
+        if let Some(upstream) = self.plain_uris.get(uri) {
+            return Some((upstream.clone(), uri));
+        }
+        self.plain_upstreams
+            .first()
+            .map(|upstream| (upstream.clone(), uri))
+    }
+
+    /// Whether `upstream`'s URIs are exposed as `{upstream}+{uri}`.
+    pub fn namespaces_uris(&self, upstream: &str) -> bool {
+        !self.plain_upstreams.iter().any(|p| &**p == upstream)
     }
 
     /// The merged `instructions` of the connected upstreams.
@@ -269,20 +300,35 @@ struct Sources {
 
 struct SourceEntry {
     prefix: String,
+    namespace_uris: bool,
     view: Option<Arc<UpstreamView>>,
 }
 
 impl CatalogStore {
-    /// A store for these upstreams `(name, prefix)`, in config order, all down.
-    pub fn new(upstreams: impl IntoIterator<Item = (Arc<str>, String)>) -> Self {
-        let order = upstreams
+    /// A store for these upstreams `(name, prefix, namespace_uris)`, in
+    /// config order, all down.
+    pub fn new(upstreams: impl IntoIterator<Item = (Arc<str>, String, bool)>) -> Self {
+        let order: IndexMap<Arc<str>, SourceEntry> = upstreams
             .into_iter()
-            .map(|(name, prefix)| (name, SourceEntry { prefix, view: None }))
+            .map(|(name, prefix, namespace_uris)| {
+                let entry = SourceEntry {
+                    prefix,
+                    namespace_uris,
+                    view: None,
+                };
+                (name, entry)
+            })
+            .collect();
+        let plain_upstreams = order
+            .iter()
+            .filter(|(_, e)| !e.namespace_uris)
+            .map(|(name, _)| name.clone())
             .collect();
         let epoch = rand::random::<u32>();
         Self {
             snapshot: ArcSwap::from_pointee(Catalog {
                 epoch,
+                plain_upstreams,
                 ..Catalog::default()
             }),
             sources: Mutex::new(Sources {
@@ -333,6 +379,11 @@ impl CatalogStore {
 fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
     let mut catalog = Catalog {
         epoch,
+        plain_upstreams: order
+            .iter()
+            .filter(|(_, e)| !e.namespace_uris)
+            .map(|(name, _)| name.clone())
+            .collect(),
         ..Catalog::default()
     };
     let mut instructions = Vec::new();
@@ -373,14 +424,23 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
                         );
                     }
                     ListKind::Resources => {
-                        namespace_member(&mut item, "uri", name);
-                        if let Some(uri) = item.get("uri").and_then(Value::as_str)
-                            && !seen_uris.insert(uri.to_owned())
-                        {
+                        if entry.namespace_uris {
+                            namespace_member(&mut item, "uri", name);
+                        }
+                        let Some(uri) = item.get("uri").and_then(Value::as_str) else {
+                            continue;
+                        };
+                        if !seen_uris.insert(uri.to_owned()) {
                             continue;
                         }
+                        if !entry.namespace_uris {
+                            catalog.plain_uris.insert(uri.into(), name.clone());
+                        }
                     }
-                    ListKind::Templates => namespace_member(&mut item, "uriTemplate", name),
+                    ListKind::Templates if entry.namespace_uris => {
+                        namespace_member(&mut item, "uriTemplate", name);
+                    }
+                    ListKind::Templates => {}
                 }
                 if let Ok(raw) = serde_json::value::to_raw_value(&item) {
                     catalog.lists[kind.index()].items.push(raw);

@@ -113,6 +113,10 @@ pub struct UpstreamConfig {
     pub timeout: Duration,
     /// Which protocol era to speak to it.
     pub era: EraChoice,
+    /// Expose resource URIs as `{upstream}+{uri}` (default). With `false`
+    /// they are exposed unchanged and a URI no namespaced upstream claims is
+    /// routed to the first such upstream that lists it (or the first one).
+    pub namespace_uris: bool,
 }
 
 /// How the gateway picks the protocol era of an upstream.
@@ -263,6 +267,8 @@ struct RawUpstream {
     timeout: Option<Spanned<String>>,
     #[serde(default)]
     era: Option<Spanned<String>>,
+    #[serde(default)]
+    namespace_uris: Option<bool>,
 }
 
 /// Collects validation problems so one run reports all of them.
@@ -541,6 +547,7 @@ impl RawUpstream {
             transport: transport?,
             timeout: timeout?,
             era,
+            namespace_uris: self.namespace_uris.unwrap_or(true),
         })
     }
 

@@ -74,12 +74,13 @@ impl Gateway {
         let http_shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
 
-        let catalog = Arc::new(CatalogStore::new(
-            config
-                .upstreams
-                .iter()
-                .map(|u| (Arc::from(u.name.as_str()), u.prefix.clone())),
-        ));
+        let catalog = Arc::new(CatalogStore::new(config.upstreams.iter().map(|u| {
+            (
+                Arc::from(u.name.as_str()),
+                u.prefix.clone(),
+                u.namespace_uris,
+            )
+        })));
         let upstreams = Arc::new(UpstreamSet::default());
         let hub = Arc::new(NotifyHub::new(upstreams.clone()));
         for upstream_config in &config.upstreams {

@@ -214,7 +214,14 @@ impl NotifyHub {
 
     /// An upstream resource changed: tell exactly its subscribers.
     pub fn resource_updated(&self, upstream: &str, original_uri: &str) {
-        let uri: Arc<str> = naming::namespaced_uri(upstream, original_uri).into();
+        let plain = self
+            .upstreams
+            .get(upstream)
+            .is_some_and(|h| !h.namespaces_uris());
+        let uri: Arc<str> = match plain {
+            true => original_uri.into(),
+            false => naming::namespaced_uri(upstream, original_uri).into(),
+        };
         for id in self.subscriptions.subscribers(&uri) {
             if let Some(subscriber) = self.subscribers.get(&id) {
                 subscriber.outbox.mark_updated(uri.clone());

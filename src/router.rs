@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 pub use forward::InflightCall;
 
-use crate::catalog::{CatalogStore, CursorError, ListKind, naming};
+use crate::catalog::{CatalogStore, CursorError, ListKind};
 use crate::notify::{LogLevel, NotifyHub, Subscriber};
 use crate::protocol::{self, Era, RpcError, code, method};
 use crate::subscriptions::SubscriberId;
@@ -504,8 +504,8 @@ impl Router {
 
     /// Splits a namespaced URI whose prefix is a configured upstream.
     fn split_uri<'u>(&self, uri: &'u str) -> Option<(String, &'u str)> {
-        let (upstream, original) = naming::split_uri(uri)?;
-        self.upstreams.get(upstream)?;
-        Some((upstream.to_owned(), original))
+        let catalog = self.catalog.load();
+        let (upstream, original) = catalog.route_uri(uri, |u| self.upstreams.get(u).is_some())?;
+        Some((upstream.to_string(), original))
     }
 }

@@ -105,6 +105,8 @@ struct Shared {
     reconnect_now: tokio::sync::Notify,
     /// Remote upstreams reconnect on demand; stdio ones keep their backoff.
     remote: bool,
+    /// Whether its resource URIs are exposed as `{upstream}+{uri}`.
+    namespace_uris: bool,
 }
 
 impl UpstreamHandle {
@@ -198,6 +200,11 @@ impl UpstreamHandle {
         self.shared.listen_changed.notify_one();
     }
 
+    /// Whether its resource URIs are exposed as `{upstream}+{uri}`.
+    pub fn namespaces_uris(&self) -> bool {
+        self.shared.namespace_uris
+    }
+
     /// Whether the upstream speaks the modern era (as of its last handshake).
     pub fn is_modern(&self) -> bool {
         self.hello().is_some_and(|h| h.modern)
@@ -254,6 +261,7 @@ pub fn spawn(
             listen_changed: tokio::sync::Notify::new(),
             reconnect_now: tokio::sync::Notify::new(),
             remote: matches!(config.transport, crate::config::Transport::Remote(_)),
+            namespace_uris: config.namespace_uris,
         }),
     };
     let supervisor = Supervisor {

@@ -33,8 +33,8 @@ fn view(tools: &[&str]) -> Option<Arc<UpstreamView>> {
 
 fn store() -> CatalogStore {
     CatalogStore::new([
-        ("alpha".into(), "alpha".to_owned()),
-        ("beta".into(), "".to_owned()),
+        ("alpha".into(), "alpha".to_owned(), true),
+        ("beta".into(), "".to_owned(), true),
     ])
 }
 
@@ -151,4 +151,34 @@ fn down_upstream_leaves_the_view() {
     store.publish("alpha", None);
     assert_eq!(all_names(&store.load(), ListKind::Tools, 10), ["b"]);
     assert!(store.load().tool("alpha__a").is_none());
+}
+
+#[test]
+fn plain_uri_upstreams_expose_and_route_uris_unchanged() {
+    let store = CatalogStore::new([
+        ("alpha".into(), "alpha".to_owned(), true),
+        ("plain".into(), "".to_owned(), false),
+    ]);
+    store.publish("alpha", view(&[]));
+    store.publish("plain", view(&[]));
+    let catalog = store.load();
+    assert_eq!(
+        all_names(&catalog, ListKind::Resources, 10),
+        ["alpha+file:///a", "file:///a"]
+    );
+    let known = |u: &str| u == "alpha" || u == "plain";
+    assert_eq!(
+        catalog.route_uri("alpha+file:///a", known),
+        Some(("alpha".into(), "file:///a"))
+    );
+    assert_eq!(
+        catalog.route_uri("file:///a", known),
+        Some(("plain".into(), "file:///a"))
+    );
+    // Not listed anywhere: the first plain upstream gets it (it may be a template expansion).
+    assert_eq!(
+        catalog.route_uri("test://template/7", known),
+        Some(("plain".into(), "test://template/7"))
+    );
+    assert!(!catalog.namespaces_uris("plain"));
 }

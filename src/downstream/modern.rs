@@ -246,12 +246,38 @@ pub async fn handle(
                 .request(&ctx, id, method, envelope.params)
                 .await
             {
-                Reply::Ready(frame) => json(frame),
+                Reply::Ready(frame) => (status_of(&frame), json(frame)).into_response(),
                 Reply::Streaming(frames) => {
                     http::sse_response(tokio_stream::wrappers::ReceiverStream::new(frames))
                 }
             }
         }
+    }
+}
+
+/// The HTTP status for a modern answer: the spec pins 400 on errors that
+/// say the request itself was unacceptable, also when an upstream said so.
+fn status_of(frame: &str) -> StatusCode {
+    if !frame.contains("\"error\"") {
+        return StatusCode::OK;
+    }
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        error: Option<ProbeError>,
+    }
+    #[derive(serde::Deserialize)]
+    struct ProbeError {
+        code: i64,
+    }
+    match serde_json::from_str::<Probe>(frame)
+        .ok()
+        .and_then(|p| p.error)
+        .map(|e| e.code)
+    {
+        Some(
+            code::HEADER_MISMATCH | code::MISSING_CLIENT_CAPABILITY | code::UNSUPPORTED_VERSION,
+        ) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
     }
 }
 

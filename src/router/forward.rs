@@ -212,7 +212,10 @@ impl Exchange {
         match answer {
             Ok(result) => {
                 let upstream = self.handle.name();
-                let body = rewrite::namespace_result(self.method, upstream, &result);
+                let body = match self.handle.namespaces_uris() {
+                    true => rewrite::namespace_result(self.method, upstream, &result),
+                    false => std::borrow::Cow::Borrowed(result.get()),
+                };
                 match self.era {
                     Era::Legacy => protocol::response_frame(&self.client_id, &body),
                     Era::Modern => protocol::response_frame(
