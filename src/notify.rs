@@ -82,6 +82,8 @@ pub struct Subscriber {
     log_level: AtomicU8,
     /// The list kinds it wants `list_changed` for.
     wants: ListFilter,
+    /// Log messages only from this upstream (a modern request's log tap).
+    only_upstream: Option<Arc<str>>,
 }
 
 /// Which `list_changed` notifications a subscriber asked for.
@@ -146,21 +148,40 @@ impl NotifyHub {
 
     /// A new subscriber with an empty outbox that wants every list kind.
     pub fn register(&self) -> Arc<Subscriber> {
-        self.insert(Outbox::default(), ListFilter::ALL)
+        self.insert(Outbox::default(), ListFilter::ALL, None)
     }
 
     /// A new modern listen stream: only the kinds in `wants`, every
     /// notification tagged with `_meta` `tag`.
     pub fn register_listener(&self, wants: ListFilter, tag: String) -> Arc<Subscriber> {
-        self.insert(Outbox::tagged(tag), wants)
+        self.insert(Outbox::tagged(tag), wants, None)
     }
 
-    fn insert(&self, outbox: Outbox, wants: ListFilter) -> Arc<Subscriber> {
+    /// A modern request's log tap: `upstream`'s log messages at `level` or
+    /// above, for as long as the request runs. Unregister it when done.
+    pub fn register_log_tap(&self, upstream: Arc<str>, level: LogLevel) -> Arc<Subscriber> {
+        let none = ListFilter {
+            tools: false,
+            prompts: false,
+            resources: false,
+        };
+        let tap = self.insert(Outbox::default(), none, Some(upstream));
+        self.set_log_level(&tap, level);
+        tap
+    }
+
+    fn insert(
+        &self,
+        outbox: Outbox,
+        wants: ListFilter,
+        only_upstream: Option<Arc<str>>,
+    ) -> Arc<Subscriber> {
         let subscriber = Arc::new(Subscriber {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             outbox,
             log_level: AtomicU8::new(0),
             wants,
+            only_upstream,
         });
         self.subscribers.insert(subscriber.id, subscriber.clone());
         subscriber
@@ -255,7 +276,11 @@ impl NotifyHub {
         )
         .into();
         for subscriber in &self.subscribers {
-            if subscriber.log_level().is_some_and(|wanted| level >= wanted) {
+            let from_its_upstream = subscriber
+                .only_upstream
+                .as_deref()
+                .is_none_or(|u| u == upstream);
+            if from_its_upstream && subscriber.log_level().is_some_and(|wanted| level >= wanted) {
                 subscriber.outbox.push_message(frame.clone());
             }
         }

@@ -49,6 +49,9 @@ pub struct RequestContext {
     /// caching hints on results, and closing their response stream cancels
     /// the upstream request.
     pub era: Era,
+    /// A modern request's `_meta` log level: upstream log messages at or
+    /// above it travel on this request's stream.
+    pub log_level: Option<LogLevel>,
 }
 
 /// A session's forwarded calls that have not finished, keyed by the raw
@@ -292,7 +295,7 @@ impl Router {
                 .find(|m| *m == method)
                 .unwrap_or(method::COMPLETE);
                 return match self.prepare_call(method, params) {
-                    Ok(call) => forward::run(call, ctx, id).await,
+                    Ok(call) => forward::run(call, ctx, id, &self.hub).await,
                     Err(e) => Reply::Ready(e.to_frame(id.get(), ctx.era)),
                 };
             }

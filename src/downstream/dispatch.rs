@@ -42,6 +42,7 @@ pub async fn handle(
         subscriber: Some(session.subscriber.clone()),
         can_stream,
         era: protocol::Era::Legacy,
+        log_level: None,
     };
     match (kind, envelope.id) {
         (MessageKind::Notification, _) => {

@@ -221,9 +221,10 @@ pub async fn handle(
         return StatusCode::BAD_REQUEST.into_response();
     };
     let method = envelope.method.as_deref().unwrap_or_default();
-    if let Err(rejected) = validate(headers, envelope) {
-        return rejected;
-    }
+    let validated = match validate(headers, envelope) {
+        Ok(v) => v,
+        Err(rejected) => return rejected,
+    };
     if !METHODS.contains(&method) {
         let error = RpcError::new(
             code::METHOD_NOT_FOUND,
@@ -240,6 +241,7 @@ pub async fn handle(
                 subscriber: None,
                 can_stream,
                 era: Era::Modern,
+                log_level: validated.log_level,
             };
             match state
                 .router

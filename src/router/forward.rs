@@ -88,7 +88,12 @@ impl Drop for CallGuard {
 
 /// Sends the call and produces its reply: inline when there is no progress
 /// to stream, otherwise as a stream of frames fed by a task.
-pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> Reply {
+pub(super) async fn run(
+    call: Call<'_>,
+    ctx: &RequestContext,
+    id: &RawValue,
+    hub: &Arc<crate::notify::NotifyHub>,
+) -> Reply {
     let deadline = tokio::time::Instant::now() + call.handle.timeout();
     let conn = match call.handle.connection_on_demand(deadline).await {
         Ok(conn) => conn,
@@ -96,7 +101,7 @@ pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> 
     };
     let upstream_id = conn.next_id();
     let client_token = call.params.progress_token().cloned();
-    let streaming = ctx.can_stream && client_token.is_some();
+    let streaming = ctx.can_stream && (client_token.is_some() || ctx.log_level.is_some());
     let params = call
         .params
         .build(call.key, &call.value, streaming.then_some(upstream_id));
@@ -137,6 +142,7 @@ pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> 
         last_progress: Arc::new(AtomicU64::new(0)),
         progress: None,
         era: ctx.era,
+        log_tap: None,
     };
     exchange.timeout = exchange.handle.timeout();
     if !streaming {
@@ -149,6 +155,12 @@ pub(super) async fn run(call: Call<'_>, ctx: &RequestContext, id: &RawValue) -> 
     }
 
     let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
+    if let Some(level) = ctx.log_level {
+        exchange.log_tap = Some(LogTap {
+            subscriber: hub.register_log_tap(exchange.handle.name().clone(), level),
+            hub: hub.clone(),
+        });
+    }
     let client_token = serde_json::value::to_raw_value(&client_token.unwrap_or(Value::Null))
         .unwrap_or_else(|_| RawValue::NULL.to_owned());
     exchange.progress = Some((client_token, sink.clone()));
@@ -180,6 +192,39 @@ struct Exchange {
     /// The client's progress token and its stream, when progress streams.
     progress: Option<(Box<RawValue>, mpsc::Sender<String>)>,
     era: Era,
+    /// Upstream log messages for this request's stream (modern `logLevel`).
+    log_tap: Option<LogTap>,
+}
+
+/// Resolves when the tap may have log messages; never without a tap.
+async fn log_waiting(tap: &Option<LogTap>) {
+    match tap {
+        Some(tap) => tap.subscriber.outbox.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A temporary hub subscriber feeding one request's stream.
+struct LogTap {
+    subscriber: Arc<crate::notify::Subscriber>,
+    hub: Arc<crate::notify::NotifyHub>,
+}
+
+impl Drop for LogTap {
+    fn drop(&mut self) {
+        self.hub.unregister(self.subscriber.id);
+    }
+}
+
+impl LogTap {
+    /// Moves every queued log message to the request's stream.
+    fn drain(&self, sink: &mpsc::Sender<String>) {
+        while let Some((_, frame)) = self.subscriber.outbox.next_event() {
+            if sink.try_send(frame.to_string()).is_err() {
+                tracing::debug!("client is behind; log notification dropped");
+            }
+        }
+    }
 }
 
 impl Exchange {
@@ -287,6 +332,12 @@ impl Exchange {
         loop {
             tokio::select! {
                 () = &mut client_gone => return Err(RouteError::Cancelled),
+                () = log_waiting(&self.log_tap) => {
+                    if let (Some(tap), Some((_, sink))) = (&self.log_tap, &self.progress) {
+                        tap.drain(sink);
+                    }
+                    continue;
+                }
                 answer = &mut rx => return match answer {
                     Ok(answer) => answer.map_err(RouteError::Upstream),
                     // The pending entry was removed without an answer: cancelled.

@@ -290,3 +290,63 @@ fn base64_of(text: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(text)
 }
+
+#[tokio::test]
+async fn a_modern_log_level_brings_upstream_logs_onto_that_requests_stream() {
+    let gw = TestGateway::with_examples("", &[("alpha", &["--test-controls"])]).await;
+    let call = json!({ "name": "alpha__log", "arguments": { "level": "warning", "count": 2, "message": "careful" } });
+    let mut with_level = call.clone();
+    with_level["_meta"] = serde_json::from_str(META).unwrap();
+    with_level["_meta"]["io.modelcontextprotocol/logLevel"] = json!("info");
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": with_level })
+        .to_string();
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "alpha__log"),
+    ];
+    let raw =
+        crate::support::client::post(&reqwest::Client::new(), &gw.url, None, &body, &headers).await;
+    let messages = crate::support::client::sse_messages(&raw.body);
+    let logs: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .collect();
+    assert_eq!(logs.len(), 2, "{messages:?}");
+    assert_eq!(logs[0]["params"]["data"], "careful 0");
+    assert_eq!(logs[0]["params"]["logger"], "alpha/example");
+    assert_eq!(messages.last().unwrap()["result"]["resultType"], "complete");
+
+    // Without a log level: just the answer.
+    let plain = modern(&gw.url, "tools/call", call, &[("mcp-name", "alpha__log")]).await;
+    let content_type = plain.headers["content-type"].to_str().unwrap().to_owned();
+    let messages = if content_type.starts_with("text/event-stream") {
+        crate::support::client::sse_messages(&plain.body)
+    } else {
+        vec![plain.json()]
+    };
+    assert!(
+        messages
+            .iter()
+            .all(|m| m["method"] != "notifications/message"),
+        "{messages:?}"
+    );
+    // An unknown level is refused.
+    let mut bad = json!({ "name": "alpha__echo", "arguments": {} });
+    bad["_meta"] = serde_json::from_str(META).unwrap();
+    bad["_meta"]["io.modelcontextprotocol/logLevel"] = json!("loud");
+    let body =
+        json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": bad }).to_string();
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "alpha__echo"),
+    ];
+    let refused =
+        crate::support::client::post(&reqwest::Client::new(), &gw.url, None, &body, &headers).await;
+    assert_eq!(
+        (refused.status.as_u16(), refused.error_code()),
+        (400, -32602)
+    );
+    gw.stop().await;
+}
