@@ -9,6 +9,9 @@
 //! (sending `resources/updated`), emit log messages, flood stderr, crash. `--record FILE` appends every received message to FILE, so tests
 //! can check what reached the upstream. One task reads stdin; each request
 //! runs in its own task so slow calls overlap; one task writes stdout.
+//!
+//! `--conformance` replaces all of that with the fixture of the official MCP
+//! conformance suite (see [`conformance`]), served in both protocol eras.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -21,6 +24,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{UPSTREAM_VERSIONS, code};
+
+mod conformance;
 
 /// Options of `mcpmux example-server`.
 #[derive(Debug, Clone, clap::Args)]
@@ -44,6 +49,11 @@ pub struct ExampleServerArgs {
     /// touch, log, flood_stderr, crash).
     #[arg(long)]
     pub test_controls: bool,
+    /// Serve the fixture tools, prompts and resources of the MCP conformance
+    /// suite instead, answering `server/discover` (2026-07-28) as well as
+    /// `initialize`.
+    #[arg(long)]
+    pub conformance: bool,
 }
 
 struct Server {
@@ -55,6 +65,8 @@ struct Server {
     /// Tools and prompts added at run time by the test controls.
     added_tools: Mutex<Vec<String>>,
     added_prompts: Mutex<Vec<String>>,
+    /// The conformance fixture, with `--conformance`.
+    fixture: Option<conformance::Fixture>,
 }
 
 /// Runs the server on stdin/stdout until stdin closes.
@@ -81,12 +93,13 @@ pub async fn run(args: ExampleServerArgs) -> std::io::Result<()> {
         }
     });
     let server = Arc::new(Server {
-        args,
         out,
         record,
         running: Mutex::new(HashMap::new()),
         added_tools: Mutex::new(Vec::new()),
         added_prompts: Mutex::new(Vec::new()),
+        fixture: args.conformance.then(conformance::Fixture::new),
+        args,
     });
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
@@ -100,6 +113,10 @@ pub async fn run(args: ExampleServerArgs) -> std::io::Result<()> {
         };
         let server = server.clone();
         tokio::spawn(async move { server.handle(message).await });
+    }
+    // Listen streams never end on their own; closed input ends them.
+    if let Some(fixture) = &server.fixture {
+        fixture.close();
     }
     drop(server);
     let _ = writer.await;
@@ -126,6 +143,13 @@ impl Server {
             .unwrap_or_default()
             .to_owned();
         let params = message.get("params").cloned().unwrap_or(Value::Null);
+        if !message.contains_key("method") {
+            // A response to a request this server sent (conformance only).
+            if let Some(fixture) = &self.fixture {
+                fixture.on_response(&message);
+            }
+            return;
+        }
         let Some(id) = message.get("id").cloned() else {
             if method == "notifications/cancelled" {
                 let key = params
@@ -148,8 +172,17 @@ impl Server {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id.to_string(), token.clone());
+        let work = async {
+            match &self.fixture {
+                Some(fixture) => fixture.dispatch(&self, &method, &params, &id).await,
+                None => self
+                    .dispatch(&method, &params)
+                    .await
+                    .map_err(|(code, message)| json!({ "code": code, "message": message })),
+            }
+        };
         let outcome = tokio::select! {
-            outcome = self.dispatch(&method, &params) => Some(outcome),
+            outcome = work => Some(outcome),
             () = token.cancelled() => None,
         };
         self.running
@@ -160,9 +193,7 @@ impl Server {
         let Some(outcome) = outcome else { return };
         let reply = match outcome {
             Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
-            Err((code, message)) => {
-                json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
-            }
+            Err(error) => json!({ "jsonrpc": "2.0", "id": id, "error": error }),
         };
         self.send(reply).await;
     }
