@@ -117,6 +117,8 @@ pub struct UpstreamConfig {
     /// they are exposed unchanged and a URI no namespaced upstream claims is
     /// routed to the first such upstream that lists it (or the first one).
     pub namespace_uris: bool,
+    /// `/readyz` fails while a required upstream is not ready.
+    pub required: bool,
 }
 
 /// How the gateway picks the protocol era of an upstream.
@@ -269,6 +271,8 @@ struct RawUpstream {
     era: Option<Spanned<String>>,
     #[serde(default)]
     namespace_uris: Option<bool>,
+    #[serde(default)]
+    required: Option<bool>,
 }
 
 /// Collects validation problems so one run reports all of them.
@@ -548,6 +552,7 @@ impl RawUpstream {
             timeout: timeout?,
             era,
             namespace_uris: self.namespace_uris.unwrap_or(true),
+            required: self.required.unwrap_or(true),
         })
     }
 

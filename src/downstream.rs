@@ -97,33 +97,111 @@ pub fn app(state: Arc<AppState>) -> axum::Router {
         .route("/message", axum::routing::post(legacy_sse::message))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/status", get(status))
+        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
-/// 200 when every upstream is connected, else 503 with each one's state.
-async fn readyz(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
-    let mut ready = true;
-    let mut upstreams = serde_json::Map::new();
+/// Each upstream's state as JSON (no URLs, commands or headers: they may
+/// hold secrets).
+fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
     let mut handles = state.router.upstreams().all();
     handles.sort_by(|a, b| a.name().cmp(b.name()));
-    for handle in handles {
-        let status = match handle.state() {
-            UpstreamState::Ready => json!({ "state": "ready" }),
-            UpstreamState::Starting => json!({ "state": "starting" }),
-            UpstreamState::Down { reason } => json!({ "state": "down", "reason": reason }),
-            UpstreamState::Stopped => json!({ "state": "stopped" }),
-        };
-        ready &= handle.state() == UpstreamState::Ready;
-        upstreams.insert(handle.name().to_string(), status);
-    }
+    handles
+        .iter()
+        .map(|h| {
+            let (label, reason) = match h.state() {
+                UpstreamState::Ready => ("ready", None),
+                UpstreamState::Starting => ("starting", None),
+                UpstreamState::Down { reason } => ("down", Some(reason)),
+                UpstreamState::Stopped => ("stopped", None),
+            };
+            let [tools, prompts, resources, templates] = h.item_counts();
+            let hello = h.hello();
+            let status = json!({
+                "name": &**h.name(),
+                "state": label,
+                "reason": reason,
+                "required": h.required(),
+                "transport": h.transport(),
+                "protocolVersion": hello.as_ref().map(|h| h.protocol_version.clone()),
+                "server": hello.as_ref().and_then(|h| h.server_name.clone()),
+                "tools": tools,
+                "prompts": prompts,
+                "resources": resources,
+                "resourceTemplates": templates,
+                "restarts": h.restarts(),
+                "pid": h.pid(),
+            });
+            (!h.required() || h.state() == UpstreamState::Ready, status)
+        })
+        .collect()
+}
+
+/// 200 when every required upstream is ready, else 503; the body lists
+/// each upstream's state.
+async fn readyz(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
+    let upstreams = upstream_status(&state);
+    let ready = upstreams.iter().all(|(ok, _)| *ok);
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    let upstreams: Vec<_> = upstreams.into_iter().map(|(_, s)| s).collect();
     (
         status,
         axum::Json(json!({ "ready": ready, "upstreams": upstreams })),
+    )
+        .into_response()
+}
+
+/// Everything an operator wants at a glance.
+async fn status(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
+    let hub = state.router.hub();
+    let upstreams: Vec<_> = upstream_status(&state)
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    axum::Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "upstreams": upstreams,
+        "sessions": state.sessions.len(),
+        "listenStreams": hub.listener_count(),
+        "subscriptions": { "uris": hub.subscriptions().uri_count(), "entries": hub.subscriptions().entry_count() },
+    }))
+    .into_response()
+}
+
+/// Prometheus text exposition.
+async fn metrics(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
+    let hub = state.router.hub();
+    let snapshot = crate::metrics::Snapshot {
+        upstreams: state
+            .router
+            .upstreams()
+            .all()
+            .iter()
+            .map(|h| {
+                (
+                    h.name().to_string(),
+                    h.state() == UpstreamState::Ready,
+                    h.restarts(),
+                )
+            })
+            .collect(),
+        legacy_sessions: state.sessions.len(),
+        listen_streams: hub.listener_count(),
+        subscription_entries: hub.subscriptions().entry_count(),
+        subscribed_uris: hub.subscriptions().uri_count(),
+    };
+    let body = state.router.metrics().render(&snapshot, hub.counts());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
     )
         .into_response()
 }

@@ -22,6 +22,7 @@ pub mod catalog;
 pub mod config;
 pub mod downstream;
 pub mod example_server;
+pub mod metrics;
 pub mod notify;
 pub mod protocol;
 pub mod router;
@@ -101,7 +102,7 @@ impl Gateway {
         sessions.spawn_sweeper(upstream_shutdown.clone(), &tracker);
 
         let state = Arc::new(AppState {
-            router: Router::new(catalog, upstreams, hub, config.page_size),
+            router: Router::new(catalog, upstreams, hub, Arc::default(), config.page_size),
             sessions,
             http: config.http.clone(),
             shutdown: http_shutdown.clone(),

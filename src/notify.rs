@@ -120,6 +120,10 @@ impl Subscriber {
 /// Routes upstream notifications to subscribers.
 pub struct NotifyHub {
     subscribers: DashMap<SubscriberId, Arc<Subscriber>>,
+    /// Notification counts of every outbox, for `/metrics`.
+    counts: Arc<crate::metrics::NotificationCounts>,
+    /// Open modern listen streams.
+    listeners: std::sync::atomic::AtomicUsize,
     subscriptions: SubscriptionTable,
     upstreams: Arc<UpstreamSet>,
     next_id: AtomicU64,
@@ -131,6 +135,8 @@ impl NotifyHub {
     pub fn new(upstreams: Arc<UpstreamSet>) -> Self {
         Self {
             subscribers: DashMap::new(),
+            counts: Arc::default(),
+            listeners: std::sync::atomic::AtomicUsize::new(0),
             subscriptions: SubscriptionTable::default(),
             upstreams,
             next_id: AtomicU64::new(1),
@@ -148,13 +154,18 @@ impl NotifyHub {
 
     /// A new subscriber with an empty outbox that wants every list kind.
     pub fn register(&self) -> Arc<Subscriber> {
-        self.insert(Outbox::default(), ListFilter::ALL, None)
+        self.insert(
+            Outbox::new(self.counts.clone(), None),
+            ListFilter::ALL,
+            None,
+        )
     }
 
     /// A new modern listen stream: only the kinds in `wants`, every
     /// notification tagged with `_meta` `tag`.
     pub fn register_listener(&self, wants: ListFilter, tag: String) -> Arc<Subscriber> {
-        self.insert(Outbox::tagged(tag), wants, None)
+        self.listeners.fetch_add(1, Ordering::Relaxed);
+        self.insert(Outbox::new(self.counts.clone(), Some(tag)), wants, None)
     }
 
     /// A modern request's log tap: `upstream`'s log messages at `level` or
@@ -165,7 +176,7 @@ impl NotifyHub {
             prompts: false,
             resources: false,
         };
-        let tap = self.insert(Outbox::default(), none, Some(upstream));
+        let tap = self.insert(Outbox::new(self.counts.clone(), None), none, Some(upstream));
         self.set_log_level(&tap, level);
         tap
     }
@@ -190,10 +201,11 @@ impl NotifyHub {
     /// Removes a subscriber and everything it held: its URIs (unsubscribing
     /// upstream where it was the last) and its log level.
     pub fn unregister(&self, id: SubscriberId) {
-        let had_level = self
-            .subscribers
-            .remove(&id)
-            .is_some_and(|(_, s)| s.log_level().is_some());
+        let removed = self.subscribers.remove(&id).map(|(_, s)| s);
+        if removed.as_ref().is_some_and(|s| s.outbox.is_tagged()) {
+            self.listeners.fetch_sub(1, Ordering::Relaxed);
+        }
+        let had_level = removed.is_some_and(|s| s.log_level().is_some());
         for change in self.subscriptions.remove_subscriber(id) {
             self.unsubscribe_upstream(&change);
         }
@@ -375,6 +387,16 @@ impl NotifyHub {
                 tracing::warn!(error = %e, "could not restore the log level");
             }
         }
+    }
+
+    /// Notification counts, for `/metrics`.
+    pub fn counts(&self) -> &crate::metrics::NotificationCounts {
+        &self.counts
+    }
+
+    /// Open modern listen streams.
+    pub fn listener_count(&self) -> usize {
+        self.listeners.load(Ordering::Relaxed)
     }
 
     /// Backlog sizes per subscriber, for tests and metrics.

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 pub use forward::InflightCall;
 
 use crate::catalog::{CatalogStore, CursorError, ListKind};
+use crate::metrics::{Metrics, Outcome};
 use crate::notify::{LogLevel, NotifyHub, Subscriber};
 use crate::protocol::{self, Era, RpcError, code, method};
 use crate::subscriptions::SubscriberId;
@@ -119,6 +120,18 @@ pub enum RouteError {
 }
 
 impl RouteError {
+    /// The metrics outcome of a failed request.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::Cancelled => Outcome::Cancelled,
+            Self::Upstream(UpstreamError::Timeout { .. }) => Outcome::Timeout,
+            Self::Upstream(
+                UpstreamError::Unavailable { .. } | UpstreamError::SessionExpired { .. },
+            ) => Outcome::Unavailable,
+            _ => Outcome::Error,
+        }
+    }
+
     /// The one mapping from gateway errors to JSON-RPC errors. The era
     /// matters once: a missing resource is -32002 before 2026-07-28 and
     /// -32602 from it on.
@@ -221,6 +234,7 @@ pub struct Router {
     catalog: Arc<CatalogStore>,
     upstreams: Arc<UpstreamSet>,
     hub: Arc<NotifyHub>,
+    metrics: Arc<Metrics>,
     page_size: usize,
 }
 
@@ -229,14 +243,20 @@ impl Router {
         catalog: Arc<CatalogStore>,
         upstreams: Arc<UpstreamSet>,
         hub: Arc<NotifyHub>,
+        metrics: Arc<Metrics>,
         page_size: usize,
     ) -> Self {
         Self {
             catalog,
             upstreams,
             hub,
+            metrics,
             page_size,
         }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn hub(&self) -> &Arc<NotifyHub> {
@@ -272,6 +292,7 @@ impl Router {
         method: &str,
         params: Option<&RawValue>,
     ) -> Reply {
+        let started = std::time::Instant::now();
         let outcome = match method {
             method::PING => Ok("{}".to_owned()),
             method::TOOLS_LIST => self.list(ListKind::Tools, params),
@@ -295,12 +316,18 @@ impl Router {
                 .find(|m| *m == method)
                 .unwrap_or(method::COMPLETE);
                 return match self.prepare_call(method, params) {
-                    Ok(call) => forward::run(call, ctx, id, &self.hub).await,
+                    Ok(call) => forward::run(call, ctx, id, &self.hub, &self.metrics).await,
                     Err(e) => Reply::Ready(e.to_frame(id.get(), ctx.era)),
                 };
             }
             other => Err(RouteError::MethodNotFound(other.to_owned())),
         };
+        let measured = match &outcome {
+            Ok(_) => Outcome::Ok,
+            Err(e) => e.outcome(),
+        };
+        self.metrics
+            .observe(method, "mcpmux", measured, started.elapsed());
         Reply::Ready(match outcome {
             Ok(result) if ctx.era == Era::Modern => protocol::response_frame(
                 id.get(),

@@ -107,6 +107,12 @@ struct Shared {
     remote: bool,
     /// Whether its resource URIs are exposed as `{upstream}+{uri}`.
     namespace_uris: bool,
+    /// Whether `/readyz` waits for it.
+    required: bool,
+    /// How it is reached, for `/status` (no URL or command: they may hold secrets).
+    transport: &'static str,
+    /// Items it contributes per list kind, as last published.
+    counts: [std::sync::atomic::AtomicUsize; 4],
 }
 
 impl UpstreamHandle {
@@ -200,6 +206,21 @@ impl UpstreamHandle {
         self.shared.listen_changed.notify_one();
     }
 
+    /// Whether `/readyz` waits for it.
+    pub fn required(&self) -> bool {
+        self.shared.required
+    }
+
+    /// How it is reached: stdio, http, streamable-http or sse.
+    pub fn transport(&self) -> &'static str {
+        self.shared.transport
+    }
+
+    /// Tools, prompts, resources and templates it contributes.
+    pub fn item_counts(&self) -> [usize; 4] {
+        std::array::from_fn(|i| self.shared.counts[i].load(Ordering::Relaxed))
+    }
+
     /// Whether its resource URIs are exposed as `{upstream}+{uri}`.
     pub fn namespaces_uris(&self) -> bool {
         self.shared.namespace_uris
@@ -262,6 +283,16 @@ pub fn spawn(
             reconnect_now: tokio::sync::Notify::new(),
             remote: matches!(config.transport, crate::config::Transport::Remote(_)),
             namespace_uris: config.namespace_uris,
+            required: config.required,
+            transport: match &config.transport {
+                crate::config::Transport::Stdio(_) => "stdio",
+                crate::config::Transport::Remote(r) => match r.mode {
+                    crate::config::RemoteMode::Auto => "http",
+                    crate::config::RemoteMode::StreamableHttp => "streamable-http",
+                    crate::config::RemoteMode::Sse => "sse",
+                },
+            },
+            counts: Default::default(),
         }),
     };
     let supervisor = Supervisor {
@@ -497,6 +528,10 @@ impl Supervisor {
     /// Publishes this upstream's view (None: it left) and tells every
     /// subscriber which merged lists changed.
     fn publish(&self, view: Option<&UpstreamView>) {
+        for (i, kind) in ListKind::ALL.iter().enumerate() {
+            let n = view.map_or(0, |v| v.lists.get(*kind).len());
+            self.handle.shared.counts[i].store(n, Ordering::Relaxed);
+        }
         let changed = self
             .catalog
             .publish(self.handle.name(), view.map(|v| Arc::new(v.clone())));

@@ -71,15 +71,24 @@ pub struct Outbox {
     /// `_meta` JSON added to every notification this outbox builds (a
     /// modern listen stream's `subscriptionId`).
     tag: Option<String>,
+    /// Shared counts of sent, coalesced and dropped notifications.
+    counts: Arc<crate::metrics::NotificationCounts>,
 }
 
 impl Outbox {
-    /// An outbox whose notifications carry `_meta` `tag` (JSON text).
-    pub fn tagged(tag: String) -> Self {
+    /// An outbox counting into `counts`, whose notifications carry `_meta`
+    /// `tag` (JSON text) when given.
+    pub fn new(counts: Arc<crate::metrics::NotificationCounts>, tag: Option<String>) -> Self {
         Self {
-            tag: Some(tag),
+            tag,
+            counts,
             ..Self::default()
         }
+    }
+
+    /// Whether this is a modern listen stream's outbox.
+    pub fn is_tagged(&self) -> bool {
+        self.tag.is_some()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -92,13 +101,22 @@ impl Outbox {
             ListKind::Prompts => 1,
             ListKind::Resources | ListKind::Templates => 2,
         };
-        self.lock().list_changed[slot] = true;
+        let already = std::mem::replace(&mut self.lock().list_changed[slot], true);
+        if already {
+            self.counts
+                .coalesced
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.wake.notify_one();
     }
 
     /// Queues `resources/updated` for a namespaced URI (once per URI).
     pub fn mark_updated(&self, uri: Arc<str>) {
-        self.lock().updated.insert(uri);
+        if !self.lock().updated.insert(uri) {
+            self.counts
+                .coalesced
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.wake.notify_one();
     }
 
@@ -108,6 +126,9 @@ impl Outbox {
         if state.messages.len() >= MESSAGE_CAPACITY {
             state.messages.pop_front();
             state.dropped += 1;
+            self.counts
+                .dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         state.messages.push_back(frame);
         drop(state);
@@ -138,6 +159,9 @@ impl Outbox {
             state.messages.pop_front()?
         };
         state.next_id += 1;
+        self.counts
+            .sent
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let event = (state.next_id, frame);
         if state.replay.len() >= REPLAY_CAPACITY {
             state.replay.pop_front();

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::rewrite::{self, Params};
 use super::{Reply, RequestContext, RouteError};
+use crate::metrics::{Metrics, Outcome};
 use crate::protocol::{self, Era, RpcError, code};
 use crate::upstream::{Answer, Connection, ProgressRoute, UpstreamError, UpstreamHandle};
 
@@ -93,6 +94,7 @@ pub(super) async fn run(
     ctx: &RequestContext,
     id: &RawValue,
     hub: &Arc<crate::notify::NotifyHub>,
+    metrics: &Arc<Metrics>,
 ) -> Reply {
     let deadline = tokio::time::Instant::now() + call.handle.timeout();
     let conn = match call.handle.connection_on_demand(deadline).await {
@@ -102,6 +104,15 @@ pub(super) async fn run(
     let upstream_id = conn.next_id();
     let client_token = call.params.progress_token().cloned();
     let streaming = ctx.can_stream && (client_token.is_some() || ctx.log_level.is_some());
+    // A session's log level reaches a modern upstream as the per-request
+    // `_meta` field, since that era has no logging/setLevel.
+    let mut call = call;
+    if conn.is_modern()
+        && let Some(level) = ctx.subscriber.as_ref().and_then(|s| s.log_level())
+    {
+        call.params
+            .default_meta(protocol::meta::LOG_LEVEL, Value::from(level.as_str()));
+    }
     let params = call
         .params
         .build(call.key, &call.value, streaming.then_some(upstream_id));
@@ -143,6 +154,7 @@ pub(super) async fn run(
         progress: None,
         era: ctx.era,
         log_tap: None,
+        metrics: metrics.clone(),
     };
     exchange.timeout = exchange.handle.timeout();
     if !streaming {
@@ -194,6 +206,7 @@ struct Exchange {
     era: Era,
     /// Upstream log messages for this request's stream (modern `logLevel`).
     log_tap: Option<LogTap>,
+    metrics: Arc<Metrics>,
 }
 
 /// Resolves when the tap may have log messages; never without a tap.
@@ -253,6 +266,20 @@ impl Exchange {
             Err(RouteError::Upstream(UpstreamError::SessionExpired { .. }))
         ) {
             answer = self.retry(guard).await;
+        }
+        let outcome = match &answer {
+            Ok(_) => Outcome::Ok,
+            Err(e) => e.outcome(),
+        };
+        self.metrics.observe(
+            self.method,
+            self.handle.name(),
+            outcome,
+            self.started.elapsed(),
+        );
+        // Log messages that came before the answer go out before it.
+        if let (Some(tap), Some((_, sink))) = (&self.log_tap, &self.progress) {
+            tap.drain(sink);
         }
         match answer {
             Ok(result) => {

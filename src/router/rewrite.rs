@@ -72,6 +72,14 @@ impl<'a> Params<'a> {
         serde_json::from_str(raw.get()).map_err(|_| format!("{key:?} must be an object"))
     }
 
+    /// Sets a `_meta` member the client did not set itself.
+    pub fn default_meta(&mut self, key: &str, value: Value) {
+        self.meta
+            .get_or_insert_with(Map::new)
+            .entry(key.to_owned())
+            .or_insert(value);
+    }
+
     /// The client's `_meta.progressToken`, if it asked for progress.
     pub fn progress_token(&self) -> Option<&Value> {
         self.meta.as_ref()?.get("progressToken")

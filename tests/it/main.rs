@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod cli;
+mod conformance;
 mod core;
 mod deploy;
 mod everything;
