@@ -338,6 +338,30 @@ impl CatalogStore {
         }
     }
 
+    /// Replaces the configured upstreams (a reload): views of upstreams that
+    /// stay are kept, removed ones leave the view, new ones start empty.
+    /// Returns the list kinds whose merged content changed.
+    pub fn set_upstreams(
+        &self,
+        upstreams: impl IntoIterator<Item = (Arc<str>, String, bool)>,
+    ) -> Vec<ListKind> {
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let mut previous = std::mem::take(&mut sources.order);
+        sources.order = upstreams
+            .into_iter()
+            .map(|(name, prefix, namespace_uris)| {
+                let view = previous.shift_remove(&name).and_then(|e| e.view);
+                let entry = SourceEntry {
+                    prefix,
+                    namespace_uris,
+                    view,
+                };
+                (name, entry)
+            })
+            .collect();
+        self.rebuild(&mut sources)
+    }
+
     /// The current snapshot.
     pub fn load(&self) -> Arc<Catalog> {
         self.snapshot.load_full()
@@ -351,6 +375,11 @@ impl CatalogStore {
             return Vec::new();
         };
         entry.view = view;
+        self.rebuild(&mut sources)
+    }
+
+    /// Swaps in a catalog built from `sources`; returns the changed kinds.
+    fn rebuild(&self, sources: &mut Sources) -> Vec<ListKind> {
         let old = self.snapshot.load();
         let mut next = build(&sources.order, old.epoch);
         let mut changed = Vec::new();

@@ -25,6 +25,7 @@ pub mod example_server;
 pub mod metrics;
 pub mod notify;
 pub mod protocol;
+pub mod reload;
 pub mod router;
 pub mod sse;
 pub mod subscriptions;
@@ -51,6 +52,8 @@ use upstream::{UpstreamHandle, UpstreamSet, UpstreamState};
 /// that keep sessions tidy.
 pub struct Gateway {
     config: Config,
+    /// The upstream supervisors, for reloads.
+    manager: Arc<reload::UpstreamManager>,
     state: Arc<AppState>,
     /// Stops accepting connections and ends HTTP streams.
     http_shutdown: CancellationToken,
@@ -84,16 +87,14 @@ impl Gateway {
         })));
         let upstreams = Arc::new(UpstreamSet::default());
         let hub = Arc::new(NotifyHub::new(upstreams.clone()));
-        for upstream_config in &config.upstreams {
-            let handle = upstream::spawn(
-                upstream_config.clone(),
-                catalog.clone(),
-                hub.clone(),
-                upstream_shutdown.clone(),
-                &tracker,
-            );
-            upstreams.insert(handle);
-        }
+        let manager = Arc::new(reload::UpstreamManager::new(
+            catalog.clone(),
+            upstreams.clone(),
+            hub.clone(),
+            upstream_shutdown.clone(),
+            tracker.clone(),
+        ));
+        manager.start_all(&config.upstreams);
         let sessions = Arc::new(SessionTable::new(
             hub.clone(),
             config.sessions.idle_timeout,
@@ -110,6 +111,7 @@ impl Gateway {
         });
         Gateway {
             config,
+            manager,
             state,
             http_shutdown,
             upstream_shutdown,
@@ -133,6 +135,22 @@ impl Gateway {
         tracing::info!(%addr, upstreams = self.config.upstreams.len(), "mcpmux listening; MCP endpoint at /mcp");
         self.server = Some((addr, server));
         Ok(addr)
+    }
+
+    /// Applies a new config's upstreams as a diff (see [`reload`]).
+    pub async fn reload(&self, config: &Config) -> reload::Diff {
+        self.manager.apply(&config.upstreams).await
+    }
+
+    /// Reloads `path` on change or SIGHUP until shutdown.
+    pub fn watch_config(&self, path: std::path::PathBuf) {
+        let watcher = reload::watch(
+            path,
+            self.manager.clone(),
+            self.config.clone(),
+            self.upstream_shutdown.clone(),
+        );
+        self.tracker.spawn(watcher);
     }
 
     /// The address the gateway serves HTTP on.
@@ -209,13 +227,18 @@ impl Gateway {
     }
 }
 
-/// Serves until `signal` resolves, then shuts down gracefully.
+/// Serves until `signal` resolves, then shuts down gracefully. With a
+/// `config_path`, the file is reloaded on change or SIGHUP.
 pub async fn run(
     config: Config,
     listener: TcpListener,
     signal: impl Future<Output = ()>,
+    config_path: Option<std::path::PathBuf>,
 ) -> std::io::Result<()> {
     let gateway = Gateway::start(config, listener)?;
+    if let Some(path) = config_path {
+        gateway.watch_config(path);
+    }
     signal.await;
     gateway.shutdown().await;
     Ok(())

@@ -96,7 +96,7 @@ fn main() -> ExitCode {
                 Err(e) => return config_failure(&e),
             };
             init_tracing(log_format);
-            serve(cfg, listen)
+            serve(cfg, listen, config)
         }
         Command::Stdio { config, log_format } => {
             let cfg = match load(config.as_deref()) {
@@ -156,7 +156,8 @@ fn config_failure(error: &config::ConfigError) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
-fn serve(cfg: Config, listen: Option<SocketAddr>) -> ExitCode {
+/// Serves until SIGTERM/SIGINT; reloads `config_path` on change or SIGHUP.
+fn serve(cfg: Config, listen: Option<SocketAddr>, config_path: Option<PathBuf>) -> ExitCode {
     let addr = listen.or(cfg.listen).unwrap_or_else(|| {
         config::DEFAULT_LISTEN
             .parse()
@@ -170,7 +171,7 @@ fn serve(cfg: Config, listen: Option<SocketAddr>) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        match mcpmux::run(cfg, listener, shutdown_signal()).await {
+        match mcpmux::run(cfg, listener, shutdown_signal(), config_path).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!(error = %e, "gateway failed");

@@ -243,6 +243,15 @@ pub struct UpstreamSet {
 }
 
 impl UpstreamSet {
+    /// Removes an upstream (a reload dropped it).
+    pub fn remove(&self, name: &str) {
+        self.by_name.rcu(|map| {
+            let mut map = HashMap::clone(map);
+            map.remove(name);
+            map
+        });
+    }
+
     /// Adds (or replaces) an upstream.
     pub fn insert(&self, handle: UpstreamHandle) {
         self.by_name.rcu(|map| {
@@ -268,7 +277,7 @@ pub fn spawn(
     hub: Arc<NotifyHub>,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
-) -> UpstreamHandle {
+) -> (UpstreamHandle, tokio::task::JoinHandle<()>) {
     let name: Arc<str> = config.name.as_str().into();
     let handle = UpstreamHandle {
         shared: Arc::new(Shared {
@@ -303,8 +312,8 @@ pub fn spawn(
         shutdown,
     };
     let span = tracing::info_span!("upstream", upstream = %name);
-    tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
-    handle
+    let task = tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
+    (handle, task)
 }
 
 struct Supervisor {

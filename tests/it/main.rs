@@ -9,5 +9,6 @@ mod deploy;
 mod everything;
 mod live;
 mod modern;
+mod ops;
 mod remote;
 mod support;

@@ -1,0 +1,229 @@
+//! Hot reload: the running upstream set as a diff target, and the watcher
+//! that reloads the config file on change or SIGHUP.
+//!
+//! A reload parses and validates the whole file first; an invalid file is
+//! logged (every problem with its line and column) and changes nothing.
+//! A valid one is applied as a diff of upstreams by name: added ones start,
+//! removed ones stop (their children are stopped and reaped), changed ones
+//! restart, unchanged ones are not touched, and downstream sessions stay
+//! open. The catalog is rebuilt once, so each session gets at most one
+//! `list_changed` per kind. Settings outside `upstreams` need a restart;
+//! a reload that changes them says so in the log.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::catalog::CatalogStore;
+use crate::config::{Config, Lookup, UpstreamConfig};
+use crate::notify::NotifyHub;
+use crate::upstream::{self, UpstreamSet};
+
+/// How often the watcher looks at the config file.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+/// What a reload changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Diff {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+}
+
+impl Diff {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+struct Running {
+    config: UpstreamConfig,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// Owns the upstream supervisors so they can be added, removed and
+/// restarted one by one.
+pub struct UpstreamManager {
+    catalog: Arc<CatalogStore>,
+    set: Arc<UpstreamSet>,
+    hub: Arc<NotifyHub>,
+    /// Parent of every supervisor's stop token (gateway shutdown).
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    /// The supervisors in config order. An async lock: one reload at a time,
+    /// held while old supervisors finish stopping.
+    running: Mutex<IndexMap<String, Running>>,
+}
+
+impl UpstreamManager {
+    pub fn new(
+        catalog: Arc<CatalogStore>,
+        set: Arc<UpstreamSet>,
+        hub: Arc<NotifyHub>,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Self {
+        Self {
+            catalog,
+            set,
+            hub,
+            shutdown,
+            tracker,
+            running: Mutex::new(IndexMap::new()),
+        }
+    }
+
+    fn start(&self, config: &UpstreamConfig) -> Running {
+        let stop = self.shutdown.child_token();
+        let (handle, task) = upstream::spawn(
+            config.clone(),
+            self.catalog.clone(),
+            self.hub.clone(),
+            stop.clone(),
+            &self.tracker,
+        );
+        self.set.insert(handle);
+        Running {
+            config: config.clone(),
+            stop,
+            task,
+        }
+    }
+
+    fn catalog_order(configs: &[UpstreamConfig]) -> Vec<(Arc<str>, String, bool)> {
+        configs
+            .iter()
+            .map(|u| {
+                (
+                    Arc::from(u.name.as_str()),
+                    u.prefix.clone(),
+                    u.namespace_uris,
+                )
+            })
+            .collect()
+    }
+
+    /// Starts every upstream of the initial config (before any reload).
+    pub fn start_all(&self, configs: &[UpstreamConfig]) {
+        let Ok(mut running) = self.running.try_lock() else {
+            tracing::error!("upstreams started twice; ignored");
+            return;
+        };
+        for config in configs {
+            running.insert(config.name.clone(), self.start(config));
+        }
+    }
+
+    /// Applies a new upstream list as a diff.
+    pub async fn apply(&self, configs: &[UpstreamConfig]) -> Diff {
+        let mut running = self.running.lock().await;
+        let mut diff = Diff::default();
+        let mut stopping = Vec::new();
+        let wanted: IndexMap<&str, &UpstreamConfig> =
+            configs.iter().map(|c| (c.name.as_str(), c)).collect();
+        let names: Vec<String> = running.keys().cloned().collect();
+        for name in names {
+            match wanted.get(name.as_str()) {
+                None => {
+                    diff.removed.push(name.clone());
+                    stopping.push(running.shift_remove(&name).expect("present"));
+                }
+                Some(new) if running[&name].config != **new => {
+                    diff.changed.push(name.clone());
+                    stopping.push(running.shift_remove(&name).expect("present"));
+                }
+                Some(_) => {}
+            }
+        }
+        // Stop first and wait, so an old child never outlives its successor.
+        for old in &stopping {
+            old.stop.cancel();
+        }
+        for old in stopping {
+            let _ = old.task.await;
+        }
+        for name in &diff.removed {
+            self.set.remove(name);
+        }
+        let changed_kinds = self.catalog.set_upstreams(Self::catalog_order(configs));
+        self.hub.lists_changed(&changed_kinds);
+        // Restart changed ones and start added ones, keeping config order.
+        let mut next = IndexMap::new();
+        for config in configs {
+            let entry = match running.shift_remove(&config.name) {
+                Some(unchanged) => unchanged,
+                None => {
+                    if !diff.changed.contains(&config.name) {
+                        diff.added.push(config.name.clone());
+                    }
+                    self.start(config)
+                }
+            };
+            next.insert(config.name.clone(), entry);
+        }
+        *running = next;
+        diff
+    }
+}
+
+/// Reloads `path` when its content changes or on SIGHUP, until `stop`.
+/// `current` is the config the gateway runs; reloads replace it.
+pub async fn watch(
+    path: PathBuf,
+    manager: Arc<UpstreamManager>,
+    mut current: Config,
+    stop: CancellationToken,
+) {
+    let mut last = std::fs::read(&path).ok();
+    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; reloading on file changes only");
+            None
+        }
+    };
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let forced = tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => false,
+            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
+        };
+        let content = std::fs::read(&path).ok();
+        if !forced && content == last {
+            continue;
+        }
+        last = content;
+        tracing::info!(file = %path.display(), trigger = if forced { "SIGHUP" } else { "file change" }, "reloading config");
+        let next = match Config::load(&path, &Lookup::from_process()) {
+            Ok(next) => next,
+            Err(e) => {
+                for line in e.lines() {
+                    tracing::error!(problem = %line, "config reload rejected; still serving the previous config");
+                }
+                continue;
+            }
+        };
+        let needs_restart = next.listen != current.listen
+            || next.http != current.http
+            || next.sessions != current.sessions
+            || next.page_size != current.page_size
+            || next.shutdown_grace != current.shutdown_grace;
+        if needs_restart {
+            tracing::warn!(
+                "settings outside `upstreams` changed; they take effect after a restart"
+            );
+        }
+        let diff = manager.apply(&next.upstreams).await;
+        tracing::info!(added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed, "config reloaded");
+        current = next;
+    }
+}

@@ -1,0 +1,261 @@
+//! Running it in production: probes, status, metrics, hot reload and
+//! graceful shutdown.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::{
+    McpClient, TestGateway, example_upstream, exe, process_exists, tempdir, within,
+};
+use mcpmux::upstream::UpstreamState;
+
+async fn get(url: &str) -> (StatusCode, String) {
+    let response = within(url, reqwest::get(url)).await.unwrap();
+    let status = response.status();
+    (status, response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn probes_status_and_metrics_follow_the_upstreams() {
+    let yaml = format!(
+        "upstreams:\n{}  ghost:\n    command: /nonexistent/mcp-server\n    env: {{ GHOST_TOKEN: \"ghost-secret-value\" }}\n    required: false\n",
+        example_upstream("alpha", &[])
+    );
+    let gw = TestGateway::start_unready(&yaml).await;
+    gw.wait_ready("alpha").await;
+    let base = gw.url.trim_end_matches("/mcp").to_owned();
+
+    assert_eq!(get(&format!("{base}/healthz")).await.0, StatusCode::OK);
+    // The ghost never starts, but it is not required.
+    let (status, body) = get(&format!("{base}/readyz")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let client = McpClient::connect(&gw.url).await;
+    client
+        .call_tool("alpha__echo", json!({ "message": "count me" }))
+        .await;
+    let (_, metrics) = get(&format!("{base}/metrics")).await;
+    for line in [
+        r#"mcpmux_requests_total{mcp_method_name="tools/call",upstream="alpha",outcome="ok"} 1"#,
+        r#"mcpmux_upstream_up{upstream="alpha"} 1"#,
+        r#"mcpmux_upstream_up{upstream="ghost"} 0"#,
+        r#"mcpmux_sessions{era="2025"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "missing {line} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains("mcp_server_operation_duration_seconds_bucket"),
+        "{metrics}"
+    );
+
+    let (_, status_body) = get(&format!("{base}/status")).await;
+    let status: Value = serde_json::from_str(&status_body).unwrap();
+    let ghost = status["upstreams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == "ghost")
+        .unwrap();
+    assert_eq!(ghost["state"], "down");
+    assert!(
+        ghost["reason"]
+            .as_str()
+            .unwrap()
+            .contains("could not start"),
+        "{ghost}"
+    );
+    let alpha = status["upstreams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == "alpha")
+        .unwrap();
+    assert_eq!(
+        (alpha["tools"].as_u64(), alpha["transport"].as_str()),
+        (Some(4), Some("stdio"))
+    );
+    assert!(!status_body.contains("ghost-secret-value") && !metrics.contains("ghost-secret-value"));
+
+    // A required upstream going down makes the gateway not ready, until it is back.
+    let handle = gw.gateway().upstream("alpha").unwrap();
+    let mut state = handle.watch_state();
+    let pid = nix::unistd::Pid::from_raw(handle.pid().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    within(
+        "alpha to go down",
+        state.wait_for(|s| matches!(s, UpstreamState::Down { .. })),
+    )
+    .await
+    .unwrap();
+    let (status, body) = get(&format!("{base}/readyz")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    within(
+        "alpha to come back",
+        state.wait_for(|s| *s == UpstreamState::Ready),
+    )
+    .await
+    .unwrap();
+    assert_eq!(get(&format!("{base}/readyz")).await.0, StatusCode::OK);
+    gw.stop().await;
+}
+
+/// `mcpmux serve` as a child process, with its JSON log lines.
+struct Served {
+    child: tokio::process::Child,
+    logs: tokio::sync::mpsc::UnboundedReceiver<Value>,
+}
+
+impl Served {
+    fn start(config: &std::path::Path) -> Served {
+        let mut child = tokio::process::Command::new(exe())
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--config",
+            ])
+            .arg(config)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, logs) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        Served { child, logs }
+    }
+
+    /// The fields of the next log line whose message is `message`.
+    async fn wait_for(&mut self, message: &str) -> Value {
+        within(message, async {
+            loop {
+                let line = self.logs.recv().await.expect("log open");
+                if line["fields"]["message"] == message {
+                    return line["fields"].clone();
+                }
+            }
+        })
+        .await
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn reload_adds_an_upstream_live_and_rejects_a_broken_file() {
+    let path = tempdir().join("mcpmux.yaml");
+    let alpha = example_upstream("alpha", &[]);
+    std::fs::write(&path, format!("upstreams:\n{alpha}")).unwrap();
+    let mut served = Served::start(&path);
+    let addr = served
+        .wait_for("mcpmux listening; MCP endpoint at /mcp")
+        .await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    served.wait_for("upstream ready").await;
+    let client = McpClient::connect(&format!("http://{addr}/mcp")).await;
+    let mut events = client.listen(None).await;
+
+    // An edit to the file adds an upstream: sessions hear of it and see its tools.
+    std::fs::write(
+        &path,
+        format!("upstreams:\n{alpha}{}", example_upstream("beta", &[])),
+    )
+    .unwrap();
+    let reloaded = served.wait_for("config reloaded").await;
+    assert_eq!(reloaded["added"], "[\"beta\"]", "{reloaded}");
+    loop {
+        let event = events.next().await.unwrap();
+        if event["method"] == "notifications/tools/list_changed" {
+            let (tools, _) = client.list_all("tools/list", "tools").await;
+            if tools.iter().any(|t| t["name"] == "beta__echo") {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        client
+            .call_tool("alpha__echo", json!({ "message": "same session" }))
+            .await["result"]["content"][0]["text"],
+        "same session"
+    );
+
+    // A broken edit, picked up by SIGHUP, changes nothing and says where it is wrong.
+    std::fs::write(&path, "upstreams:\n  beta:\n    comand: typo\n").unwrap();
+    served.signal(nix::sys::signal::Signal::SIGHUP);
+    let rejected = served
+        .wait_for("config reload rejected; still serving the previous config")
+        .await;
+    let problem = rejected["problem"].as_str().unwrap();
+    assert!(
+        problem.contains(":3:5:") && problem.contains("comand"),
+        "{problem}"
+    );
+    let (tools, _) = client.list_all("tools/list", "tools").await;
+    assert!(
+        tools.iter().any(|t| t["name"] == "beta__echo")
+            && tools.iter().any(|t| t["name"] == "alpha__echo")
+    );
+
+    served.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(within("exit", served.child.wait()).await.unwrap().success());
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_slow_call_finish_then_exits_cleanly() {
+    let path = tempdir().join("mcpmux.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "shutdown_grace: 20s\nupstreams:\n{}",
+            example_upstream("alpha", &[])
+        ),
+    )
+    .unwrap();
+    let mut served = Served::start(&path);
+    let addr = served
+        .wait_for("mcpmux listening; MCP endpoint at /mcp")
+        .await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pid = served.wait_for("started upstream child").await["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    served.wait_for("upstream ready").await;
+    let client = McpClient::connect(&format!("http://{addr}/mcp")).await;
+    let call = json!({ "name": "alpha__slow", "arguments": { "steps": 10, "interval_ms": 100 }, "_meta": { "progressToken": 1 } });
+    let mut stream = client.open_stream(json!("slow"), "tools/call", call).await;
+    assert_eq!(
+        stream.next().await.unwrap()["method"],
+        "notifications/progress"
+    );
+
+    served.signal(nix::sys::signal::Signal::SIGTERM);
+    let mut last = Value::Null;
+    while let Some(message) = stream.next().await {
+        last = message;
+    }
+    assert_eq!(
+        last["result"]["content"][0]["text"], "done after 10 steps",
+        "{last}"
+    );
+    let status = within("exit", served.child.wait()).await.unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!process_exists(pid), "upstream child outlived the gateway");
+}
