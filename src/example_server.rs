@@ -54,6 +54,9 @@ pub struct ExampleServerArgs {
     /// `initialize`.
     #[arg(long)]
     pub conformance: bool,
+    /// With --conformance: refuse `initialize`, speaking 2026-07-28 only.
+    #[arg(long)]
+    pub modern_only: bool,
 }
 
 struct Server {
@@ -98,7 +101,9 @@ pub async fn run(args: ExampleServerArgs) -> std::io::Result<()> {
         running: Mutex::new(HashMap::new()),
         added_tools: Mutex::new(Vec::new()),
         added_prompts: Mutex::new(Vec::new()),
-        fixture: args.conformance.then(conformance::Fixture::new),
+        fixture: args
+            .conformance
+            .then(|| conformance::Fixture::new(args.modern_only)),
         args,
     });
     let mut lines = BufReader::new(tokio::io::stdin()).lines();

@@ -392,8 +392,9 @@ impl Router {
             .subscribe(subscriber, uri, handle.name(), original)
             .is_some();
         if first && handle.is_modern() {
-            // A modern upstream watches URIs through its listen stream.
-            handle.watch_set_changed();
+            // A modern upstream watches URIs through its listen stream; the
+            // subscription holds once the upstream acknowledged the new one.
+            handle.watch_set_changed_and_applied(handle.timeout()).await;
             return Ok(());
         }
         if first && let Ok(conn) = handle.connection() {

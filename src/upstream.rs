@@ -100,6 +100,9 @@ struct Shared {
     /// Woken when the URIs to watch change (modern upstreams reopen their
     /// listen stream; the supervisor holds the other end).
     listen_changed: tokio::sync::Notify,
+    /// Bumped each time a replacement listen stream has been acknowledged
+    /// (the supervisor holds the sender).
+    listen_generation: watch::Sender<u64>,
     /// Woken by a call to a remote upstream that is down: the supervisor
     /// cuts its backoff short and reconnects now.
     reconnect_now: tokio::sync::Notify,
@@ -206,6 +209,18 @@ impl UpstreamHandle {
         self.shared.listen_changed.notify_one();
     }
 
+    /// Like [`Self::watch_set_changed`], and waits (at most `timeout`) until
+    /// the upstream has acknowledged a listen stream that includes the change.
+    pub async fn watch_set_changed_and_applied(&self, timeout: Duration) {
+        let mut generation = self.shared.listen_generation.subscribe();
+        let before = *generation.borrow_and_update();
+        self.watch_set_changed();
+        let applied = generation.wait_for(|g| *g > before);
+        if tokio::time::timeout(timeout, applied).await.is_err() {
+            tracing::warn!(upstream = %self.name(), "the upstream did not acknowledge the new listen stream in time");
+        }
+    }
+
     /// Whether `/readyz` waits for it.
     pub fn required(&self) -> bool {
         self.shared.required
@@ -289,6 +304,7 @@ pub fn spawn(
             restarts: AtomicU64::new(0),
             pid: AtomicU32::new(0),
             listen_changed: tokio::sync::Notify::new(),
+            listen_generation: watch::Sender::new(0),
             reconnect_now: tokio::sync::Notify::new(),
             remote: matches!(config.transport, crate::config::Transport::Remote(_)),
             namespace_uris: config.namespace_uris,
@@ -484,11 +500,17 @@ impl Supervisor {
                 ended = child.wait_ended() => return ended,
                 () = self.shutdown.cancelled() => return "the gateway is shutting down".into(),
                 () = self.handle.shared.listen_changed.notified(), if hello.modern => {
-                    // New stream first, then drop the old one: no gap.
-                    let next = listen::open(conn, hello, table).await;
+                    // New stream first, acknowledged, then drop the old one: no gap.
+                    let mut next = listen::open(conn, hello, table).await;
+                    if let Some(new) = next.as_mut()
+                        && tokio::time::timeout(self.config.timeout, &mut new.acknowledged).await.is_err()
+                    {
+                        tracing::warn!("the upstream did not acknowledge the new listen stream");
+                    }
                     if let Some(old) = std::mem::replace(&mut listening, next) {
                         conn.cancel(old.id, "subscriptions changed");
                     }
+                    self.handle.shared.listen_generation.send_modify(|g| *g += 1);
                     continue;
                 }
                 () = listen_ended => {

@@ -47,6 +47,8 @@ const LEVELS: &[&str] = &[
 /// The fixture's state: what the trigger tools added, the legacy session,
 /// open listen streams, requests sent to the client, and the state key.
 pub struct Fixture {
+    /// Refuse `initialize`: the fixture is a 2026-07-28-only server.
+    modern_only: bool,
     added_tools: Mutex<Vec<String>>,
     added_prompts: Mutex<Vec<String>>,
     legacy: Mutex<LegacySession>,
@@ -126,8 +128,9 @@ fn level_rank(level: &str) -> Option<usize> {
 }
 
 impl Fixture {
-    pub fn new() -> Self {
+    pub fn new(modern_only: bool) -> Self {
         Self {
+            modern_only,
             added_tools: Mutex::new(Vec::new()),
             added_prompts: Mutex::new(Vec::new()),
             legacy: Mutex::new(LegacySession::default()),
@@ -195,6 +198,11 @@ impl Fixture {
         let req = self.request(params);
         let result = match method {
             "server/discover" => self.discover(&req)?,
+            "initialize" if self.modern_only => {
+                return Err(
+                    json!({ "code": code::METHOD_NOT_FOUND, "message": "this server speaks 2026-07-28 only; initialize is not supported" }),
+                );
+            }
             "initialize" => self.initialize(params),
             "ping" => return Ok(json!({})),
             "tools/list" => json!({ "tools": self.tools() }),
@@ -374,6 +382,10 @@ impl Fixture {
             tool(
                 "test_trigger_prompt_change",
                 "Adds a prompt and announces prompts/list_changed.",
+            ),
+            tool(
+                "touch_resource",
+                "Fixture helper: announces notifications/resources/updated for `uri`.",
             ),
             tool(
                 "test_input_required_result_elicitation",
@@ -603,6 +615,11 @@ impl Fixture {
                     .broadcast(self, server, listen::Change::Prompts)
                     .await;
                 text(format!("Added prompt {added}"))
+            }
+            "touch_resource" => {
+                let uri = req.arg("uri").unwrap_or_default();
+                self.listens.resource_updated(self, server, &uri).await;
+                text(format!("Touched {uri}"))
             }
             "json_schema_2020_12_tool" => text(format!("Received {}", req.args())),
             "test_custom_header" => {

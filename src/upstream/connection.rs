@@ -69,6 +69,8 @@ pub struct Connection {
     /// Set by an HTTP transport when the upstream forgot our session (404):
     /// requests failed by it may be retried once after re-initializing.
     session_expired: AtomicBool,
+    /// Listen requests waiting for their `notifications/subscriptions/acknowledged`.
+    acks: DashMap<u64, oneshot::Sender<()>>,
     /// `list_changed` notifications for the supervisor; when full they are
     /// dropped with a warning (the refresh already queued covers them).
     list_changes: mpsc::Sender<UpstreamNotification>,
@@ -92,6 +94,7 @@ impl Connection {
             close_reason: OnceLock::new(),
             modern_meta: OnceLock::new(),
             session_expired: AtomicBool::new(false),
+            acks: DashMap::new(),
             list_changes,
             hub,
         }
@@ -243,6 +246,13 @@ impl Connection {
         self.session_expired.store(true, Ordering::Relaxed);
     }
 
+    /// Resolves when the upstream acknowledges listen request `id`.
+    pub fn expect_ack(&self, id: u64) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.acks.insert(id, tx);
+        rx
+    }
+
     /// Whether request `id` is still waiting for its answer.
     pub fn is_pending(&self, id: u64) -> bool {
         self.pending.contains_key(&id)
@@ -343,6 +353,18 @@ impl Connection {
                 }
             }
             "notifications/message" => self.hub.log_message(&self.upstream, envelope.params),
+            "notifications/subscriptions/acknowledged" => {
+                let id = envelope
+                    .params
+                    .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+                    .and_then(|p| {
+                        p.pointer("/_meta/io.modelcontextprotocol~1subscriptionId")
+                            .and_then(Value::as_u64)
+                    });
+                if let Some((_, ack)) = id.and_then(|id| self.acks.remove(&id)) {
+                    let _ = ack.send(());
+                }
+            }
             "notifications/tools/list_changed"
             | "notifications/prompts/list_changed"
             | "notifications/resources/list_changed" => {

@@ -18,6 +18,8 @@ use crate::subscriptions::SubscriptionTable;
 pub struct Listen {
     pub id: u64,
     pub answer: oneshot::Receiver<Answer>,
+    /// Resolves when the upstream has acknowledged the stream.
+    pub acknowledged: oneshot::Receiver<()>,
     pub opened: std::time::Instant,
 }
 
@@ -54,6 +56,7 @@ pub async fn open(
         return None;
     }
     let id = conn.next_id();
+    let acknowledged = conn.expect_ack(id);
     let params = json!({ "notifications": filter }).to_string();
     match conn
         .send_request(id, crate::protocol::method::LISTEN, Some(&params), None)
@@ -62,6 +65,7 @@ pub async fn open(
         Ok(answer) => Some(Listen {
             id,
             answer,
+            acknowledged,
             opened: std::time::Instant::now(),
         }),
         Err(e) => {

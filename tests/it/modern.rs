@@ -350,3 +350,90 @@ async fn a_modern_log_level_brings_upstream_logs_onto_that_requests_stream() {
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_legacy_client_uses_a_modern_only_upstream_through_the_gateway() {
+    let record = tempdir().join("fixture.jsonl");
+    let yaml = format!(
+        "upstreams:\n{}",
+        example_upstream(
+            "fixture",
+            &[
+                "--conformance",
+                "--modern-only",
+                "--record",
+                record.to_str().unwrap()
+            ]
+        )
+    );
+    let gw = TestGateway::start(&yaml).await;
+    assert!(gw.gateway().upstream("fixture").unwrap().is_modern());
+    let client = McpClient::connect(&gw.url).await;
+    let mut events = client.listen(None).await;
+
+    let (tools, _) = client.list_all("tools/list", "tools").await;
+    assert!(
+        tools
+            .iter()
+            .any(|t| t["name"] == "fixture__test_simple_text")
+    );
+    let call = client
+        .call_tool("fixture__test_simple_text", json!({}))
+        .await;
+    assert_eq!(call["result"]["content"][0]["type"], "text", "{call}");
+    let read = client
+        .result(
+            "resources/read",
+            json!({ "uri": "fixture+test://static-text" }),
+        )
+        .await;
+    assert_eq!(read["contents"][0]["uri"], "fixture+test://static-text");
+    let prompt = client
+        .result(
+            "prompts/get",
+            json!({ "name": "fixture__test_simple_prompt" }),
+        )
+        .await;
+    assert!(!prompt["messages"].as_array().unwrap().is_empty());
+
+    // Resource updates arrive through the gateway's listen stream upstream.
+    client.subscribe("fixture+test://watched-resource").await;
+    client
+        .call_tool(
+            "fixture__touch_resource",
+            json!({ "uri": "test://watched-resource" }),
+        )
+        .await;
+    let update = events.next_skipping_list_changed().await.unwrap();
+    assert_eq!(update["params"]["uri"], "fixture+test://watched-resource");
+
+    // So do list changes.
+    client
+        .call_tool("fixture__test_trigger_tool_change", json!({}))
+        .await;
+    loop {
+        if events.next().await.unwrap()["method"] == "notifications/tools/list_changed" {
+            let (tools, _) = client.list_all("tools/list", "tools").await;
+            if tools
+                .iter()
+                .any(|t| t["name"] == "fixture__test_dynamic_tool_1")
+            {
+                break;
+            }
+        }
+    }
+    let log = read_jsonl(&record);
+    assert!(
+        log.iter().all(|m| m["method"] != "initialize"),
+        "the gateway spoke 2026-07-28 only"
+    );
+    assert!(
+        log.iter()
+            .filter(|m| m["method"] == "subscriptions/listen")
+            .count()
+            >= 2,
+        "listen reopened with the URI"
+    );
+    assert!(log.iter().all(|m| m["method"] != "resources/subscribe"));
+    gw.stop().await;
+}

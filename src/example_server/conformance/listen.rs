@@ -133,6 +133,34 @@ impl Listens {
 
     /// Announces `change` to the legacy session (if there is one) and to
     /// every acknowledged stream whose filter asks for it.
+    /// Announces `resources/updated` to a legacy session and to the listen
+    /// streams that asked for `uri`.
+    pub(super) async fn resource_updated(&self, fixture: &Fixture, server: &Server, uri: &str) {
+        if fixture.legacy().initialized {
+            server
+                .notify("notifications/resources/updated", json!({ "uri": uri }))
+                .await;
+        }
+        let ids: Vec<Value> = self
+            .streams()
+            .iter()
+            .filter(|s| {
+                s.acknowledged
+                    && s.filter
+                        .get("resourceSubscriptions")
+                        .and_then(Value::as_array)
+                        .is_some_and(|uris| uris.iter().any(|u| u == uri))
+            })
+            .map(|s| s.id.clone())
+            .collect();
+        for id in ids {
+            let params = json!({ "uri": uri, "_meta": { (meta::SUBSCRIPTION_ID): id } });
+            server
+                .notify("notifications/resources/updated", params)
+                .await;
+        }
+    }
+
     pub(super) async fn broadcast(&self, fixture: &Fixture, server: &Server, change: Change) {
         if fixture.legacy().initialized {
             server.notify(change.method(), json!({})).await;
