@@ -8,4 +8,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup-interop.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
+# No container engine runs here, so CI runs the Dockerfile's build stage
+# command itself: the image ships exactly this binary (tests/it/deploy.rs
+# checks that the Dockerfile runs the same command).
+echo "container build stage: cargo build --release --locked"
+cargo build --release --locked
 cargo test --all-targets --locked
+
