@@ -149,6 +149,8 @@ pub struct Catalog {
     plain_upstreams: Vec<Arc<str>>,
     /// Their listed resources, by URI.
     plain_uris: HashMap<Box<str>, Arc<str>>,
+    /// Tools with `x-mcp-header` parameters, by exposed name.
+    tool_headers: HashMap<Box<str>, Arc<[crate::xheader::HeaderParam]>>,
 }
 
 /// Why a cursor was refused.
@@ -198,6 +200,11 @@ impl Catalog {
         self.plain_upstreams
             .first()
             .map(|upstream| (upstream.clone(), uri))
+    }
+
+    /// The `x-mcp-header` parameters of an exposed tool.
+    pub fn tool_headers(&self, exposed: &str) -> Option<&[crate::xheader::HeaderParam]> {
+        self.tool_headers.get(exposed).map(|p| &**p)
     }
 
     /// Whether `upstream`'s URIs are exposed as `{upstream}+{uri}`.
@@ -432,6 +439,19 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
                 let mut item = item.clone();
                 match kind {
                     ListKind::Tools | ListKind::Prompts => {
+                        let header_params = match kind {
+                            ListKind::Tools => {
+                                match item.get("inputSchema").map(crate::xheader::from_schema) {
+                                    Some(Err(why)) => {
+                                        tracing::warn!(upstream = %name, tool = ?item.get("name"), reason = %why, "tool left out: invalid x-mcp-header annotation");
+                                        continue;
+                                    }
+                                    Some(Ok(params)) => params,
+                                    None => Vec::new(),
+                                }
+                            }
+                            _ => Vec::new(),
+                        };
                         let original = item
                             .get("name")
                             .and_then(Value::as_str)
@@ -444,6 +464,11 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
                         };
                         let exposed = unique_name(names, &entry.prefix, name, &original, kind);
                         item.insert("name".into(), Value::String(exposed.clone()));
+                        if !header_params.is_empty() {
+                            catalog
+                                .tool_headers
+                                .insert(exposed.clone().into_boxed_str(), header_params.into());
+                        }
                         names.insert(
                             exposed.into_boxed_str(),
                             Target {

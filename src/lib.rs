@@ -30,6 +30,7 @@ pub mod router;
 pub mod sse;
 pub mod subscriptions;
 pub mod upstream;
+pub mod xheader;
 
 use std::future::Future;
 use std::net::SocketAddr;

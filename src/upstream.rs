@@ -559,6 +559,19 @@ impl Supervisor {
     /// Publishes this upstream's view (None: it left) and tells every
     /// subscriber which merged lists changed.
     fn publish(&self, view: Option<&UpstreamView>) {
+        if let (Some(view), Some(conn)) = (view, self.handle.shared.conn.load_full()) {
+            let headers = view
+                .lists
+                .tools
+                .iter()
+                .filter_map(|tool| {
+                    let name = tool.get("name")?.as_str()?.to_owned();
+                    let params = crate::xheader::from_schema(tool.get("inputSchema")?).ok()?;
+                    (!params.is_empty()).then(|| (name, params.into()))
+                })
+                .collect();
+            conn.set_tool_headers(headers);
+        }
         for (i, kind) in ListKind::ALL.iter().enumerate() {
             let n = view.map_or(0, |v| v.lists.get(*kind).len());
             self.handle.shared.counts[i].store(n, Ordering::Relaxed);

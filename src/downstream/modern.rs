@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
@@ -84,22 +83,6 @@ fn mismatch(id: Option<&RawValue>, message: String) -> Response {
     )
 }
 
-/// Decodes a header value that may use the `=?base64?…?=` sentinel.
-fn decode_header(value: &str) -> Option<String> {
-    match value
-        .strip_prefix("=?base64?")
-        .and_then(|v| v.strip_suffix("?="))
-    {
-        Some(encoded) => {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .ok()?;
-            String::from_utf8(bytes).ok()
-        }
-        None => Some(value.to_owned()),
-    }
-}
-
 /// Checks `_meta` and the mirrored headers of a modern request.
 #[allow(clippy::result_large_err)]
 pub fn validate(headers: &HeaderMap, envelope: &Envelope<'_>) -> Result<Validated, Response> {
@@ -159,7 +142,7 @@ pub fn validate(headers: &HeaderMap, envelope: &Envelope<'_>) -> Result<Validate
         ));
     }
     let method = envelope.method.as_deref().unwrap_or_default();
-    match header("mcp-method") {
+    match header("mcp-method").map(str::trim) {
         None => return Err(mismatch(id, "the Mcp-Method header is missing".into())),
         Some(h) if h != method => {
             return Err(mismatch(
@@ -179,7 +162,7 @@ pub fn validate(headers: &HeaderMap, envelope: &Envelope<'_>) -> Result<Validate
             .get(member)
             .and_then(Value::as_str)
             .unwrap_or_default();
-        match header("mcp-name").map(decode_header) {
+        match header("mcp-name").map(|h| crate::xheader::decode(h.trim())) {
             None => return Err(mismatch(id, "the Mcp-Name header is missing".into())),
             Some(None) => {
                 return Err(mismatch(
@@ -231,6 +214,11 @@ pub async fn handle(
             format!("method not found: {method} (not part of 2026-07-28)"),
         );
         return reject(StatusCode::NOT_FOUND, Some(id), error);
+    }
+    if method == method::TOOLS_CALL
+        && let Err(rejected) = check_param_headers(state, headers, envelope)
+    {
+        return rejected;
     }
     match method {
         method::DISCOVER => json(protocol::response_frame(id.get(), &discover(state))),
@@ -289,6 +277,36 @@ fn json(frame: String) -> Response {
         frame,
     )
         .into_response()
+}
+
+/// Checks `Mcp-Param-*` headers against the arguments of a call to a tool
+/// with `x-mcp-header` parameters.
+#[allow(clippy::result_large_err)]
+fn check_param_headers(
+    state: &AppState,
+    headers: &HeaderMap,
+    envelope: &Envelope<'_>,
+) -> Result<(), Response> {
+    let params: Map<String, Value> = envelope
+        .params
+        .and_then(|p| serde_json::from_str(p.get()).ok())
+        .unwrap_or_default();
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let catalog = state.router.catalog().load();
+    let Some(header_params) = catalog.tool_headers(name) else {
+        return Ok(());
+    };
+    let lookup = |h: &str| {
+        headers
+            .get(h)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    crate::xheader::validate(header_params, &crate::xheader::arguments(&params), lookup)
+        .map_err(|why| mismatch(envelope.id, why))
 }
 
 /// The `server/discover` result: the merged view's capabilities and every

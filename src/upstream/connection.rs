@@ -69,6 +69,10 @@ pub struct Connection {
     /// Set by an HTTP transport when the upstream forgot our session (404):
     /// requests failed by it may be retried once after re-initializing.
     session_expired: AtomicBool,
+    /// The upstream's tools with `x-mcp-header` parameters, by original
+    /// name (set by the supervisor from the lists; read by HTTP links).
+    tool_headers:
+        arc_swap::ArcSwap<std::collections::HashMap<String, Arc<[crate::xheader::HeaderParam]>>>,
     /// Listen requests waiting for their `notifications/subscriptions/acknowledged`.
     acks: DashMap<u64, oneshot::Sender<()>>,
     /// `list_changed` notifications for the supervisor; when full they are
@@ -95,6 +99,7 @@ impl Connection {
             modern_meta: OnceLock::new(),
             session_expired: AtomicBool::new(false),
             acks: DashMap::new(),
+            tool_headers: Default::default(),
             list_changes,
             hub,
         }
@@ -244,6 +249,19 @@ impl Connection {
     /// later failures report [`UpstreamError::SessionExpired`].
     pub fn mark_session_expired(&self) {
         self.session_expired.store(true, Ordering::Relaxed);
+    }
+
+    /// Records which of the upstream's tools mirror parameters into headers.
+    pub fn set_tool_headers(
+        &self,
+        map: std::collections::HashMap<String, Arc<[crate::xheader::HeaderParam]>>,
+    ) {
+        self.tool_headers.store(Arc::new(map));
+    }
+
+    /// The `x-mcp-header` parameters of one of the upstream's tools.
+    pub fn tool_headers(&self, tool: &str) -> Option<Arc<[crate::xheader::HeaderParam]>> {
+        self.tool_headers.load().get(tool).cloned()
     }
 
     /// Resolves when the upstream acknowledges listen request `id`.

@@ -270,23 +270,9 @@ fn inspect(frame: &str) -> (Sent, Option<u64>) {
     (sent, cancelled)
 }
 
-/// A header value, with the spec's `=?base64?…?=` sentinel when the text
-/// is not plain visible ASCII (or looks like the sentinel itself).
+/// A header value, with the spec's `=?base64?…?=` sentinel when needed.
 fn header_value(text: &str) -> Option<HeaderValue> {
-    let plain = !text.is_empty()
-        && text.bytes().all(|b| (0x20..0x7f).contains(&b))
-        && text.trim() == text
-        && !(text.starts_with("=?base64?") && text.ends_with("?="));
-    let value = if plain {
-        text.to_owned()
-    } else {
-        use base64::Engine as _;
-        format!(
-            "=?base64?{}?=",
-            base64::engine::general_purpose::STANDARD.encode(text)
-        )
-    };
-    HeaderValue::from_str(&value).ok()
+    HeaderValue::from_str(&crate::xheader::encode(text)).ok()
 }
 
 impl Shared {
@@ -429,6 +415,20 @@ impl Shared {
                 }
                 if let Some(name) = sent.name.as_deref().and_then(header_value) {
                     request = request.header("mcp-name", name);
+                }
+                // Tool parameters the upstream wants mirrored into headers.
+                let mirrored = match (sent.method.as_deref(), sent.name.as_deref()) {
+                    (Some("tools/call"), Some(tool)) => self.conn.tool_headers(tool),
+                    _ => None,
+                };
+                if let Some(params) = mirrored {
+                    let arguments = serde_json::from_str::<Value>(frame)
+                        .ok()
+                        .and_then(|v| v.pointer("/params/arguments").cloned())
+                        .unwrap_or(Value::Null);
+                    for (name, value) in crate::xheader::headers_for(&params, &arguments) {
+                        request = request.header(name, value);
+                    }
                 }
                 request
             }

@@ -437,3 +437,52 @@ async fn a_legacy_client_uses_a_modern_only_upstream_through_the_gateway() {
     assert!(log.iter().all(|m| m["method"] != "resources/subscribe"));
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn x_mcp_header_parameters_are_validated_and_mirrored_upstream() {
+    // back: a gateway serving the fixture; front: a gateway whose upstream is
+    // back over modern HTTP. back rejects calls whose Mcp-Param-* headers do
+    // not match, so a call through front only works if front mirrors them.
+    let back = TestGateway::start(&format!(
+        "upstreams:\n{}",
+        example_upstream("fixture", &["--conformance"])
+    ))
+    .await;
+    let front =
+        TestGateway::start(&format!("upstreams:\n  back:\n    url: {:?}\n", back.url)).await;
+    assert!(front.gateway().upstream("back").unwrap().is_modern());
+    let client = McpClient::connect(&front.url).await;
+    let call = client
+        .call_tool(
+            "back__fixture__test_custom_header",
+            json!({ "region": "eu-west 日本" }),
+        )
+        .await;
+    assert_eq!(
+        call["result"]["content"][0]["text"], "Region: eu-west 日本",
+        "{call}"
+    );
+
+    // A modern client that leaves the header out is refused.
+    let raw = modern(
+        &back.url,
+        "tools/call",
+        json!({ "name": "fixture__test_custom_header", "arguments": { "region": "x" } }),
+        &[("mcp-name", "fixture__test_custom_header")],
+    )
+    .await;
+    assert_eq!((raw.status.as_u16(), raw.error_code()), (400, -32020));
+    let ok = modern(
+        &back.url,
+        "tools/call",
+        json!({ "name": "fixture__test_custom_header", "arguments": { "region": "x" } }),
+        &[
+            ("mcp-name", "fixture__test_custom_header"),
+            ("mcp-param-region", "x"),
+        ],
+    )
+    .await;
+    assert_eq!(ok.status.as_u16(), 200, "{}", ok.body);
+    front.stop().await;
+    back.stop().await;
+}
