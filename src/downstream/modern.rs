@@ -325,18 +325,3 @@ fn discover(state: &AppState) -> String {
     }
     result.to_string()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::decode_header;
-
-    #[test]
-    fn base64_sentinel_is_decoded() {
-        assert_eq!(decode_header("get_weather").as_deref(), Some("get_weather"));
-        assert_eq!(
-            decode_header("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
-            Some("Hello, 世界")
-        );
-        assert_eq!(decode_header("=?base64?!!!?="), None);
-    }
-}
