@@ -1,99 +1,9 @@
 //! The `mcpmux` binary: the embedded demo, `check`, config errors, signals.
 
-use std::process::Stdio;
+use tokio::process::Command;
 
-use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
-
+use crate::support::served::Served;
 use crate::support::{McpClient, exe, process_exists, tempdir, within};
-
-/// A running `mcpmux serve` whose JSON log lines are read as they come.
-struct Served {
-    child: Child,
-    logs: mpsc::UnboundedReceiver<(String, Option<Value>)>,
-    /// Every log line read so far, in order, raw and parsed.
-    seen: Vec<(String, Option<Value>)>,
-}
-
-impl Served {
-    fn start(args: &[&str]) -> Served {
-        Self::start_with_env(args, &[])
-    }
-
-    fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Served {
-        let mut child = Command::new(exe())
-            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .args(args)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, logs) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let parsed = serde_json::from_str::<Value>(&line).ok();
-                let _ = tx.send((line, parsed));
-            }
-        });
-        Served {
-            child,
-            logs,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Reads log lines until `n` have `message`; returns their fields.
-    async fn wait_for(&mut self, message: &str, n: usize) -> Vec<Value> {
-        within(message, async {
-            loop {
-                let found: Vec<Value> = self
-                    .seen
-                    .iter()
-                    .filter_map(|(_, parsed)| parsed.as_ref())
-                    .filter(|l| l["fields"]["message"] == message)
-                    .map(|l| l["fields"].clone())
-                    .collect();
-                if found.len() >= n {
-                    return found;
-                }
-                let line = self
-                    .logs
-                    .recv()
-                    .await
-                    .unwrap_or_else(|| panic!("log ended before {message:?}"));
-                self.seen.push(line);
-            }
-        })
-        .await
-    }
-
-    /// Waits for the process to exit and returns every line it logged.
-    async fn finish(mut self) -> (std::process::ExitStatus, String) {
-        let status = within("mcpmux to exit", self.child.wait()).await.unwrap();
-        while let Some(line) = within("the rest of the log", self.logs.recv()).await {
-            self.seen.push(line);
-        }
-        let text = self
-            .seen
-            .iter()
-            .map(|(raw, _)| raw.as_str())
-            .collect::<Vec<_>>()
-            .join("\n");
-        (status, text)
-    }
-}
-
-fn signal(child: &Child, signal: nix::sys::signal::Signal) {
-    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
-    nix::sys::signal::kill(pid, signal).unwrap();
-}
 
 #[tokio::test]
 async fn demo_config_serves_two_prefixed_upstreams_and_sigterm_leaves_no_child() {
@@ -124,7 +34,7 @@ async fn demo_config_serves_two_prefixed_upstreams_and_sigterm_leaves_no_child()
     assert!(templates.len() >= 2);
 
     assert!(pids.iter().all(|p| process_exists(*p)));
-    signal(&served.child, nix::sys::signal::Signal::SIGTERM);
+    served.signal(nix::sys::signal::Signal::SIGTERM);
     let status = within("mcpmux to exit after SIGTERM", served.child.wait())
         .await
         .unwrap();
@@ -237,7 +147,7 @@ async fn header_secrets_reach_the_upstream_and_never_the_logs() {
         "{whoami}"
     );
 
-    signal(&served.child, nix::sys::signal::Signal::SIGTERM);
+    served.signal(nix::sys::signal::Signal::SIGTERM);
     let (status, log) = served.finish().await;
     assert!(status.success(), "{status}");
     assert!(log.lines().count() > 20, "trace logging was on");

@@ -4,9 +4,8 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{
-    McpClient, TestGateway, example_upstream, exe, process_exists, tempdir, within,
-};
+use crate::support::served::Served;
+use crate::support::{McpClient, TestGateway, example_upstream, process_exists, tempdir, within};
 use mcpmux::upstream::UpstreamState;
 
 async fn get(url: &str) -> (StatusCode, String) {
@@ -99,75 +98,19 @@ async fn probes_status_and_metrics_follow_the_upstreams() {
     gw.stop().await;
 }
 
-/// `mcpmux serve` as a child process, with its JSON log lines.
-struct Served {
-    child: tokio::process::Child,
-    logs: tokio::sync::mpsc::UnboundedReceiver<Value>,
-}
-
-impl Served {
-    fn start(config: &std::path::Path) -> Served {
-        let mut child = tokio::process::Command::new(exe())
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--config",
-            ])
-            .arg(config)
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, logs) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            use tokio::io::AsyncBufReadExt;
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    let _ = tx.send(v);
-                }
-            }
-        });
-        Served { child, logs }
-    }
-
-    /// The fields of the next log line whose message is `message`.
-    async fn wait_for(&mut self, message: &str) -> Value {
-        within(message, async {
-            loop {
-                let line = self.logs.recv().await.expect("log open");
-                if line["fields"]["message"] == message {
-                    return line["fields"].clone();
-                }
-            }
-        })
-        .await
-    }
-
-    fn signal(&self, signal: nix::sys::signal::Signal) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
-        nix::sys::signal::kill(pid, signal).unwrap();
-    }
-}
-
 #[tokio::test]
 async fn reload_adds_an_upstream_live_and_rejects_a_broken_file() {
     let path = tempdir().join("mcpmux.yaml");
     let alpha = example_upstream("alpha", &[]);
     std::fs::write(&path, format!("upstreams:\n{alpha}")).unwrap();
-    let mut served = Served::start(&path);
+    let mut served = Served::start(&["--config", path.to_str().unwrap()]);
     let addr = served
-        .wait_for("mcpmux listening; MCP endpoint at /mcp")
+        .first("mcpmux listening; MCP endpoint at /mcp")
         .await["addr"]
         .as_str()
         .unwrap()
         .to_owned();
-    served.wait_for("upstream ready").await;
+    served.first("upstream ready").await;
     let client = McpClient::connect(&format!("http://{addr}/mcp")).await;
     let mut events = client.listen(None).await;
 
@@ -177,7 +120,7 @@ async fn reload_adds_an_upstream_live_and_rejects_a_broken_file() {
         format!("upstreams:\n{alpha}{}", example_upstream("beta", &[])),
     )
     .unwrap();
-    let reloaded = served.wait_for("config reloaded").await;
+    let reloaded = served.first("config reloaded").await;
     assert_eq!(reloaded["added"], "[\"beta\"]", "{reloaded}");
     loop {
         let event = events.next().await.unwrap();
@@ -199,7 +142,7 @@ async fn reload_adds_an_upstream_live_and_rejects_a_broken_file() {
     std::fs::write(&path, "upstreams:\n  beta:\n    comand: typo\n").unwrap();
     served.signal(nix::sys::signal::Signal::SIGHUP);
     let rejected = served
-        .wait_for("config reload rejected; still serving the previous config")
+        .first("config reload rejected; still serving the previous config")
         .await;
     let problem = rejected["problem"].as_str().unwrap();
     assert!(
@@ -227,17 +170,17 @@ async fn sigterm_lets_a_slow_call_finish_then_exits_cleanly() {
         ),
     )
     .unwrap();
-    let mut served = Served::start(&path);
+    let mut served = Served::start(&["--config", path.to_str().unwrap()]);
     let addr = served
-        .wait_for("mcpmux listening; MCP endpoint at /mcp")
+        .first("mcpmux listening; MCP endpoint at /mcp")
         .await["addr"]
         .as_str()
         .unwrap()
         .to_owned();
-    let pid = served.wait_for("started upstream child").await["pid"]
+    let pid = served.first("started upstream child").await["pid"]
         .as_u64()
         .unwrap() as u32;
-    served.wait_for("upstream ready").await;
+    served.first("upstream ready").await;
     let client = McpClient::connect(&format!("http://{addr}/mcp")).await;
     let call = json!({ "name": "alpha__slow", "arguments": { "steps": 10, "interval_ms": 100 }, "_meta": { "progressToken": 1 } });
     let mut stream = client.open_stream(json!("slow"), "tools/call", call).await;

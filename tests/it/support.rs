@@ -6,6 +6,7 @@ pub mod client;
 pub mod gateway;
 pub mod interop;
 pub mod peer;
+pub mod served;
 
 pub use client::McpClient;
 pub use gateway::{TestGateway, example_upstream};

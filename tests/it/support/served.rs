@@ -1,0 +1,103 @@
+//! `mcpmux serve` as a child process, with its JSON log lines read as they
+//! come, for tests of the binary: the demo config, signals, reload.
+
+use std::process::Stdio;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+use super::{exe, within};
+
+/// A running `mcpmux serve` whose JSON log lines are read as they come.
+pub struct Served {
+    pub child: Child,
+    logs: mpsc::UnboundedReceiver<(String, Option<Value>)>,
+    /// Every log line read so far, in order, raw and parsed.
+    seen: Vec<(String, Option<Value>)>,
+}
+
+impl Served {
+    pub fn start(args: &[&str]) -> Served {
+        Self::start_with_env(args, &[])
+    }
+
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Served {
+        let mut child = Command::new(exe())
+            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, logs) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let parsed = serde_json::from_str::<Value>(&line).ok();
+                let _ = tx.send((line, parsed));
+            }
+        });
+        Served {
+            child,
+            logs,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads log lines until `n` have `message`; returns their fields.
+    pub async fn wait_for(&mut self, message: &str, n: usize) -> Vec<Value> {
+        within(message, async {
+            loop {
+                let found: Vec<Value> = self
+                    .seen
+                    .iter()
+                    .filter_map(|(_, parsed)| parsed.as_ref())
+                    .filter(|l| l["fields"]["message"] == message)
+                    .map(|l| l["fields"].clone())
+                    .collect();
+                if found.len() >= n {
+                    return found;
+                }
+                let line = self
+                    .logs
+                    .recv()
+                    .await
+                    .unwrap_or_else(|| panic!("log ended before {message:?}"));
+                self.seen.push(line);
+            }
+        })
+        .await
+    }
+
+    /// Waits for the process to exit and returns every line it logged.
+    pub async fn finish(mut self) -> (std::process::ExitStatus, String) {
+        let status = within("mcpmux to exit", self.child.wait()).await.unwrap();
+        while let Some(line) = within("the rest of the log", self.logs.recv()).await {
+            self.seen.push(line);
+        }
+        let text = self
+            .seen
+            .iter()
+            .map(|(raw, _)| raw.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        (status, text)
+    }
+
+    /// The fields of the first log line with `message`.
+    pub async fn first(&mut self, message: &str) -> Value {
+        self.wait_for(message, 1).await.remove(0)
+    }
+
+    /// Sends `signal` to the gateway process.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+}
