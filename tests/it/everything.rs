@@ -7,7 +7,7 @@ use std::process::Stdio;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::support::interop::{self, everything_upstream, run_python};
+use crate::support::interop::{self, everything_documents, everything_upstream, run_python};
 use crate::support::{McpClient, TestGateway, example_upstream, within};
 use mcpmux::upstream::UpstreamState;
 
@@ -147,17 +147,6 @@ async fn python_sdk_client_lists_calls_with_progress_and_reads_through_the_gatew
             .any(|p| p == "local__greeting")
     );
     gw.stop().await;
-}
-
-/// The first static document resource server-everything lists, namespaced.
-async fn everything_documents(client: &McpClient) -> Vec<String> {
-    let (resources, _) = client.list_all("resources/list", "resources").await;
-    resources
-        .iter()
-        .filter_map(|r| r["uri"].as_str())
-        .filter(|u| u.starts_with("everything+demo://resource/static/document/"))
-        .map(str::to_owned)
-        .collect()
 }
 
 /// Reads log messages until one mentions `marker`; returns the texts before it.

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::interop::{everything_upstream, run_python};
+use crate::support::interop::{everything_documents, everything_upstream, run_python};
 use crate::support::{McpClient, TestGateway, example_upstream, read_jsonl, tempdir, within};
 
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
@@ -35,13 +35,7 @@ async fn a_modern_client_uses_a_legacy_upstream_through_the_gateway() {
     );
     let gw = TestGateway::start(&yaml).await;
     let legacy = McpClient::connect(&gw.url).await;
-    let (resources, _) = legacy.list_all("resources/list", "resources").await;
-    let doc = resources
-        .iter()
-        .filter_map(|r| r["uri"].as_str())
-        .find(|u| u.starts_with("everything+demo://resource/static/document/"))
-        .unwrap()
-        .to_owned();
+    let doc = everything_documents(&legacy).await.remove(0);
 
     let out = run_python("modern_client.py", &[&gw.url, &doc]).await;
     assert_eq!(out["protocol_version"], "2026-07-28", "{out}");

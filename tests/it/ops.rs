@@ -104,9 +104,7 @@ async fn reload_adds_an_upstream_live_and_rejects_a_broken_file() {
     let alpha = example_upstream("alpha", &[]);
     std::fs::write(&path, format!("upstreams:\n{alpha}")).unwrap();
     let mut served = Served::start(&["--config", path.to_str().unwrap()]);
-    let addr = served
-        .first("mcpmux listening; MCP endpoint at /mcp")
-        .await["addr"]
+    let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -171,9 +169,7 @@ async fn sigterm_lets_a_slow_call_finish_then_exits_cleanly() {
     )
     .unwrap();
     let mut served = Served::start(&["--config", path.to_str().unwrap()]);
-    let addr = served
-        .first("mcpmux listening; MCP endpoint at /mcp")
-        .await["addr"]
+    let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -69,3 +69,15 @@ pub async fn run_python(script: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("{script} printed non-JSON ({e}):\n{stdout}\n{stderr}"))
 }
+
+/// The static document resources of an upstream named `everything`
+/// (server-everything), as the gateway exposes them.
+pub async fn everything_documents(client: &super::McpClient) -> Vec<String> {
+    let (resources, _) = client.list_all("resources/list", "resources").await;
+    resources
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .filter(|u| u.starts_with("everything+demo://resource/static/document/"))
+        .map(str::to_owned)
+        .collect()
+}
