@@ -49,8 +49,8 @@ EXPOSE 8080
 # No HEALTHCHECK: the slim image has no curl or wget, and mcpmux needs no
 # helper inside the image. Health is checked over HTTP from outside: on
 # Kubernetes, the liveness probe is GET /healthz (200 while the process serves
-# HTTP) and the readiness probe is GET /readyz (200 when every upstream is
-# ready, else 503 with each upstream's state as JSON); see
+# HTTP) and the readiness probe is GET /readyz (200 when every required
+# upstream is ready, else 503 with each upstream's state as JSON); see
 # deploy/kubernetes/deployment.yaml.
 #
 # mcpmux exits on SIGTERM or SIGINT after draining in-flight requests for up

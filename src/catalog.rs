@@ -504,7 +504,7 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
     }
     if !instructions.is_empty() {
         catalog.instructions = Some(format!(
-            "This server is an MCP gateway. Tools and prompts are named {{upstream}}__{{name}}; resource URIs are {{upstream}}+{{uri}}.\n\n{}",
+            "This server is an MCP gateway (mcpmux) in front of the servers below; each section holds that server's own instructions.\n\n{}",
             instructions.join("\n\n")
         ));
     }

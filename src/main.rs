@@ -104,7 +104,7 @@ fn main() -> ExitCode {
                 Err(e) => return config_failure(&e),
             };
             init_tracing(log_format);
-            serve_stdio(cfg)
+            serve_stdio(cfg, config)
         }
     }
 }
@@ -118,9 +118,14 @@ fn load(path: Option<&std::path::Path>) -> Result<Config, config::ConfigError> {
     }
 }
 
-fn serve_stdio(cfg: Config) -> ExitCode {
+/// Serves MCP on stdin/stdout; reloads `config_path` on change or SIGHUP.
+fn serve_stdio(cfg: Config, config_path: Option<PathBuf>) -> ExitCode {
     runtime().block_on(async move {
         let gateway = mcpmux::Gateway::new(cfg);
+        match config_path {
+            Some(path) => gateway.watch_config(path),
+            None => absorb_hangups(),
+        }
         // Answer the host's first tools/list with every upstream that can start.
         if tokio::time::timeout(STDIO_STARTUP_WAIT, gateway.settled())
             .await
@@ -171,6 +176,9 @@ fn serve(cfg: Config, listen: Option<SocketAddr>, config_path: Option<PathBuf>) 
                 return ExitCode::FAILURE;
             }
         };
+        if config_path.is_none() {
+            absorb_hangups();
+        }
         match mcpmux::run(cfg, listener, shutdown_signal(), config_path).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -186,6 +194,22 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("the tokio runtime starts")
+}
+
+/// Without a config file there is nothing to reload: SIGHUP is logged, not
+/// fatal (its default action would end the process).
+fn absorb_hangups() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::hangup()) {
+        Ok(mut hangup) => {
+            tokio::spawn(async move {
+                while hangup.recv().await.is_some() {
+                    tracing::info!("SIGHUP received; no --config file to reload");
+                }
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot handle SIGHUP"),
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -107,11 +107,15 @@ pub(super) async fn run(
     // A session's log level reaches a modern upstream as the per-request
     // `_meta` field, since that era has no logging/setLevel.
     let mut call = call;
-    if conn.is_modern()
-        && let Some(level) = ctx.subscriber.as_ref().and_then(|s| s.log_level())
-    {
-        call.params
-            .default_meta(protocol::meta::LOG_LEVEL, Value::from(level.as_str()));
+    if conn.is_modern() {
+        if let Some(level) = ctx.subscriber.as_ref().and_then(|s| s.log_level()) {
+            call.params
+                .default_meta(protocol::meta::LOG_LEVEL, Value::from(level.as_str()));
+        }
+    } else {
+        // A session-based upstream must not mistake a modern client's request
+        // metadata for its own era's.
+        call.params.strip_meta_prefix("io.modelcontextprotocol/");
     }
     let params = call
         .params

@@ -72,6 +72,13 @@ impl<'a> Params<'a> {
         serde_json::from_str(raw.get()).map_err(|_| format!("{key:?} must be an object"))
     }
 
+    /// Drops every `_meta` member whose key starts with `prefix`.
+    pub fn strip_meta_prefix(&mut self, prefix: &str) {
+        if let Some(meta) = &mut self.meta {
+            meta.retain(|key, _| !key.starts_with(prefix));
+        }
+    }
+
     /// Sets a `_meta` member the client did not set itself.
     pub fn default_meta(&mut self, key: &str, value: Value) {
         self.meta

@@ -406,10 +406,20 @@ impl Shared {
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "application/json, text/event-stream")
             .body(frame.to_owned());
-        request = match &sent.version {
+        // The upstream's era decides, not the frame: a modern client's `_meta`
+        // must not turn a call to a session-based upstream into a modern one.
+        // The discover probe is modern by definition.
+        let modern = self.conn.is_modern()
+            || sent.method.as_deref() == Some(crate::protocol::method::DISCOVER);
+        let version = sent
+            .version
+            .as_deref()
+            .filter(|_| modern)
+            .unwrap_or(crate::protocol::MODERN_VERSION);
+        request = match modern {
             // A modern request mirrors its body into headers and has no session.
-            Some(version) => {
-                let mut request = request.header("mcp-protocol-version", version.as_str());
+            true => {
+                let mut request = request.header("mcp-protocol-version", version);
                 if let Some(method) = sent.method.as_deref().and_then(header_value) {
                     request = request.header("mcp-method", method);
                 }
@@ -432,7 +442,7 @@ impl Shared {
                 }
                 request
             }
-            None => self.session_headers(request),
+            false => self.session_headers(request),
         };
         request.send().await.map_err(|e| {
             let unreachable = e.is_connect();

@@ -480,3 +480,49 @@ async fn x_mcp_header_parameters_are_validated_and_mirrored_upstream() {
     front.stop().await;
     back.stop().await;
 }
+
+#[tokio::test]
+async fn a_modern_client_reaches_a_session_based_http_upstream() {
+    // The client's 2026-07-28 `_meta` must not turn the call into a modern
+    // one upstream: server-everything over Streamable HTTP needs its session.
+    let web = crate::support::peer::HttpPeer::everything("streamableHttp").await;
+    let yaml = format!(
+        "upstreams:\n  everything:\n    url: {:?}\n",
+        web.url("/mcp")
+    );
+    let gw = TestGateway::start(&yaml).await;
+    assert!(!gw.gateway().upstream("everything").unwrap().is_modern());
+    let call = modern(
+        &gw.url,
+        "tools/call",
+        json!({ "name": "everything__echo", "arguments": { "message": "across eras" } }),
+        &[("mcp-name", "everything__echo")],
+    )
+    .await;
+    assert_eq!(call.status.as_u16(), 200, "{}", call.body);
+    let result = &call.json()["result"];
+    assert_eq!(
+        result["content"][0]["text"], "Echo: across eras",
+        "{result}"
+    );
+    assert_eq!(result["resultType"], "complete");
+    let prompts = modern(&gw.url, "prompts/list", json!({}), &[]).await;
+    let first = prompts.json()["result"]["prompts"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let prompt = modern(
+        &gw.url,
+        "prompts/get",
+        json!({ "name": first, "arguments": {} }),
+        &[("mcp-name", &first)],
+    )
+    .await;
+    assert!(
+        prompt.json()["result"]["messages"].is_array(),
+        "{}",
+        prompt.body
+    );
+    drop(web);
+    gw.stop().await;
+}
