@@ -545,6 +545,16 @@ impl RawUpstream {
                 return None;
             }
         };
+        if let (EraChoice::Modern, Some(Transport::Remote(remote)), Some(e)) =
+            (era, &transport, &self.era)
+            && remote.mode == RemoteMode::Sse
+        {
+            p.at(
+                e.referenced,
+                format_args!("{label}.era: \"modern\" cannot be used with transport: sse (HTTP+SSE is 2024-11-05 only)"),
+            );
+            return None;
+        }
         Some(UpstreamConfig {
             name: name.value.clone(),
             prefix: prefix?,

@@ -87,11 +87,11 @@ pub struct Metrics {
     operations: Family<OperationLabels, Histogram>,
     requests: Family<OperationLabels, Counter>,
     upstream_up: Family<UpstreamLabels, Gauge>,
-    upstream_restarts: Family<UpstreamLabels, Gauge>,
+    upstream_restarts: Family<UpstreamLabels, Counter>,
     sessions: Family<EraLabels, Gauge>,
     subscription_entries: Gauge,
     subscribed_uris: Gauge,
-    notifications: Family<NotificationLabels, Gauge>,
+    notifications: Family<NotificationLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -182,9 +182,9 @@ impl Metrics {
                 upstream: name.clone(),
             };
             self.upstream_up.get_or_create(&labels).set(i64::from(*up));
-            self.upstream_restarts
-                .get_or_create(&labels)
-                .set(i64::try_from(*restarts).unwrap_or(i64::MAX));
+            // The handle counts; the counter catches up with it at scrape.
+            let counter = self.upstream_restarts.get_or_create(&labels);
+            counter.inc_by(restarts.saturating_sub(counter.get()));
         }
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.sessions
@@ -203,12 +203,11 @@ impl Metrics {
             ("coalesced", &counts.coalesced),
             ("dropped", &counts.dropped),
         ] {
-            let total = i64::try_from(value.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
-            self.notifications
-                .get_or_create(&NotificationLabels {
-                    outcome: outcome.into(),
-                })
-                .set(total);
+            // The outboxes count; the counter catches up with them at scrape.
+            let counter = self.notifications.get_or_create(&NotificationLabels {
+                outcome: outcome.into(),
+            });
+            counter.inc_by(value.load(Ordering::Relaxed).saturating_sub(counter.get()));
         }
         let mut out = String::new();
         let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());

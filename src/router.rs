@@ -317,7 +317,12 @@ impl Router {
                 .unwrap_or(method::COMPLETE);
                 return match self.prepare_call(method, params) {
                     Ok(call) => forward::run(call, ctx, id, &self.hub, &self.metrics).await,
-                    Err(e) => Reply::Ready(e.to_frame(id.get(), ctx.era)),
+                    Err(e) => {
+                        // Refused before reaching an upstream: counted here.
+                        self.metrics
+                            .observe(method, "mcpmux", e.outcome(), started.elapsed());
+                        Reply::Ready(e.to_frame(id.get(), ctx.era))
+                    }
                 };
             }
             other => Err(RouteError::MethodNotFound(other.to_owned())),

@@ -117,3 +117,14 @@ fn remote_and_stdio_keys_do_not_mix() {
         single_issue("upstreams:\n  a:\n    url: http://h/mcp\n    transport: carrier-pigeon\n");
     assert!(bad_mode.contains("carrier-pigeon"), "{bad_mode}");
 }
+
+#[test]
+fn modern_era_cannot_use_the_legacy_sse_transport() {
+    let line = single_issue(
+        "upstreams:\n  a:\n    url: http://h/sse\n    transport: sse\n    era: modern\n",
+    );
+    assert!(
+        line.starts_with("test.yaml:5:10:") && line.contains("transport: sse"),
+        "{line}"
+    );
+}

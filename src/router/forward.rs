@@ -96,10 +96,20 @@ pub(super) async fn run(
     hub: &Arc<crate::notify::NotifyHub>,
     metrics: &Arc<Metrics>,
 ) -> Reply {
+    let asked = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + call.handle.timeout();
     let conn = match call.handle.connection_on_demand(deadline).await {
         Ok(conn) => conn,
-        Err(e) => return Reply::Ready(RouteError::from(e).to_frame(id.get(), ctx.era)),
+        Err(e) => {
+            let e = RouteError::from(e);
+            metrics.observe(
+                call.method,
+                call.handle.name(),
+                e.outcome(),
+                asked.elapsed(),
+            );
+            return Reply::Ready(e.to_frame(id.get(), ctx.era));
+        }
     };
     let upstream_id = conn.next_id();
     let client_token = call.params.progress_token().cloned();
