@@ -371,17 +371,22 @@ impl Router {
     ) -> Result<String, RouteError> {
         let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
-        self.subscribe_uri(subscriber(ctx)?.id, &uri).await?;
+        if let Some(modern) = self.subscribe_uri(subscriber(ctx)?.id, &uri).await? {
+            modern.watch_set_changed_and_applied(modern.timeout()).await;
+        }
         Ok("{}".to_owned())
     }
 
     /// Adds `subscriber` to the watchers of a namespaced URI, shared by
-    /// legacy sessions and modern listen streams alike.
+    /// legacy sessions and modern listen streams alike. A session-based
+    /// upstream is subscribed at once; for a modern one the returned handle
+    /// must be told the URIs it watches changed (a caller adding several
+    /// URIs tells it once).
     pub async fn subscribe_uri(
         &self,
         subscriber: SubscriberId,
         uri: &str,
-    ) -> Result<(), RouteError> {
+    ) -> Result<Option<crate::upstream::UpstreamHandle>, RouteError> {
         let (upstream, original) = self
             .split_uri(uri)
             .ok_or_else(|| RouteError::ResourceNotFound(uri.to_owned()))?;
@@ -397,10 +402,8 @@ impl Router {
             .subscribe(subscriber, uri, handle.name(), original)
             .is_some();
         if first && handle.is_modern() {
-            // A modern upstream watches URIs through its listen stream; the
-            // subscription holds once the upstream acknowledged the new one.
-            handle.watch_set_changed_and_applied(handle.timeout()).await;
-            return Ok(());
+            // A modern upstream watches URIs through its listen stream.
+            return Ok(Some(handle));
         }
         if first && let Ok(conn) = handle.connection() {
             let upstream_params = json!({ "uri": original }).to_string();
@@ -412,7 +415,7 @@ impl Router {
                 return Err(e.into());
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// `resources/unsubscribe`: the last subscriber leaving unsubscribes upstream.

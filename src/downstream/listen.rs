@@ -68,16 +68,29 @@ pub async fn open(state: &Arc<AppState>, id: &RawValue, params: Option<&RawValue
         })
         .unwrap_or_default();
     let mut honoured = Vec::new();
+    let mut modern_upstreams: Vec<crate::upstream::UpstreamHandle> = Vec::new();
     for uri in requested {
         match state
             .router
             .subscribe_uri(listening.subscriber.id, &uri)
             .await
         {
-            Ok(()) => honoured.push(uri),
+            Ok(modern) => {
+                honoured.push(uri);
+                if let Some(handle) = modern
+                    && !modern_upstreams.iter().any(|h| h.name() == handle.name())
+                {
+                    modern_upstreams.push(handle);
+                }
+            }
             Err(e) => tracing::debug!(uri = %uri, error = %e, "resource subscription not honoured"),
         }
     }
+    // One listen-stream change per modern upstream, however many URIs.
+    let applied = modern_upstreams
+        .iter()
+        .map(|h| h.watch_set_changed_and_applied(h.timeout()));
+    futures_util::future::join_all(applied).await;
     let mut acknowledged = Map::new();
     for (key, on) in [
         ("toolsListChanged", wants.tools),

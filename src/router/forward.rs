@@ -159,9 +159,9 @@ pub(super) async fn run(
 
     let mut exchange = Exchange {
         method: call.method,
+        timeout: call.handle.timeout(),
         handle: call.handle,
         params,
-        timeout: Duration::ZERO,
         client_id: id.get().to_owned(),
         started: Instant::now(),
         last_progress: Arc::new(AtomicU64::new(0)),
@@ -170,7 +170,6 @@ pub(super) async fn run(
         log_tap: None,
         metrics: metrics.clone(),
     };
-    exchange.timeout = exchange.handle.timeout();
     if !streaming {
         let rx = conn
             .send_request(upstream_id, call.method, Some(&exchange.params), None)

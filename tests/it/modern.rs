@@ -526,3 +526,75 @@ async fn a_modern_client_reaches_a_session_based_http_upstream() {
     drop(web);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_listen_stream_with_many_uris_reopens_a_modern_upstream_once() {
+    let record = tempdir().join("fixture.jsonl");
+    let yaml = format!(
+        "upstreams:\n{}",
+        example_upstream(
+            "fixture",
+            &[
+                "--conformance",
+                "--modern-only",
+                "--record",
+                record.to_str().unwrap()
+            ]
+        )
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let uris = [
+        "fixture+test://watched-resource",
+        "fixture+test://static-text",
+        "fixture+test://static-binary",
+    ];
+    let mut params = json!({ "notifications": { "resourceSubscriptions": uris } });
+    params["_meta"] = serde_json::from_str(META).unwrap();
+    let body =
+        json!({ "jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen", "params": params })
+            .to_string();
+    let response = reqwest::Client::new()
+        .post(&gw.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let mut events = crate::support::client::SseReader::from_response(response);
+    let ack = events.next().await.unwrap();
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!(uris)
+    );
+
+    // The acknowledgment came after the upstream acknowledged its new stream.
+    let client = McpClient::connect(&gw.url).await;
+    client
+        .call_tool(
+            "fixture__touch_resource",
+            json!({ "uri": "test://static-text" }),
+        )
+        .await;
+    let update = events.next().await.unwrap();
+    assert_eq!(update["params"]["uri"], "fixture+test://static-text");
+    let listens: Vec<Value> = read_jsonl(&record)
+        .into_iter()
+        .filter(|m| m["method"] == "subscriptions/listen")
+        .collect();
+    assert_eq!(
+        listens.len(),
+        2,
+        "the initial stream and one replacement: {listens:?}"
+    );
+    assert_eq!(
+        listens[1]["params"]["notifications"]["resourceSubscriptions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    gw.stop().await;
+}
