@@ -503,11 +503,15 @@ impl Supervisor {
                     // New stream first, acknowledged, then drop the old one: no gap.
                     let mut next = listen::open(conn, hello, table).await;
                     if let Some(new) = next.as_mut()
-                        && tokio::time::timeout(self.config.timeout, &mut new.acknowledged).await.is_err()
+                        && tokio::time::timeout(self.config.timeout, &mut new.acknowledged)
+                            .await
+                            .is_err()
                     {
                         tracing::warn!("the upstream did not acknowledge the new listen stream");
+                        conn.forget_ack(new.id);
                     }
                     if let Some(old) = std::mem::replace(&mut listening, next) {
+                        conn.forget_ack(old.id);
                         conn.cancel(old.id, "subscriptions changed");
                     }
                     self.handle.shared.listen_generation.send_modify(|g| *g += 1);
@@ -523,6 +527,9 @@ impl Supervisor {
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         () = self.shutdown.cancelled() => return "the gateway is shutting down".into(),
+                    }
+                    if let Some(old) = &listening {
+                        conn.forget_ack(old.id);
                     }
                     listening = listen::open(conn, hello, table).await;
                     UpstreamNotification { method: REFETCH_ALL.into(), params: None }

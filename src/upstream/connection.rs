@@ -271,6 +271,11 @@ impl Connection {
         rx
     }
 
+    /// Stops waiting for listen request `id`'s acknowledgment.
+    pub fn forget_ack(&self, id: u64) {
+        self.acks.remove(&id);
+    }
+
     /// Whether request `id` is still waiting for its answer.
     pub fn is_pending(&self, id: u64) -> bool {
         self.pending.contains_key(&id)
