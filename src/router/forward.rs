@@ -171,8 +171,8 @@ pub(super) async fn run(
         metrics: metrics.clone(),
     };
     if !streaming {
-        let rx = conn
-            .send_request(upstream_id, call.method, Some(&exchange.params), None)
+        let rx = exchange
+            .send(&conn, upstream_id, &exchange.params, None)
             .await;
         let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
         drop(guard);
@@ -190,8 +190,8 @@ pub(super) async fn run(
         .unwrap_or_else(|_| RawValue::NULL.to_owned());
     exchange.progress = Some((client_token, sink.clone()));
     let route = exchange.route();
-    let rx = conn
-        .send_request(upstream_id, call.method, Some(&exchange.params), route)
+    let rx = exchange
+        .send(&conn, upstream_id, &exchange.params, route)
         .await;
     tokio::spawn(async move {
         let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
@@ -254,6 +254,29 @@ impl LogTap {
 }
 
 impl Exchange {
+    /// Queues the request; waiting for room in a stalled upstream's queue
+    /// counts against the call's deadline like waiting for its answer.
+    async fn send(
+        &self,
+        conn: &Connection,
+        upstream_id: u64,
+        params: &str,
+        route: Option<ProgressRoute>,
+    ) -> Result<oneshot::Receiver<Answer>, UpstreamError> {
+        let deadline = self.started + self.timeout;
+        let queued = conn.send_request(upstream_id, self.method, Some(params), route);
+        match tokio::time::timeout_at(deadline.into(), queued).await {
+            Ok(rx) => rx,
+            Err(_) => {
+                conn.forget(upstream_id);
+                Err(UpstreamError::Timeout {
+                    upstream: self.handle.name().to_string(),
+                    timeout: self.timeout,
+                })
+            }
+        }
+    }
+
     fn route(&self) -> Option<ProgressRoute> {
         self.progress.as_ref().map(|(token, sink)| ProgressRoute {
             client_token: token.clone(),
@@ -348,9 +371,7 @@ impl Exchange {
         };
         guard.retarget(&conn, upstream_id);
         tracing::info!(upstream = %self.handle.name(), method = self.method, "retrying once after re-initializing the upstream");
-        let rx = conn
-            .send_request(upstream_id, self.method, Some(&params), self.route())
-            .await;
+        let rx = self.send(&conn, upstream_id, &params, self.route()).await;
         self.answer(&conn, upstream_id, rx).await
     }
 
