@@ -68,6 +68,8 @@ struct Server {
     /// Tools and prompts added at run time by the test controls.
     added_tools: Mutex<Vec<String>>,
     added_prompts: Mutex<Vec<String>>,
+    /// Set by the `stall` tool: the server stops reading its input.
+    stalled: std::sync::atomic::AtomicBool,
     /// The conformance fixture, with `--conformance`.
     fixture: Option<conformance::Fixture>,
 }
@@ -101,6 +103,7 @@ pub async fn run(args: ExampleServerArgs) -> std::io::Result<()> {
         running: Mutex::new(HashMap::new()),
         added_tools: Mutex::new(Vec::new()),
         added_prompts: Mutex::new(Vec::new()),
+        stalled: std::sync::atomic::AtomicBool::new(false),
         fixture: args
             .conformance
             .then(|| conformance::Fixture::new(args.modern_only)),
@@ -108,6 +111,10 @@ pub async fn run(args: ExampleServerArgs) -> std::io::Result<()> {
     });
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
+        if server.stalled.load(std::sync::atomic::Ordering::Relaxed) {
+            // A server that stopped reading: its stdin pipe fills up.
+            std::future::pending::<()>().await;
+        }
         if line.trim().is_empty() {
             continue;
         }
@@ -293,6 +300,7 @@ impl Server {
             tools.push(json!({ "name": "flood_stderr", "description": "Writes `bytes` bytes of log lines to stderr.",
                                "inputSchema": object(json!({ "bytes": { "type": "integer" } }), &["bytes"]) }));
             tools.push(json!({ "name": "crash", "description": "Exits the process at once.", "inputSchema": object(json!({}), &[]) }));
+            tools.push(json!({ "name": "stall", "description": "Stops reading stdin (after one more message).", "inputSchema": object(json!({}), &[]) }));
             tools.push(json!({ "name": "add_tools", "description": "Adds `count` tools named `prefix`N, one list_changed each.",
                                "inputSchema": object(json!({ "count": { "type": "integer" }, "prefix": { "type": "string" } }), &[]) }));
             tools.push(json!({ "name": "add_prompt", "description": "Adds a prompt and sends prompts/list_changed.",
@@ -425,6 +433,11 @@ impl Server {
                 Ok(text(format!("wrote {written} bytes to stderr")))
             }
             "crash" => std::process::exit(3),
+            "stall" => {
+                self.stalled
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(text("stalled".into()))
+            }
             "add_tools" => {
                 let count = args.get("count").and_then(Value::as_u64).unwrap_or(1);
                 let prefix = args

@@ -335,3 +335,31 @@ async fn a_request_id_still_in_flight_cannot_be_reused_in_the_same_session() {
     assert_eq!(last["error"]["code"], -32800);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn calls_to_an_upstream_that_stopped_reading_time_out_instead_of_hanging() {
+    // The stuck upstream gets a 500 ms timeout.
+    let yaml = format!(
+        "upstreams:\n{}    timeout: 500ms\n{}",
+        crate::support::example_upstream("stuck", &["--test-controls"]),
+        crate::support::example_upstream("fine", &[])
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let client = McpClient::connect(&gw.url).await;
+    client.call_tool("stuck__stall", json!({})).await;
+    // Far more than its stdin pipe and the gateway's outbound queue hold.
+    let big = "x".repeat(100_000);
+    let calls = (0..320).map(|_| client.call_tool("stuck__echo", json!({ "message": big })));
+    let answers = within("every call to end", futures_util::future::join_all(calls)).await;
+    assert!(
+        answers.iter().all(|a| a["error"]["code"] == -32051),
+        "{}",
+        answers[0]
+    );
+    // The other upstream never noticed.
+    let echo = client
+        .call_tool("fine__echo", json!({ "message": "ok" }))
+        .await;
+    assert_eq!(echo["result"]["content"][0]["text"], "ok");
+    gw.stop().await;
+}
