@@ -532,7 +532,7 @@ impl Supervisor {
                         conn.forget_ack(old.id);
                     }
                     listening = listen::open(conn, hello, table).await;
-                    UpstreamNotification { method: REFETCH_ALL.into(), params: None }
+                    UpstreamNotification { method: REFETCH_ALL.into() }
                 }
                 note = notes.recv() => match note {
                     Some(note) => note,

@@ -42,6 +42,22 @@ fn json_response(frame: String) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], frame).into_response()
 }
 
+/// The `Mcp-Session-Id` header, or the 400 its absence gets.
+#[allow(clippy::result_large_err)]
+pub fn session_header(headers: &HeaderMap) -> Result<&str, Response> {
+    headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            rpc_error_response(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::INVALID_REQUEST,
+                "missing Mcp-Session-Id header",
+            )
+        })
+}
+
 /// What the client's `Accept` header allows.
 struct Accepts {
     json: bool,
@@ -238,13 +254,9 @@ pub async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     if let Err(denied) = state.check_origin(&headers) {
         return denied;
     }
-    let Some(session_id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return rpc_error_response(
-            StatusCode::BAD_REQUEST,
-            None,
-            code::INVALID_REQUEST,
-            "missing Mcp-Session-Id header",
-        );
+    let session_id = match session_header(&headers) {
+        Ok(id) => id,
+        Err(missing) => return missing,
     };
     if state.sessions.close(session_id, CloseReason::Deleted) {
         StatusCode::OK.into_response()

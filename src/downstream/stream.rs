@@ -20,7 +20,7 @@ use futures_util::stream;
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
-use super::http::{SESSION_HEADER, VERSION_HEADER, rpc_error_response};
+use super::http::{VERSION_HEADER, rpc_error_response};
 use super::session::{Session, StreamGuard};
 use crate::protocol::{self, code};
 
@@ -40,13 +40,9 @@ pub async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
             "GET /mcp opens an SSE stream; Accept must include text/event-stream",
         );
     }
-    let Some(session_id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return rpc_error_response(
-            StatusCode::BAD_REQUEST,
-            None,
-            code::INVALID_REQUEST,
-            "missing Mcp-Session-Id header",
-        );
+    let session_id = match super::http::session_header(&headers) {
+        Ok(id) => id,
+        Err(missing) => return missing,
     };
     if let Some(version) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())
         && !protocol::is_supported_downstream(version)

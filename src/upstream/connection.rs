@@ -51,7 +51,6 @@ struct Pending {
 #[derive(Debug, Clone)]
 pub struct UpstreamNotification {
     pub method: String,
-    pub params: Option<Box<RawValue>>,
 }
 
 /// The gateway's client state for one upstream transport session.
@@ -393,7 +392,6 @@ impl Connection {
             | "notifications/resources/list_changed" => {
                 let note = UpstreamNotification {
                     method: method.to_owned(),
-                    params: None,
                 };
                 if let Err(e) = self.list_changes.try_send(note) {
                     tracing::warn!(upstream = %self.upstream, method, error = %e, "list change queue full; dropped");

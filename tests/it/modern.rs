@@ -9,6 +9,39 @@ use crate::support::{McpClient, TestGateway, example_upstream, read_jsonl, tempd
 
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 
+/// Config with one upstream `fixture`: the conformance fixture refusing
+/// `initialize` (2026-07-28 only), recording what it receives to `record`.
+fn modern_only_fixture(record: &std::path::Path) -> String {
+    let args = [
+        "--conformance",
+        "--modern-only",
+        "--record",
+        record.to_str().unwrap(),
+    ];
+    format!("upstreams:\n{}", example_upstream("fixture", &args))
+}
+
+/// Opens a raw `subscriptions/listen` stream with `filter` and request `id`.
+async fn open_listen(url: &str, id: Value, filter: Value) -> crate::support::client::SseReader {
+    let mut params = json!({ "notifications": filter });
+    params["_meta"] = serde_json::from_str(META).unwrap();
+    let body =
+        json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params })
+            .to_string();
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    crate::support::client::SseReader::from_response(response)
+}
+
 /// POSTs a modern request with the mirrored headers.
 async fn modern(
     url: &str,
@@ -83,20 +116,8 @@ async fn a_legacy_session_and_a_listen_stream_share_one_upstream_subscription() 
     legacy.subscribe("alpha+demo://alpha/readme").await;
 
     // A raw modern listen stream on the same URI.
-    let mut params = json!({ "notifications": { "resourceSubscriptions": ["alpha+demo://alpha/readme"], "toolsListChanged": false } });
-    params["_meta"] = serde_json::from_str(META).unwrap();
-    let body = json!({ "jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": params }).to_string();
-    let response = reqwest::Client::new()
-        .post(&gw.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let mut modern_events = crate::support::client::SseReader::from_response(response);
+    let filter = json!({ "resourceSubscriptions": ["alpha+demo://alpha/readme"], "toolsListChanged": false });
+    let mut modern_events = open_listen(&gw.url, json!("listen-1"), filter).await;
     let ack = modern_events.next().await.unwrap();
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(
@@ -348,18 +369,7 @@ async fn a_modern_log_level_brings_upstream_logs_onto_that_requests_stream() {
 #[tokio::test]
 async fn a_legacy_client_uses_a_modern_only_upstream_through_the_gateway() {
     let record = tempdir().join("fixture.jsonl");
-    let yaml = format!(
-        "upstreams:\n{}",
-        example_upstream(
-            "fixture",
-            &[
-                "--conformance",
-                "--modern-only",
-                "--record",
-                record.to_str().unwrap()
-            ]
-        )
-    );
+    let yaml = modern_only_fixture(&record);
     let gw = TestGateway::start(&yaml).await;
     assert!(gw.gateway().upstream("fixture").unwrap().is_modern());
     let client = McpClient::connect(&gw.url).await;
@@ -530,40 +540,14 @@ async fn a_modern_client_reaches_a_session_based_http_upstream() {
 #[tokio::test]
 async fn a_listen_stream_with_many_uris_reopens_a_modern_upstream_once() {
     let record = tempdir().join("fixture.jsonl");
-    let yaml = format!(
-        "upstreams:\n{}",
-        example_upstream(
-            "fixture",
-            &[
-                "--conformance",
-                "--modern-only",
-                "--record",
-                record.to_str().unwrap()
-            ]
-        )
-    );
+    let yaml = modern_only_fixture(&record);
     let gw = TestGateway::start(&yaml).await;
     let uris = [
         "fixture+test://watched-resource",
         "fixture+test://static-text",
         "fixture+test://static-binary",
     ];
-    let mut params = json!({ "notifications": { "resourceSubscriptions": uris } });
-    params["_meta"] = serde_json::from_str(META).unwrap();
-    let body =
-        json!({ "jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen", "params": params })
-            .to_string();
-    let response = reqwest::Client::new()
-        .post(&gw.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let mut events = crate::support::client::SseReader::from_response(response);
+    let mut events = open_listen(&gw.url, json!(5), json!({ "resourceSubscriptions": uris })).await;
     let ack = events.next().await.unwrap();
     assert_eq!(
         ack["params"]["notifications"]["resourceSubscriptions"],
