@@ -151,6 +151,9 @@ pub struct Catalog {
     plain_uris: HashMap<Box<str>, Arc<str>>,
     /// Tools with `x-mcp-header` parameters, by exposed name.
     tool_headers: HashMap<Box<str>, Arc<[crate::xheader::HeaderParam]>>,
+    /// Every configured upstream with a non-empty prefix, as
+    /// (`{prefix}__`, upstream), longest prefix first.
+    prefixes: Vec<(String, Arc<str>)>,
 }
 
 /// Why a cursor was refused.
@@ -166,6 +169,15 @@ pub enum CursorError {
 impl Catalog {
     pub fn tool(&self, exposed: &str) -> Option<&Target> {
         self.tools.get(exposed)
+    }
+
+    /// The configured upstream whose prefix an exposed tool or prompt name
+    /// carries, whether or not that upstream is up.
+    pub fn owner_by_prefix(&self, exposed: &str) -> Option<&Arc<str>> {
+        self.prefixes
+            .iter()
+            .find(|(prefix, _)| exposed.starts_with(prefix.as_str()))
+            .map(|(_, upstream)| upstream)
     }
 
     pub fn prompt(&self, exposed: &str) -> Option<&Target> {
@@ -335,6 +347,7 @@ impl CatalogStore {
         Self {
             snapshot: ArcSwap::from_pointee(Catalog {
                 epoch,
+                prefixes: prefixes_of(&order),
                 plain_upstreams,
                 ..Catalog::default()
             }),
@@ -411,6 +424,23 @@ impl CatalogStore {
     }
 }
 
+/// The configured name prefixes, longest first (so `a-b__` wins over `a__`
+/// only when it is the real one).
+fn prefixes_of(order: &IndexMap<Arc<str>, SourceEntry>) -> Vec<(String, Arc<str>)> {
+    let mut prefixes: Vec<(String, Arc<str>)> = order
+        .iter()
+        .filter(|(_, e)| !e.prefix.is_empty())
+        .map(|(name, e)| {
+            (
+                format!("{}{}", e.prefix, naming::NAME_SEPARATOR),
+                name.clone(),
+            )
+        })
+        .collect();
+    prefixes.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+    prefixes
+}
+
 /// Builds a merged catalog from the upstream views in config order.
 fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
     let mut catalog = Catalog {
@@ -420,6 +450,7 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
             .filter(|(_, e)| !e.namespace_uris)
             .map(|(name, _)| name.clone())
             .collect(),
+        prefixes: prefixes_of(order),
         ..Catalog::default()
     };
     let mut instructions = Vec::new();

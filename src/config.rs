@@ -86,8 +86,13 @@ pub struct Config {
 pub struct SessionConfig {
     /// A legacy session with no request for this long is removed.
     pub idle_timeout: Duration,
-    /// Sessions beyond this many are refused with 503.
+    /// Most sessions at once. At the limit, the least recently used session
+    /// with no open stream and no call in flight is evicted; when there is
+    /// none, a new session is refused with 503.
     pub max: usize,
+    /// Most sessions one client (remote address) holds at once; its least
+    /// recently used idle session makes room for a new one.
+    pub max_per_client: usize,
 }
 
 /// Downstream HTTP settings.
@@ -99,6 +104,20 @@ pub struct HttpConfig {
     pub allowed_origins: Vec<String>,
     /// Interval of SSE keep-alive comments on open streams.
     pub sse_keepalive: Duration,
+    /// `Host` header values accepted besides loopback names when the
+    /// gateway listens on a loopback address (DNS-rebinding protection).
+    /// When it listens elsewhere, only these are checked (none: no check).
+    pub allowed_hosts: Vec<String>,
+    /// A connection must send a request's complete headers within this
+    /// time of its first byte.
+    pub header_read_timeout: Duration,
+    /// A request body must arrive within this time (408 otherwise).
+    pub body_read_timeout: Duration,
+    /// A connection with no request in progress is closed after this long.
+    pub idle_timeout: Duration,
+    /// Most open connections (streams included); more wait briefly, then
+    /// evict an idle connection, then are refused with 503.
+    pub max_connections: usize,
 }
 
 /// One upstream MCP server.
@@ -119,6 +138,34 @@ pub struct UpstreamConfig {
     pub namespace_uris: bool,
     /// `/readyz` fails while a required upstream is not ready.
     pub required: bool,
+    /// How long a call waits for this upstream while it is starting before
+    /// it is refused with an error naming the upstream and its state.
+    pub start_wait: Duration,
+    pub health: HealthConfig,
+}
+
+/// How the gateway notices an upstream that is up but does not answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthConfig {
+    /// A `ping` is sent this often while the upstream is up.
+    pub ping_interval: Duration,
+    /// A ping not answered within this time marks the upstream unresponsive.
+    pub ping_timeout: Duration,
+    /// A stdio child unresponsive this long is killed and restarted.
+    pub restart_after: Duration,
+    /// This many calls in a row timing out trigger a ping at once.
+    pub call_timeouts: u32,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            ping_interval: Duration::from_secs(15),
+            ping_timeout: Duration::from_secs(5),
+            restart_after: Duration::from_secs(60),
+            call_timeouts: 3,
+        }
+    }
 }
 
 /// How the gateway picks the protocol era of an upstream.
@@ -167,6 +214,41 @@ pub struct StdioConfig {
     pub args: Vec<String>,
     pub env: BTreeMap<String, Secret>,
     pub cwd: Option<PathBuf>,
+    /// Which of the gateway's own environment variables the child sees.
+    pub inherit_env: InheritEnv,
+}
+
+/// The variables of the gateway's environment a stdio child inherits.
+/// Its own `env` is always added on top.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InheritEnv {
+    /// [`BASE_ENV`] plus these names (a trailing `*` matches a prefix).
+    Base(Vec<String>),
+    /// The whole environment of the gateway (secrets then cross upstreams).
+    All,
+}
+
+/// What every stdio child inherits: enough to find programs, a home, a
+/// locale, a time zone and a temp directory, and nothing that is a secret.
+pub const BASE_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR", "TEMP",
+    "TMP",
+];
+
+impl InheritEnv {
+    /// Whether the child inherits variable `name`.
+    pub fn admits(&self, name: &str) -> bool {
+        let matches = |pattern: &str| match pattern.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => name == pattern,
+        };
+        match self {
+            InheritEnv::All => true,
+            InheritEnv::Base(extra) => {
+                BASE_ENV.iter().any(|p| matches(p)) || extra.iter().any(|p| matches(p))
+            }
+        }
+    }
 }
 
 impl Config {
@@ -233,6 +315,8 @@ struct RawSessions {
     idle_timeout: Option<Spanned<String>>,
     #[serde(default)]
     max: Option<Spanned<u64>>,
+    #[serde(default)]
+    max_per_client: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -244,6 +328,16 @@ struct RawHttp {
     allowed_origins: Vec<Spanned<String>>,
     #[serde(default)]
     sse_keepalive: Option<Spanned<String>>,
+    #[serde(default)]
+    allowed_hosts: Vec<Spanned<String>>,
+    #[serde(default)]
+    header_read_timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    body_read_timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    idle_timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    max_connections: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -273,6 +367,33 @@ struct RawUpstream {
     namespace_uris: Option<bool>,
     #[serde(default)]
     required: Option<bool>,
+    #[serde(default)]
+    inherit_env: Option<Spanned<RawInheritEnv>>,
+    #[serde(default)]
+    start_wait: Option<Spanned<String>>,
+    #[serde(default)]
+    health: Option<RawHealth>,
+}
+
+/// `inherit_env: all`, or a list of names.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawInheritEnv {
+    Keyword(String),
+    Names(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHealth {
+    #[serde(default)]
+    ping_interval: Option<Spanned<String>>,
+    #[serde(default)]
+    ping_timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    restart_after: Option<Spanned<String>>,
+    #[serde(default)]
+    call_timeouts: Option<Spanned<u64>>,
 }
 
 /// Collects validation problems so one run reports all of them.
@@ -323,6 +444,44 @@ impl Problems {
                 );
                 None
             }
+        }
+    }
+}
+
+impl Problems {
+    /// An optional duration, or `default` when the key is absent.
+    fn duration_or(
+        &mut self,
+        value: Option<&Spanned<String>>,
+        default: Duration,
+        what: &str,
+        lookup: &Lookup,
+    ) -> Option<Duration> {
+        match value {
+            None => Some(default),
+            Some(v) => self.duration(v, what, lookup),
+        }
+    }
+
+    /// An optional count in `min..=max`, or `default` when absent.
+    fn count_or(
+        &mut self,
+        value: Option<&Spanned<u64>>,
+        default: u64,
+        min: u64,
+        max: u64,
+        what: &str,
+    ) -> u64 {
+        match value {
+            None => default,
+            Some(v) if v.value < min || v.value > max => {
+                self.at(
+                    v.referenced,
+                    format_args!("{what}: must be between {min} and {max}"),
+                );
+                default
+            }
+            Some(v) => v.value,
         }
     }
 }
@@ -405,6 +564,47 @@ impl RawConfig {
             }
             Some(v) => usize::try_from(v.value).unwrap_or(usize::MAX),
         };
+        let max_per_client = p.count_or(
+            self.sessions
+                .as_ref()
+                .and_then(|s| s.max_per_client.as_ref()),
+            1000,
+            1,
+            u64::MAX,
+            "sessions.max_per_client",
+        );
+        let http = self.http.as_ref();
+        let header_read_timeout = p.duration_or(
+            http.and_then(|h| h.header_read_timeout.as_ref()),
+            Duration::from_secs(10),
+            "http.header_read_timeout",
+            lookup,
+        );
+        let body_read_timeout = p.duration_or(
+            http.and_then(|h| h.body_read_timeout.as_ref()),
+            Duration::from_secs(30),
+            "http.body_read_timeout",
+            lookup,
+        );
+        let http_idle_timeout = p.duration_or(
+            http.and_then(|h| h.idle_timeout.as_ref()),
+            Duration::from_secs(60),
+            "http.idle_timeout",
+            lookup,
+        );
+        let max_connections = p.count_or(
+            http.and_then(|h| h.max_connections.as_ref()),
+            4096,
+            1,
+            1_000_000,
+            "http.max_connections",
+        );
+        let allowed_hosts = http
+            .map(|h| h.allowed_hosts.iter())
+            .into_iter()
+            .flatten()
+            .filter_map(|o| p.expand(o, "http.allowed_hosts", lookup))
+            .collect();
         let max_body_bytes = match self.http.as_ref().and_then(|h| h.max_body_bytes.as_ref()) {
             None => 4 * 1024 * 1024,
             Some(v) if v.value < 1024 => {
@@ -454,11 +654,17 @@ impl RawConfig {
             sessions: SessionConfig {
                 idle_timeout: idle_timeout.unwrap_or_default(),
                 max: max_sessions,
+                max_per_client: usize::try_from(max_per_client).unwrap_or(usize::MAX),
             },
             http: HttpConfig {
                 max_body_bytes,
                 allowed_origins,
                 sse_keepalive: sse_keepalive.unwrap_or_default(),
+                allowed_hosts,
+                header_read_timeout: header_read_timeout.unwrap_or_default(),
+                body_read_timeout: body_read_timeout.unwrap_or_default(),
+                idle_timeout: http_idle_timeout.unwrap_or_default(),
+                max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
             },
             page_size,
             shutdown_grace: shutdown_grace.unwrap_or_default(),
@@ -528,6 +734,17 @@ impl RawUpstream {
                 p.duration(t, &format!("{label}.timeout"), lookup)
             });
 
+        let start_wait = p.duration_or(
+            self.start_wait.as_ref(),
+            Duration::from_secs(5),
+            &format!("{label}.start_wait"),
+            lookup,
+        );
+        let health = self.health.as_ref().map_or_else(
+            || Some(HealthConfig::default()),
+            |h| h.validate(&label, lookup, p),
+        );
+
         if p.issues.len() != before {
             return None;
         }
@@ -563,7 +780,40 @@ impl RawUpstream {
             era,
             namespace_uris: self.namespace_uris.unwrap_or(true),
             required: self.required.unwrap_or(true),
+            start_wait: start_wait?,
+            health: health?,
         })
+    }
+
+    /// `inherit_env`: `all`, or names of variables (a trailing `*` is a prefix).
+    fn inherit_env(&self, label: &str, p: &mut Problems) -> InheritEnv {
+        let Some(raw) = &self.inherit_env else {
+            return InheritEnv::Base(Vec::new());
+        };
+        match &raw.value {
+            RawInheritEnv::Keyword(word) if word == "all" => InheritEnv::All,
+            RawInheritEnv::Keyword(other) => {
+                p.at(
+                    raw.referenced,
+                    format_args!(
+                        "{label}.inherit_env: {other:?} is not \"all\" or a list of variable names"
+                    ),
+                );
+                InheritEnv::Base(Vec::new())
+            }
+            RawInheritEnv::Names(names) => {
+                for name in names {
+                    let stem = name.strip_suffix('*').unwrap_or(name);
+                    if stem.is_empty() || stem.contains(['=', '\0', '*']) {
+                        p.at(
+                            raw.referenced,
+                            format_args!("{label}.inherit_env: {name:?} is not a variable name (or a prefix ending in *)"),
+                        );
+                    }
+                }
+                InheritEnv::Base(names.clone())
+            }
+        }
     }
 
     fn stdio(
@@ -613,11 +863,13 @@ impl RawUpstream {
             .as_ref()
             .and_then(|c| p.expand(c, &format!("{label}.cwd"), lookup))
             .map(PathBuf::from);
+        let inherit_env = self.inherit_env(label, p);
         Some(StdioConfig {
             command: command_text,
             args,
             env,
             cwd,
+            inherit_env,
         })
     }
 
@@ -632,6 +884,7 @@ impl RawUpstream {
             ("args", !self.args.is_empty()),
             ("env", !self.env.is_empty()),
             ("cwd", self.cwd.is_some()),
+            ("inherit_env", self.inherit_env.is_some()),
         ];
         for (key, present) in stdio_only {
             if present {
@@ -691,6 +944,44 @@ impl RawUpstream {
             url: url_text,
             headers,
             mode,
+        })
+    }
+}
+
+impl RawHealth {
+    fn validate(&self, label: &str, lookup: &Lookup, p: &mut Problems) -> Option<HealthConfig> {
+        let defaults = HealthConfig::default();
+        let what = |key: &str| format!("{label}.health.{key}");
+        let ping_interval = p.duration_or(
+            self.ping_interval.as_ref(),
+            defaults.ping_interval,
+            &what("ping_interval"),
+            lookup,
+        );
+        let ping_timeout = p.duration_or(
+            self.ping_timeout.as_ref(),
+            defaults.ping_timeout,
+            &what("ping_timeout"),
+            lookup,
+        );
+        let restart_after = p.duration_or(
+            self.restart_after.as_ref(),
+            defaults.restart_after,
+            &what("restart_after"),
+            lookup,
+        );
+        let call_timeouts = p.count_or(
+            self.call_timeouts.as_ref(),
+            u64::from(defaults.call_timeouts),
+            1,
+            1000,
+            &what("call_timeouts"),
+        );
+        Some(HealthConfig {
+            ping_interval: ping_interval?,
+            ping_timeout: ping_timeout?,
+            restart_after: restart_after?,
+            call_timeouts: u32::try_from(call_timeouts).unwrap_or(u32::MAX),
         })
     }
 }

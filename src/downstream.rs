@@ -36,6 +36,9 @@ pub struct AppState {
     /// How long calls in flight may still finish when their client is done
     /// (shutdown, or a stdio host closing its input).
     pub drain_grace: std::time::Duration,
+    /// Whether the HTTP listener is on a loopback address: then only
+    /// loopback `Host` names (and `http.allowed_hosts`) are accepted.
+    pub loopback_listener: std::sync::atomic::AtomicBool,
 }
 
 impl AppState {
@@ -43,6 +46,7 @@ impl AppState {
     /// which stops DNS-rebinding pages from reaching a local gateway.
     #[allow(clippy::result_large_err)]
     pub fn check_origin(&self, headers: &HeaderMap) -> Result<(), Response> {
+        self.check_host(headers)?;
         let Some(origin) = headers.get(header::ORIGIN) else {
             return Ok(());
         };
@@ -64,26 +68,62 @@ impl AppState {
             format!("Origin {origin:?} is not allowed; add it to http.allowed_origins"),
         ))
     }
+
+    /// Rejects a `Host` header a DNS-rebinding page would send (403): on a
+    /// loopback listener only loopback names and `http.allowed_hosts` pass;
+    /// elsewhere only `http.allowed_hosts` is checked, when it is set.
+    #[allow(clippy::result_large_err)]
+    fn check_host(&self, headers: &HeaderMap) -> Result<(), Response> {
+        let Some(value) = headers.get(header::HOST) else {
+            return Ok(());
+        };
+        let host = value.to_str().unwrap_or_default();
+        let allowed = &self.http.allowed_hosts;
+        let listed = allowed.iter().any(|h| {
+            h == "*" || h.eq_ignore_ascii_case(host) || h.eq_ignore_ascii_case(host_name(host))
+        });
+        let loopback = self
+            .loopback_listener
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if listed
+            || (loopback && is_loopback_host(host_name(host)))
+            || (!loopback && allowed.is_empty())
+        {
+            return Ok(());
+        }
+        tracing::warn!(host, "request with a disallowed Host header rejected");
+        Err(http::rpc_error_response(
+            StatusCode::FORBIDDEN,
+            None,
+            code::INVALID_REQUEST,
+            format!("Host {host:?} is not allowed; add it to http.allowed_hosts"),
+        ))
+    }
+}
+
+/// The name part of a `Host` value or an origin's authority: without the
+/// port, and without the brackets of an IPv6 literal.
+fn host_name(authority: &str) -> &str {
+    match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    }
+}
+
+/// `localhost`, `127.x.x.x` or `::1`.
+fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `http(s)://localhost`, `127.x.x.x` or `[::1]`, with any port.
 fn is_loopback_origin(origin: &str) -> bool {
-    let Some(rest) = origin
+    origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    let host = if let Some(v6) = rest.strip_prefix('[') {
-        v6.split(']').next().unwrap_or_default()
-    } else {
-        rest.split(':').next().unwrap_or_default()
-    };
-    host.eq_ignore_ascii_case("localhost")
-        || host == "::1"
-        || host
-            .parse::<std::net::Ipv4Addr>()
-            .is_ok_and(|ip| ip.is_loopback())
+        .is_some_and(|rest| is_loopback_host(host_name(rest)))
 }
 
 /// The axum application.
@@ -110,12 +150,14 @@ fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
     handles
         .iter()
         .map(|h| {
-            let (label, reason) = match h.state() {
-                UpstreamState::Ready => ("ready", None),
-                UpstreamState::Starting => ("starting", None),
-                UpstreamState::Down { reason } => ("down", Some(reason)),
-                UpstreamState::Stopped => ("stopped", None),
+            let state = h.state();
+            let reason = match &state {
+                UpstreamState::Down { .. } | UpstreamState::Unresponsive { .. } => {
+                    Some(state.describe())
+                }
+                _ => None,
             };
+            let label = state.label();
             let [tools, prompts, resources, templates] = h.item_counts();
             let hello = h.hello();
             let status = json!({
@@ -208,7 +250,7 @@ async fn metrics(axum::extract::State(state): axum::extract::State<Arc<AppState>
 
 #[cfg(test)]
 mod tests {
-    use super::is_loopback_origin;
+    use super::{host_name, is_loopback_host, is_loopback_origin};
 
     #[test]
     fn loopback_origins() {
@@ -228,6 +270,28 @@ mod tests {
             "file://",
         ] {
             assert!(!is_loopback_origin(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn loopback_hosts() {
+        for ok in [
+            "localhost:8080",
+            "127.0.0.1",
+            "127.1.2.3:9",
+            "[::1]:8080",
+            "LocalHost",
+        ] {
+            assert!(is_loopback_host(host_name(ok)), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "localhost.evil.example:80",
+            "10.0.0.1",
+            "[::2]",
+            "",
+        ] {
+            assert!(!is_loopback_host(host_name(bad)), "{bad}");
         }
     }
 }

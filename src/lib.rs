@@ -109,6 +109,7 @@ impl Gateway {
             http: config.http.clone(),
             shutdown: http_shutdown.clone(),
             drain_grace: config.shutdown_grace,
+            loopback_listener: std::sync::atomic::AtomicBool::new(false),
         });
         Gateway {
             config,
@@ -124,6 +125,10 @@ impl Gateway {
     /// Serves the HTTP endpoints on `listener`.
     pub fn serve_http(&mut self, listener: TcpListener) -> std::io::Result<SocketAddr> {
         let addr = listener.local_addr()?;
+        self.state.loopback_listener.store(
+            addr.ip().is_loopback(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let app = downstream::app(self.state.clone());
         let stop = self.http_shutdown.clone();
         let server = tokio::spawn(async move {

@@ -84,6 +84,50 @@ pub fn is_supported_downstream(version: &str) -> bool {
     DOWNSTREAM_VERSIONS.contains(&version)
 }
 
+/// Deepest nesting of arrays and objects accepted in a client's message.
+/// Deeper messages are refused before they reach any upstream (some
+/// servers drop them silently, leaving the client waiting).
+pub const MAX_NESTING: usize = 128;
+
+/// Whether JSON `text` nests arrays and objects deeper than `max`. One pass
+/// over the bytes, aware of strings and escapes; it does not validate.
+pub fn nesting_exceeds(text: &str, max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for byte in text.bytes() {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The error for a message [`nesting_exceeds`] refuses.
+pub fn too_deep() -> RpcError {
+    RpcError::new(
+        code::INVALID_REQUEST,
+        format!("the message nests JSON arrays and objects deeper than {MAX_NESTING} levels"),
+    )
+}
+
 /// The envelope of one JSON-RPC message, with every body left raw.
 #[derive(Debug, Deserialize)]
 pub struct Envelope<'a> {
@@ -303,5 +347,18 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&err).unwrap();
         assert!(v["id"].is_null());
         assert_eq!(v["error"]["message"], "bad \"json\"");
+    }
+
+    #[test]
+    fn nesting_is_measured_outside_strings_only() {
+        let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        assert!(!nesting_exceeds(&deep(128), 128));
+        assert!(nesting_exceeds(&deep(129), 128));
+        let object = format!(r#"{{"params":{}}}"#, deep(127));
+        assert!(nesting_exceeds(&object, 127));
+        assert!(!nesting_exceeds(&object, 128));
+        // Brackets inside strings, and escaped quotes, do not count.
+        let quoted = format!(r#"{{"a":"{}\"{}"}}"#, "[".repeat(500), "{".repeat(500));
+        assert!(!nesting_exceeds(&quoted, 2));
     }
 }

@@ -315,7 +315,19 @@ impl Router {
                 .into_iter()
                 .find(|m| *m == method)
                 .unwrap_or(method::COMPLETE);
-                return match self.prepare_call(method, params) {
+                let mut prepared = self.prepare_call(method, params);
+                if let Err(RouteError::UnknownTool(name) | RouteError::UnknownPrompt(name)) =
+                    &prepared
+                    && let Some(owner) = self.owner_not_up(name)
+                {
+                    // Its items are missing because it is not up: say so,
+                    // after a short wait if it is starting.
+                    prepared = match owner.wait_started().await {
+                        true => self.prepare_call(method, params),
+                        false => Err(RouteError::Upstream(owner.unavailable())),
+                    };
+                }
+                return match prepared {
                     Ok(call) => forward::run(call, ctx, id, &self.hub, &self.metrics).await,
                     Err(e) => {
                         // Refused before reaching an upstream: counted here.
@@ -448,6 +460,19 @@ impl Router {
             .ok_or_else(|| RouteError::InvalidParams(format!("unknown log level {level:?}")))?;
         self.hub.set_log_level(subscriber(ctx)?, level);
         Ok("{}".to_owned())
+    }
+
+    /// The configured upstream whose prefix `name` carries, when that
+    /// upstream is not up (so its items are not in the catalog).
+    fn owner_not_up(&self, name: &str) -> Option<crate::upstream::UpstreamHandle> {
+        let catalog = self.catalog.load();
+        let handle = self.upstreams.get(catalog.owner_by_prefix(name)?)?;
+        let up = matches!(
+            handle.state(),
+            crate::upstream::UpstreamState::Ready
+                | crate::upstream::UpstreamState::Unresponsive { .. }
+        );
+        (!up).then_some(handle)
     }
 
     fn upstream(&self, name: &str) -> Result<crate::upstream::UpstreamHandle, RouteError> {

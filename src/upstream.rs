@@ -77,8 +77,53 @@ pub enum UpstreamError {
 pub enum UpstreamState {
     Starting,
     Ready,
-    Down { reason: String },
+    /// Connected, but pings go unanswered: calls are still sent, and a
+    /// stdio child that stays like this is restarted.
+    Unresponsive {
+        reason: String,
+    },
+    /// Not connected; `retry_at` is when the next attempt starts.
+    Down {
+        reason: String,
+        retry_at: Option<Instant>,
+    },
     Stopped,
+}
+
+impl UpstreamState {
+    /// One word for `/status` and metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            UpstreamState::Starting => "starting",
+            UpstreamState::Ready => "ready",
+            UpstreamState::Unresponsive { .. } => "unresponsive",
+            UpstreamState::Down { .. } => "down",
+            UpstreamState::Stopped => "stopped",
+        }
+    }
+
+    /// The state in words, for errors and `/status`: "starting",
+    /// "down (its process was killed by signal 9 (SIGKILL)); next try in 2s".
+    pub fn describe(&self) -> String {
+        match self {
+            UpstreamState::Down { reason, retry_at } => match retry_at {
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
+                    // Whole tenths of a second read better than nanoseconds.
+                    let left = Duration::from_millis(left.as_millis().div_ceil(100) as u64 * 100);
+                    format!(
+                        "down ({reason}); next try in {}",
+                        humantime::format_duration(left)
+                    )
+                }
+                None => format!("down ({reason})"),
+            },
+            UpstreamState::Unresponsive { reason } => format!("unresponsive ({reason})"),
+            UpstreamState::Starting => "starting".into(),
+            UpstreamState::Ready => "ready".into(),
+            UpstreamState::Stopped => "stopped (the gateway is shutting down)".into(),
+        }
+    }
 }
 
 /// A cheap, cloneable reference to one upstream's actor.
@@ -90,6 +135,14 @@ pub struct UpstreamHandle {
 struct Shared {
     name: Arc<str>,
     timeout: Duration,
+    /// How long a call waits for the upstream while it is starting.
+    start_wait: Duration,
+    /// Calls in a row that timed out; reset by any answer.
+    call_timeouts: AtomicU32,
+    /// After this many call timeouts in a row, `ping_now` is woken.
+    call_timeouts_limit: u32,
+    /// Woken to make the supervisor ping at once (the supervisor waits on it).
+    ping_now: tokio::sync::Notify,
     /// The live connection; written only by the supervisor.
     conn: ArcSwapOption<Connection>,
     hello: ArcSwapOption<ServerHello>,
@@ -133,14 +186,44 @@ impl UpstreamHandle {
         self.shared
             .conn
             .load_full()
-            .ok_or_else(|| UpstreamError::Unavailable {
-                upstream: self.shared.name.to_string(),
-                reason: match &*self.shared.state.borrow() {
-                    UpstreamState::Down { reason } => reason.clone(),
-                    UpstreamState::Stopped => "the gateway is shutting down".into(),
-                    _ => "it is still starting".into(),
-                },
-            })
+            .ok_or_else(|| self.unavailable())
+    }
+
+    /// The error for a call the upstream cannot take now, naming its state.
+    pub fn unavailable(&self) -> UpstreamError {
+        UpstreamError::Unavailable {
+            upstream: self.shared.name.to_string(),
+            reason: format!("it is {}", self.shared.state.borrow().describe()),
+        }
+    }
+
+    /// Waits (at most the configured `start_wait`) while the upstream is
+    /// starting; true once it is up. Used for names whose items are not in
+    /// the catalog because their upstream is not up yet.
+    pub async fn wait_started(&self) -> bool {
+        let mut state = self.watch_state();
+        let up = state.wait_for(|s| !matches!(s, UpstreamState::Starting));
+        match tokio::time::timeout(self.shared.start_wait, up).await {
+            Ok(Ok(s)) => matches!(
+                *s,
+                UpstreamState::Ready | UpstreamState::Unresponsive { .. }
+            ),
+            _ => false,
+        }
+    }
+
+    /// Records how a call ended: a run of timeouts makes the supervisor
+    /// ping at once; any answer ends the run.
+    pub fn note_call(&self, timed_out: bool) {
+        if !timed_out {
+            self.shared.call_timeouts.store(0, Ordering::Relaxed);
+            return;
+        }
+        let run = self.shared.call_timeouts.fetch_add(1, Ordering::Relaxed) + 1;
+        if run >= self.shared.call_timeouts_limit {
+            self.shared.call_timeouts.store(0, Ordering::Relaxed);
+            self.shared.ping_now.notify_one();
+        }
     }
 
     /// The live connection; for a remote upstream that is down, one
@@ -155,6 +238,12 @@ impl UpstreamHandle {
             Ok(conn) => return Ok(conn),
             Err(e) => e,
         };
+        if !self.shared.remote && matches!(self.state(), UpstreamState::Starting) {
+            return match self.wait_started().await {
+                true => self.connection(),
+                false => Err(self.unavailable()),
+            };
+        }
         let mut state = self.watch_state();
         if !self.shared.remote || matches!(*state.borrow(), UpstreamState::Stopped) {
             return Err(unavailable);
@@ -164,7 +253,9 @@ impl UpstreamHandle {
         }
         let mut attempted = false;
         let settled = state.wait_for(|s| match s {
-            UpstreamState::Ready | UpstreamState::Stopped => true,
+            UpstreamState::Ready | UpstreamState::Unresponsive { .. } | UpstreamState::Stopped => {
+                true
+            }
             UpstreamState::Starting => {
                 attempted = true;
                 false
@@ -298,6 +389,10 @@ pub fn spawn(
         shared: Arc::new(Shared {
             name: name.clone(),
             timeout: config.timeout,
+            start_wait: config.start_wait,
+            call_timeouts: AtomicU32::new(0),
+            call_timeouts_limit: config.health.call_timeouts,
+            ping_now: tokio::sync::Notify::new(),
             conn: ArcSwapOption::empty(),
             hello: ArcSwapOption::empty(),
             state: watch::Sender::new(UpstreamState::Starting),
@@ -362,7 +457,10 @@ impl Supervisor {
             attempt = attempt.saturating_add(1);
             self.handle.shared.restarts.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(reason = %reason, retry_in = %humantime::format_duration(delay), "upstream down");
-            self.handle.set_state(UpstreamState::Down { reason });
+            self.handle.set_state(UpstreamState::Down {
+                reason,
+                retry_at: Some(Instant::now() + delay),
+            });
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = self.handle.shared.reconnect_now.notified() => {
@@ -431,6 +529,7 @@ impl Supervisor {
         if !self.shutdown.is_cancelled() {
             self.handle.set_state(UpstreamState::Down {
                 reason: reason.clone(),
+                retry_at: None,
             });
         }
         self.handle.shared.conn.store(None);
@@ -487,6 +586,7 @@ impl Supervisor {
             true => listen::open(conn, hello, table).await,
             false => None,
         };
+        let mut health = Health::new(&self.config.health);
         loop {
             let listen_ended = async {
                 match listening.as_mut() {
@@ -496,9 +596,32 @@ impl Supervisor {
                     None => std::future::pending().await,
                 }
             };
+            let pinging = health.ping.is_some();
+            let ping_answered = async {
+                match health.ping.as_mut() {
+                    Some(ping) => ping.await,
+                    None => std::future::pending().await,
+                }
+            };
             let note = tokio::select! {
                 ended = child.wait_ended() => return ended,
                 () = self.shutdown.cancelled() => return "the gateway is shutting down".into(),
+                () = tokio::time::sleep_until(health.next_ping), if !pinging => {
+                    health.ping = Some(Box::pin(conn.request(crate::protocol::method::PING, None, self.config.health.ping_timeout)));
+                    continue;
+                }
+                () = self.handle.shared.ping_now.notified(), if !pinging => {
+                    tracing::info!("calls keep timing out; pinging the upstream now");
+                    health.ping = Some(Box::pin(conn.request(crate::protocol::method::PING, None, self.config.health.ping_timeout)));
+                    continue;
+                }
+                answer = ping_answered => {
+                    health.ping = None;
+                    if let Some(reason) = self.ping_answered(&mut health, answer) {
+                        return reason;
+                    }
+                    continue;
+                }
                 () = self.handle.shared.listen_changed.notified(), if hello.modern => {
                     // New stream first, acknowledged, then drop the old one: no gap.
                     let mut next = listen::open(conn, hello, table).await;
@@ -563,6 +686,43 @@ impl Supervisor {
         }
     }
 
+    /// Moves the upstream between ready and unresponsive by a ping's
+    /// outcome. Returns why to restart it: a stdio child unresponsive for
+    /// longer than `health.restart_after`.
+    fn ping_answered(&self, health: &mut Health, answer: Answer) -> Option<String> {
+        let cfg = &self.config.health;
+        health.next_ping = tokio::time::Instant::now() + cfg.ping_interval;
+        match answer {
+            // Any answer, an error too, shows the upstream reads and writes.
+            Ok(_) | Err(UpstreamError::Rpc { .. }) => {
+                if health.unresponsive_since.take().is_some() {
+                    tracing::info!("upstream answers again");
+                    self.handle.set_state(UpstreamState::Ready);
+                }
+                None
+            }
+            Err(UpstreamError::Timeout { .. }) => {
+                let since = *health.unresponsive_since.get_or_insert_with(Instant::now);
+                let silent = since.elapsed() + cfg.ping_timeout;
+                let reason = format!(
+                    "no answer to ping for {}",
+                    humantime::format_duration(Duration::from_secs(silent.as_secs()))
+                );
+                if !matches!(self.handle.state(), UpstreamState::Unresponsive { .. }) {
+                    tracing::warn!(ping_timeout = %humantime::format_duration(cfg.ping_timeout), "upstream does not answer ping; marked unresponsive");
+                }
+                self.handle.set_state(UpstreamState::Unresponsive {
+                    reason: reason.clone(),
+                });
+                let stdio = !self.handle.shared.remote;
+                (stdio && silent >= cfg.restart_after)
+                    .then(|| format!("it was unresponsive ({reason}); restarting it"))
+            }
+            // The connection is going away; the link's end says why.
+            Err(_) => None,
+        }
+    }
+
     /// Publishes this upstream's view (None: it left) and tells every
     /// subscriber which merged lists changed.
     fn publish(&self, view: Option<&UpstreamView>) {
@@ -587,6 +747,26 @@ impl Supervisor {
             .catalog
             .publish(self.handle.name(), view.map(|v| Arc::new(v.clone())));
         self.hub.lists_changed(&changed);
+    }
+}
+
+/// The health-check state of one upstream life.
+struct Health<'c> {
+    /// When the next periodic ping is due.
+    next_ping: tokio::time::Instant,
+    /// The ping in flight, if any.
+    ping: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Answer> + Send + 'c>>>,
+    /// When the first unanswered ping of the current silence was sent.
+    unresponsive_since: Option<Instant>,
+}
+
+impl Health<'_> {
+    fn new(cfg: &crate::config::HealthConfig) -> Self {
+        Self {
+            next_ping: tokio::time::Instant::now() + cfg.ping_interval,
+            ping: None,
+            unresponsive_since: None,
+        }
     }
 }
 

@@ -125,6 +125,14 @@ pub fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind), Respon
     };
     let text = std::str::from_utf8(bytes)
         .map_err(|_| bad(code::PARSE_ERROR, "body is not valid UTF-8".into(), None))?;
+    if protocol::nesting_exceeds(text, protocol::MAX_NESTING) {
+        let error = protocol::too_deep();
+        let id = Envelope::parse(text)
+            .ok()
+            .and_then(|e| e.id)
+            .map(RawValue::get);
+        return Err(bad(error.code, error.message, id));
+    }
     if text.trim_start().starts_with('[') {
         return Err(bad(
             code::INVALID_REQUEST,
@@ -203,12 +211,43 @@ pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
             "unknown or expired session; initialize a new one",
         );
     };
+    if let Err(mismatch) = check_session_version(&headers, &session, envelope.id) {
+        return mismatch;
+    }
     match dispatch::handle(&state, &session, &envelope, kind, accept.sse).await {
         Outcome::Accepted => StatusCode::ACCEPTED.into_response(),
         Outcome::Reply(Reply::Ready(frame)) if accept.json => json_response(frame),
         Outcome::Reply(Reply::Ready(frame)) => sse_response(ReceiverStream::new(single(frame))),
         Outcome::Reply(Reply::Streaming(frames)) => sse_response(ReceiverStream::new(frames)),
     }
+}
+
+/// Refuses (400) an `MCP-Protocol-Version` header that differs from the
+/// version the session negotiated. Without the header the client is taken
+/// to speak what it negotiated (2024-11-05 clients never send it).
+#[allow(clippy::result_large_err)]
+pub fn check_session_version(
+    headers: &HeaderMap,
+    session: &super::session::Session,
+    id: Option<&RawValue>,
+) -> Result<(), Response> {
+    let (Some(header), Some(negotiated)) =
+        (headers.get(VERSION_HEADER), session.protocol_version.get())
+    else {
+        return Ok(());
+    };
+    let header = header.to_str().unwrap_or_default();
+    if header == negotiated {
+        return Ok(());
+    }
+    Err(rpc_error_response(
+        StatusCode::BAD_REQUEST,
+        id.map(RawValue::get),
+        code::INVALID_REQUEST,
+        format!(
+            "MCP-Protocol-Version {header:?} does not match the version this session negotiated ({negotiated})"
+        ),
+    ))
 }
 
 fn single(frame: String) -> tokio::sync::mpsc::Receiver<String> {

@@ -125,6 +125,16 @@ async fn handle_line(
             return;
         }
     };
+    if protocol::nesting_exceeds(&text, protocol::MAX_NESTING) {
+        let id = Envelope::parse(&text)
+            .ok()
+            .and_then(|e| e.id)
+            .map(|i| i.get().to_owned());
+        let _ = replies
+            .send(protocol::error_frame(id.as_deref(), &protocol::too_deep()))
+            .await;
+        return;
+    }
     let kind = {
         let envelope = match Envelope::parse(&text) {
             Ok(e) => e,

@@ -62,6 +62,9 @@ pub async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
             "unknown or expired session",
         );
     };
+    if let Err(mismatch) = super::http::check_session_version(&headers, &session, None) {
+        return mismatch;
+    }
 
     let outbox = &session.subscriber.outbox;
     let token = outbox.attach_stream(&state.shutdown);

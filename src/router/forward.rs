@@ -303,6 +303,13 @@ impl Exchange {
         ) {
             answer = self.retry(guard).await;
         }
+        match &answer {
+            Err(RouteError::Upstream(UpstreamError::Timeout { .. })) => self.handle.note_call(true),
+            Ok(_) | Err(RouteError::Upstream(UpstreamError::Rpc { .. })) => {
+                self.handle.note_call(false)
+            }
+            Err(_) => {}
+        }
         let outcome = match &answer {
             Ok(_) => Outcome::Ok,
             Err(e) => e.outcome(),

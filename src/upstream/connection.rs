@@ -250,6 +250,11 @@ impl Connection {
         self.session_expired.store(true, Ordering::Relaxed);
     }
 
+    /// Whether the server forgot our session ([`Self::mark_session_expired`]).
+    pub fn session_expired(&self) -> bool {
+        self.session_expired.load(Ordering::Relaxed)
+    }
+
     /// Records which of the upstream's tools mirror parameters into headers.
     pub fn set_tool_headers(
         &self,

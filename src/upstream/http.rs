@@ -70,6 +70,10 @@ pub(super) struct Shared {
     pub(super) ended: CancellationToken,
     end_reason: Mutex<Option<String>>,
     listening: AtomicBool,
+    /// Set once a request carrying our session id succeeded: from then on
+    /// a 400 that does not answer the request means the session is gone
+    /// (real servers answer a lost session with 400 as well as 404).
+    session_confirmed: AtomicBool,
     last_event_id: Mutex<Option<String>>,
     /// Requests whose POST is in flight, so a modern cancellation can close
     /// the response stream. Entries leave when the POST ends.
@@ -115,6 +119,7 @@ impl HttpLink {
             ended: CancellationToken::new(),
             end_reason: Mutex::new(None),
             listening: AtomicBool::new(false),
+            session_confirmed: AtomicBool::new(false),
             last_event_id: Mutex::new(None),
             posts: dashmap::DashMap::new(),
         });
@@ -130,7 +135,7 @@ impl HttpLink {
 
     /// Whether the server forgot the session (restart without delay).
     pub fn session_expired(&self) -> bool {
-        self.shared.ended.is_cancelled() && self.shared.reason().contains("session expired")
+        self.shared.ended.is_cancelled() && self.shared.conn.session_expired()
     }
 
     /// Ends the session: a best-effort DELETE, then every task stops.
@@ -297,9 +302,21 @@ impl Shared {
         self.conn.close(reason);
     }
 
-    fn expire_session(&self) {
+    fn expire_session(&self, status: StatusCode) {
         self.conn.mark_session_expired();
-        self.end("session expired: the server answered 404 for it");
+        self.end(format!(
+            "session expired: the server answered {status} for it"
+        ));
+    }
+
+    /// Whether `status` to a request that carried our session id means the
+    /// server no longer knows the session.
+    fn lost_session(&self, status: StatusCode, had_session: bool, sent: &Sent) -> bool {
+        had_session
+            && sent.method.as_deref() != Some("initialize")
+            && (status == StatusCode::NOT_FOUND
+                || (status == StatusCode::BAD_REQUEST
+                    && self.session_confirmed.load(Ordering::Relaxed)))
     }
 
     fn fail(&self, sent: &Sent, error: UpstreamError) {
@@ -484,12 +501,12 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_some();
-        if status == StatusCode::NOT_FOUND
-            && had_session
-            && sent.method.as_deref() != Some("initialize")
-        {
-            self.expire_session();
+        if status == StatusCode::NOT_FOUND && self.lost_session(status, had_session, sent) {
+            self.expire_session(status);
             return self.fail(sent, self.conn_error());
+        }
+        if status.is_success() && had_session {
+            self.session_confirmed.store(true, Ordering::Relaxed);
         }
         if !status.is_success() {
             let body = read_limited(response, MAX_BODY).await.unwrap_or_default();
@@ -501,6 +518,12 @@ impl Shared {
             });
             if answers {
                 return self.deliver(&body).await;
+            }
+            if self.lost_session(status, had_session, sent) {
+                let snippet: String = body.chars().take(200).collect();
+                tracing::info!(upstream = %self.upstream, %status, body = %snippet, "the server no longer knows our session; re-initializing");
+                self.expire_session(status);
+                return self.fail(sent, self.conn_error());
             }
             let snippet: String = body.chars().take(200).collect();
             return self.fail(sent, self.protocol(format!("HTTP {status}: {snippet}")));
@@ -647,7 +670,13 @@ impl Shared {
                     tracing::debug!(upstream = %self.upstream, "no standalone notification stream (405); notifications arrive on POST streams");
                     return;
                 }
-                Ok(r) if r.status() == StatusCode::NOT_FOUND => return self.expire_session(),
+                Ok(r)
+                    if r.status() == StatusCode::NOT_FOUND
+                        || (r.status() == StatusCode::BAD_REQUEST
+                            && self.session_confirmed.load(Ordering::Relaxed)) =>
+                {
+                    return self.expire_session(r.status());
+                }
                 Ok(r) if r.status().is_success() => {
                     delay = DEFAULT_RETRY;
                     let mut last = from;

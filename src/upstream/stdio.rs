@@ -55,7 +55,13 @@ impl StdioChild {
         outbound: mpsc::Receiver<String>,
     ) -> io::Result<Self> {
         let mut cmd = Command::new(&cfg.command);
-        cmd.args(&cfg.args)
+        // A cleared environment: a secret meant for one upstream (or for
+        // the gateway itself) never reaches another child.
+        let inherited = std::env::vars_os()
+            .filter(|(name, _)| name.to_str().is_some_and(|n| cfg.inherit_env.admits(n)));
+        cmd.env_clear()
+            .envs(inherited)
+            .args(&cfg.args)
             .envs(cfg.env.iter().map(|(k, v)| (k, v.expose())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
