@@ -8,6 +8,7 @@ pub mod dispatch;
 pub mod http;
 pub mod legacy_sse;
 pub mod listen;
+pub mod listener;
 pub mod modern;
 pub mod session;
 pub mod stdio;
@@ -39,6 +40,8 @@ pub struct AppState {
     /// Whether the HTTP listener is on a loopback address: then only
     /// loopback `Host` names (and `http.allowed_hosts`) are accepted.
     pub loopback_listener: std::sync::atomic::AtomicBool,
+    /// The HTTP listener's connection counters, once it serves.
+    pub connections: std::sync::OnceLock<Arc<listener::ConnectionCounts>>,
 }
 
 impl AppState {
@@ -139,6 +142,7 @@ pub fn app(state: Arc<AppState>) -> axum::Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .layer(axum::middleware::from_fn(listener::track_requests))
         .with_state(state)
 }
 
@@ -174,6 +178,7 @@ fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
                 "resourceTemplates": templates,
                 "restarts": h.restarts(),
                 "pid": h.pid(),
+                "suppressedLogLines": h.suppressed_lines(),
             });
             (!h.required() || h.state() == UpstreamState::Ready, status)
         })
@@ -209,6 +214,8 @@ async fn status(axum::extract::State(state): axum::extract::State<Arc<AppState>>
         "version": env!("CARGO_PKG_VERSION"),
         "upstreams": upstreams,
         "sessions": state.sessions.len(),
+        "sessionsEvicted": state.sessions.evicted(),
+        "connections": state.connections.get().map(|c| c.open.load(std::sync::atomic::Ordering::Relaxed)),
         "listenStreams": hub.listener_count(),
         "subscriptions": { "uris": hub.subscriptions().uri_count(), "entries": hub.subscriptions().entry_count() },
     }))
@@ -224,18 +231,20 @@ async fn metrics(axum::extract::State(state): axum::extract::State<Arc<AppState>
             .upstreams()
             .all()
             .iter()
-            .map(|h| {
-                (
-                    h.name().to_string(),
-                    h.state() == UpstreamState::Ready,
-                    h.restarts(),
-                )
+            .map(|h| crate::metrics::UpstreamSnapshot {
+                name: h.name().to_string(),
+                up: h.state() == UpstreamState::Ready,
+                restarts: h.restarts(),
+                suppressed_lines: h.suppressed_lines(),
             })
             .collect(),
         legacy_sessions: state.sessions.len(),
         listen_streams: hub.listener_count(),
         subscription_entries: hub.subscriptions().entry_count(),
         subscribed_uris: hub.subscriptions().uri_count(),
+        sessions_evicted: state.sessions.evicted(),
+        connections: state.connections.get().map(|c| c.snapshot()),
+        log_lines_dropped: crate::logging::dropped_lines(),
     };
     let body = state.router.metrics().render(&snapshot, hub.counts());
     (

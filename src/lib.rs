@@ -22,6 +22,7 @@ pub mod catalog;
 pub mod config;
 pub mod downstream;
 pub mod example_server;
+pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod protocol;
@@ -96,11 +97,7 @@ impl Gateway {
             tracker.clone(),
         ));
         manager.start_all(&config.upstreams);
-        let sessions = Arc::new(SessionTable::new(
-            hub.clone(),
-            config.sessions.idle_timeout,
-            config.sessions.max,
-        ));
+        let sessions = Arc::new(SessionTable::new(hub.clone(), &config.sessions));
         sessions.spawn_sweeper(upstream_shutdown.clone(), &tracker);
 
         let state = Arc::new(AppState {
@@ -110,6 +107,7 @@ impl Gateway {
             shutdown: http_shutdown.clone(),
             drain_grace: config.shutdown_grace,
             loopback_listener: std::sync::atomic::AtomicBool::new(false),
+            connections: std::sync::OnceLock::new(),
         });
         Gateway {
             config,
@@ -129,7 +127,11 @@ impl Gateway {
             addr.ip().is_loopback(),
             std::sync::atomic::Ordering::Relaxed,
         );
-        let app = downstream::app(self.state.clone());
+        let (listener, counts) =
+            downstream::listener::guard(listener, &self.config.http, self.http_shutdown.clone())?;
+        let _ = self.state.connections.set(counts);
+        let app = downstream::app(self.state.clone())
+            .into_make_service_with_connect_info::<downstream::listener::Peer>();
         let stop = self.http_shutdown.clone();
         let server = tokio::spawn(async move {
             let serve = axum::serve(listener, app)

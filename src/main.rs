@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use mcpmux::config::{self, Config, Lookup};
 use mcpmux::example_server::{self, ExampleServerArgs};
+use mcpmux::{downstream, logging};
 
 /// EX_USAGE from sysexits.h: the config or command line is wrong.
 const EXIT_USAGE: u8 = 64;
@@ -77,7 +78,7 @@ fn main() -> ExitCode {
             Err(e) => config_failure(&e),
         },
         Command::ExampleServer(args) => {
-            init_tracing(LogFormat::Text);
+            let _log = logging::init(logging::Format::Text);
             match runtime().block_on(example_server::run(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -95,7 +96,8 @@ fn main() -> ExitCode {
                 Ok(cfg) => cfg,
                 Err(e) => return config_failure(&e),
             };
-            init_tracing(log_format);
+            let _log = logging::init(log_format.into());
+            downstream::listener::raise_fd_limit();
             serve(cfg, listen, config)
         }
         Command::Stdio { config, log_format } => {
@@ -103,7 +105,8 @@ fn main() -> ExitCode {
                 Ok(cfg) => cfg,
                 Err(e) => return config_failure(&e),
             };
-            init_tracing(log_format);
+            let _log = logging::init(log_format.into());
+            downstream::listener::raise_fd_limit();
             serve_stdio(cfg, config)
         }
     }
@@ -223,15 +226,11 @@ async fn shutdown_signal() {
     }
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+impl From<LogFormat> for logging::Format {
+    fn from(format: LogFormat) -> Self {
+        match format {
+            LogFormat::Text => logging::Format::Text,
+            LogFormat::Json => logging::Format::Json,
+        }
     }
 }

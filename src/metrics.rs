@@ -58,6 +58,11 @@ struct EraLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NotificationLabels {
     outcome: String,
 }
@@ -70,14 +75,37 @@ pub struct NotificationCounts {
     pub dropped: AtomicU64,
 }
 
-/// What the gateway looks like right now, for the state gauges.
+/// What the gateway looks like right now, for the state gauges and the
+/// counters kept elsewhere (which catch up at scrape).
 pub struct Snapshot {
-    /// `(name, up, restarts)` per upstream.
-    pub upstreams: Vec<(String, bool, u64)>,
+    pub upstreams: Vec<UpstreamSnapshot>,
     pub legacy_sessions: usize,
     pub listen_streams: usize,
     pub subscription_entries: usize,
     pub subscribed_uris: usize,
+    /// Sessions evicted to make room for new ones.
+    pub sessions_evicted: u64,
+    /// The HTTP listener's connections, when it serves.
+    pub connections: Option<ConnectionSnapshot>,
+    /// Log lines dropped because stderr could not keep up.
+    pub log_lines_dropped: u64,
+}
+
+/// One upstream in a [`Snapshot`].
+pub struct UpstreamSnapshot {
+    pub name: String,
+    /// Connected and answering.
+    pub up: bool,
+    pub restarts: u64,
+    /// Stderr and stray stdout lines dropped by the log rate limit.
+    pub suppressed_lines: u64,
+}
+
+/// The HTTP listener in a [`Snapshot`].
+pub struct ConnectionSnapshot {
+    pub open: usize,
+    /// Closed connections by reason: header_timeout, idle_timeout, evicted, refused.
+    pub closed: [(&'static str, u64); 4],
 }
 
 /// The gateway's metrics registry.
@@ -92,6 +120,11 @@ pub struct Metrics {
     subscription_entries: Gauge,
     subscribed_uris: Gauge,
     notifications: Family<NotificationLabels, Counter>,
+    suppressed_lines: Family<UpstreamLabels, Counter>,
+    sessions_evicted: Counter,
+    connections: Gauge,
+    connections_closed: Family<ReasonLabels, Counter>,
+    log_lines_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -115,6 +148,11 @@ impl Metrics {
             subscription_entries: Gauge::default(),
             subscribed_uris: Gauge::default(),
             notifications: Family::default(),
+            suppressed_lines: Family::default(),
+            sessions_evicted: Counter::default(),
+            connections: Gauge::default(),
+            connections_closed: Family::default(),
+            log_lines_dropped: Counter::default(),
         };
         {
             let mut r = metrics.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -158,6 +196,31 @@ impl Metrics {
                 "Notifications sent to clients, coalesced into a pending one, or dropped (full queue)",
                 metrics.notifications.clone(),
             );
+            r.register(
+                "mcpmux_upstream_log_lines_suppressed",
+                "Upstream stderr and non-JSON-RPC stdout lines dropped by the per-upstream log rate limit",
+                metrics.suppressed_lines.clone(),
+            );
+            r.register(
+                "mcpmux_sessions_evicted",
+                "Idle sessions evicted to make room for new ones (session table or per-client limit)",
+                metrics.sessions_evicted.clone(),
+            );
+            r.register(
+                "mcpmux_http_connections",
+                "Open downstream HTTP connections (streams included)",
+                metrics.connections.clone(),
+            );
+            r.register(
+                "mcpmux_http_connections_closed",
+                "Downstream connections closed by the gateway, by reason",
+                metrics.connections_closed.clone(),
+            );
+            r.register(
+                "mcpmux_log_lines_dropped",
+                "Log lines dropped because stderr could not keep up",
+                metrics.log_lines_dropped.clone(),
+            );
         }
         metrics
     }
@@ -177,14 +240,33 @@ impl Metrics {
 
     /// The text exposition, with state gauges read from `snapshot`.
     pub fn render(&self, snapshot: &Snapshot, counts: &NotificationCounts) -> String {
-        for (name, up, restarts) in &snapshot.upstreams {
+        for upstream in &snapshot.upstreams {
             let labels = UpstreamLabels {
-                upstream: name.clone(),
+                upstream: upstream.name.clone(),
             };
-            self.upstream_up.get_or_create(&labels).set(i64::from(*up));
-            // The handle counts; the counter catches up with it at scrape.
-            let counter = self.upstream_restarts.get_or_create(&labels);
-            counter.inc_by(restarts.saturating_sub(counter.get()));
+            self.upstream_up
+                .get_or_create(&labels)
+                .set(i64::from(upstream.up));
+            catch_up(
+                &self.upstream_restarts.get_or_create(&labels),
+                upstream.restarts,
+            );
+            catch_up(
+                &self.suppressed_lines.get_or_create(&labels),
+                upstream.suppressed_lines,
+            );
+        }
+        catch_up(&self.sessions_evicted, snapshot.sessions_evicted);
+        catch_up(&self.log_lines_dropped, snapshot.log_lines_dropped);
+        if let Some(connections) = &snapshot.connections {
+            self.connections
+                .set(i64::try_from(connections.open).unwrap_or(i64::MAX));
+            for (reason, value) in connections.closed {
+                let labels = ReasonLabels {
+                    reason: reason.into(),
+                };
+                catch_up(&self.connections_closed.get_or_create(&labels), value);
+            }
         }
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.sessions
@@ -203,11 +285,10 @@ impl Metrics {
             ("coalesced", &counts.coalesced),
             ("dropped", &counts.dropped),
         ] {
-            // The outboxes count; the counter catches up with them at scrape.
             let counter = self.notifications.get_or_create(&NotificationLabels {
                 outcome: outcome.into(),
             });
-            counter.inc_by(value.load(Ordering::Relaxed).saturating_sub(counter.get()));
+            catch_up(&counter, value.load(Ordering::Relaxed));
         }
         let mut out = String::new();
         let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -216,4 +297,10 @@ impl Metrics {
         }
         out
     }
+}
+
+/// Counts kept elsewhere (the handles, the outboxes, the listener) reach
+/// their Prometheus counter at scrape: the counter catches up with `value`.
+fn catch_up(counter: &Counter, value: u64) {
+    counter.inc_by(value.saturating_sub(counter.get()));
 }

@@ -15,6 +15,7 @@ pub mod http;
 mod legacy_sse;
 pub mod link;
 mod listen;
+pub mod noise;
 pub mod stdio;
 
 use std::collections::HashMap;
@@ -143,6 +144,8 @@ struct Shared {
     call_timeouts_limit: u32,
     /// Woken to make the supervisor ping at once (the supervisor waits on it).
     ping_now: tokio::sync::Notify,
+    /// Rate limit of its stderr and non-JSON-RPC stdout lines in the log.
+    noise: Arc<noise::NoiseFilter>,
     /// The live connection; written only by the supervisor.
     conn: ArcSwapOption<Connection>,
     hello: ArcSwapOption<ServerHello>,
@@ -332,6 +335,11 @@ impl UpstreamHandle {
         self.shared.namespace_uris
     }
 
+    /// Lines of stderr or stray stdout dropped by the log rate limit.
+    pub fn suppressed_lines(&self) -> u64 {
+        self.shared.noise.suppressed()
+    }
+
     /// Whether the upstream speaks the modern era (as of its last handshake).
     pub fn is_modern(&self) -> bool {
         self.hello().is_some_and(|h| h.modern)
@@ -393,6 +401,7 @@ pub fn spawn(
             call_timeouts: AtomicU32::new(0),
             call_timeouts_limit: config.health.call_timeouts,
             ping_now: tokio::sync::Notify::new(),
+            noise: Arc::default(),
             conn: ArcSwapOption::empty(),
             hello: ArcSwapOption::empty(),
             state: watch::Sender::new(UpstreamState::Starting),
@@ -478,17 +487,24 @@ impl Supervisor {
         let name = self.handle.name().clone();
         let (out_tx, out_rx) = mpsc::channel(connection::OUTBOUND_CAPACITY);
         let (note_tx, mut note_rx) = mpsc::channel(NOTIFICATION_CAPACITY);
+        let noise = self.handle.shared.noise.clone();
         let conn = Arc::new(Connection::new(
             name.clone(),
             out_tx,
             note_tx,
             self.hub.clone(),
+            noise.clone(),
         ));
-        let mut child =
-            match Link::start(name.clone(), &self.config.transport, conn.clone(), out_rx) {
-                Ok(link) => link,
-                Err(e) => return (e, false),
-            };
+        let mut child = match Link::start(
+            name.clone(),
+            &self.config.transport,
+            conn.clone(),
+            out_rx,
+            noise,
+        ) {
+            Ok(link) => link,
+            Err(e) => return (e, false),
+        };
         self.handle
             .shared
             .pid

@@ -107,14 +107,55 @@ pub async fn read_body(
         ));
     }
     let limit = state.http.max_body_bytes;
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
+    let too_large = || {
         rpc_error_response(
             StatusCode::PAYLOAD_TOO_LARGE,
             None,
             code::INVALID_REQUEST,
             format!("request body exceeds the limit of {limit} bytes"),
         )
-    })
+    };
+    // A declared length over the limit is refused before a byte of the body
+    // is read (and before `100 Continue` invites the client to send it).
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let timeout = state.http.body_read_timeout;
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if is_length_limit(&e) => Err(too_large()),
+        Ok(Err(e)) => Err(rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::INVALID_REQUEST,
+            format!("the request body could not be read: {e}"),
+        )),
+        Err(_) => Err(rpc_error_response(
+            StatusCode::REQUEST_TIMEOUT,
+            None,
+            code::INVALID_REQUEST,
+            format!(
+                "the request body did not arrive within {} (http.body_read_timeout)",
+                humantime::format_duration(timeout)
+            ),
+        )),
+    }
+}
+
+/// Whether a body error is the size limit rather than the connection.
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// Parses one JSON-RPC message (batches are refused) and checks its shape.
@@ -152,7 +193,34 @@ pub fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind), Respon
     }
 }
 
-pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+/// The remote address of the request's connection, when known.
+pub type ClientPeer = Option<axum::Extension<axum::extract::ConnectInfo<super::listener::Peer>>>;
+
+/// The IP address sessions are counted against.
+pub fn client_ip(peer: &ClientPeer) -> Option<std::net::IpAddr> {
+    peer.as_ref().map(|axum::Extension(info)| info.0.addr.ip())
+}
+
+/// The answer to a session that could not be made: 429 when the client is
+/// at its own limit, 503 when the gateway is; both say when to retry.
+pub fn session_refused(error: &super::session::TooManySessions, id: Option<&str>) -> Response {
+    let status = match error {
+        super::session::TooManySessions::Client(_) => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let mut response = rpc_error_response(status, id, code::INTERNAL_ERROR, error.to_string());
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+pub async fn post(
+    State(state): State<Arc<AppState>>,
+    peer: ClientPeer,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     if let Err(denied) = state.check_origin(&headers) {
         return denied;
     }
@@ -178,7 +246,7 @@ pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
     }
     let method = envelope.method.as_deref().unwrap_or_default();
     if kind == MessageKind::Request && method == protocol::method::INITIALIZE {
-        return initialize(&state, &envelope);
+        return initialize(&state, &envelope, client_ip(&peer));
     }
 
     let Some(session_id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
@@ -264,22 +332,19 @@ pub fn sse_response(frames: ReceiverStream<String>) -> Response {
         .into_response()
 }
 
-fn initialize(state: &AppState, envelope: &Envelope<'_>) -> Response {
+fn initialize(
+    state: &AppState,
+    envelope: &Envelope<'_>,
+    client: Option<std::net::IpAddr>,
+) -> Response {
     let id = envelope.id.map_or("null", RawValue::get);
     let version = match dispatch::negotiate(envelope.params) {
         Ok(v) => v,
         Err(e) => return rpc_error_response(StatusCode::BAD_REQUEST, Some(id), e.code, e.message),
     };
-    let session = match state.sessions.create(Some(version), None) {
+    let session = match state.sessions.create(Some(version), None, client) {
         Ok(s) => s,
-        Err(e) => {
-            return rpc_error_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(id),
-                code::INTERNAL_ERROR,
-                e.to_string(),
-            );
-        }
+        Err(e) => return session_refused(&e, Some(id)),
     };
     let frame = protocol::response_frame(id, &state.router.initialize_result(version));
     let mut response = json_response(frame);

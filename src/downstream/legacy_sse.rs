@@ -38,21 +38,19 @@ impl Drop for SessionOnStream {
     }
 }
 
-pub async fn open(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub async fn open(
+    State(state): State<Arc<AppState>>,
+    peer: super::http::ClientPeer,
+    headers: HeaderMap,
+) -> Response {
     if let Err(denied) = state.check_origin(&headers) {
         return denied;
     }
     let (replies_tx, replies_rx) = mpsc::channel(REPLY_CAPACITY);
-    let session = match state.sessions.create(None, Some(replies_tx)) {
+    let client = super::http::client_ip(&peer);
+    let session = match state.sessions.create(None, Some(replies_tx), client) {
         Ok(s) => s,
-        Err(e) => {
-            return rpc_error_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                None,
-                code::INTERNAL_ERROR,
-                e.to_string(),
-            );
-        }
+        Err(e) => return super::http::session_refused(&e, None),
     };
     let endpoint = format!("/message?sessionId={}", session.id);
     let keep = (

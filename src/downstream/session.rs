@@ -6,7 +6,15 @@
 //! `sessions.idle_timeout` (a session with an open notification stream or a
 //! call in flight is not idle). Closing a session cancels its calls in flight and removes its
 //! subscriber from the notify hub, which releases its resource subscriptions.
+//!
+//! Nobody can fill the table and lock others out: a client (a remote
+//! address) at `sessions.max_per_client`, or a table at `sessions.max`,
+//! makes room by evicting the least recently used *idle* session, of that
+//! client or of anyone respectively. Its client gets 404 on its next
+//! request and initializes again, as the spec intends. Only when every
+//! candidate is busy is the new session refused.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -39,6 +47,15 @@ pub struct Session {
     /// Cancelled when the session ends, for tasks serving it.
     pub closed: CancellationToken,
     pub span: tracing::Span,
+    /// The remote address that created it (none for stdio).
+    client: Option<IpAddr>,
+}
+
+impl Session {
+    /// Neither a stream open nor a call in flight: it may expire or be evicted.
+    fn is_idle(&self) -> bool {
+        self.streams.load(Ordering::Relaxed) == 0 && self.inflight.is_empty()
+    }
 }
 
 /// Why a session ended, for logs.
@@ -46,6 +63,8 @@ pub struct Session {
 pub enum CloseReason {
     Deleted,
     Idle,
+    /// Made room for a new session (table or per-client limit).
+    Evicted,
     /// The transport that carried the session went away.
     Disconnected,
     Shutdown,
@@ -58,6 +77,11 @@ pub struct SessionTable {
     epoch: Instant,
     idle_timeout: Duration,
     max_sessions: usize,
+    max_per_client: usize,
+    /// Sessions per remote address; entries leave at zero.
+    per_client: DashMap<IpAddr, usize>,
+    /// Sessions evicted so far, for `/metrics`.
+    evicted: AtomicU64,
     /// The number of sessions, for anyone who wants to watch it change.
     count: watch::Sender<usize>,
 }
@@ -78,21 +102,73 @@ impl Drop for StreamGuard {
     }
 }
 
-/// The table is full.
+/// No session could be made: the limit is reached and every session that
+/// counts against it is busy (a stream open or a call in flight).
 #[derive(Debug, thiserror::Error)]
-#[error("the gateway has reached its limit of {0} sessions")]
-pub struct TooManySessions(pub usize);
+#[non_exhaustive]
+pub enum TooManySessions {
+    #[error(
+        "the gateway has reached its limit of {0} sessions (sessions.max), all of them busy; retry later"
+    )]
+    Table(usize),
+    #[error(
+        "this client has reached its limit of {0} sessions (sessions.max_per_client), all of them busy; close one or retry later"
+    )]
+    Client(usize),
+}
 
 impl SessionTable {
-    pub fn new(hub: Arc<NotifyHub>, idle_timeout: Duration, max_sessions: usize) -> Self {
+    pub fn new(hub: Arc<NotifyHub>, config: &crate::config::SessionConfig) -> Self {
         Self {
             sessions: DashMap::new(),
             hub,
             epoch: Instant::now(),
-            idle_timeout,
-            max_sessions,
+            idle_timeout: config.idle_timeout,
+            max_sessions: config.max,
+            max_per_client: config.max_per_client,
+            per_client: DashMap::new(),
+            evicted: AtomicU64::new(0),
             count: watch::Sender::new(0),
         }
+    }
+
+    /// Sessions evicted to make room so far.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Evicts the least recently used idle session (of `client` only, when
+    /// given); false when there is none.
+    fn evict_lru(&self, client: Option<IpAddr>) -> bool {
+        let victim = self
+            .sessions
+            .iter()
+            .filter(|s| client.is_none() || s.client == client)
+            .filter(|s| s.is_idle())
+            .min_by_key(|s| s.last_seen.load(Ordering::Relaxed))
+            .map(|s| s.key().clone());
+        let Some(id) = victim else {
+            return false;
+        };
+        let closed = self.close(&id, CloseReason::Evicted);
+        if closed {
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+        }
+        closed
+    }
+
+    /// Makes room for one more session of `client`, evicting if needed.
+    fn make_room(&self, client: Option<IpAddr>) -> Result<(), TooManySessions> {
+        if let Some(ip) = client {
+            let held = self.per_client.get(&ip).map_or(0, |n| *n);
+            if held >= self.max_per_client && !self.evict_lru(Some(ip)) {
+                return Err(TooManySessions::Client(self.max_per_client));
+            }
+        }
+        if self.sessions.len() >= self.max_sessions && !self.evict_lru(None) {
+            return Err(TooManySessions::Table(self.max_sessions));
+        }
+        Ok(())
     }
 
     /// A receiver of the session count.
@@ -121,15 +197,16 @@ impl SessionTable {
         self.sessions.is_empty()
     }
 
-    /// Creates a session with a fresh unguessable id.
+    /// Creates a session with a fresh unguessable id for `client` (its
+    /// remote address; none for stdio), evicting an idle session when a
+    /// limit is reached.
     pub fn create(
         &self,
         protocol_version: Option<&str>,
         replies: Option<tokio::sync::mpsc::Sender<String>>,
+        client: Option<IpAddr>,
     ) -> Result<Arc<Session>, TooManySessions> {
-        if self.sessions.len() >= self.max_sessions {
-            return Err(TooManySessions(self.max_sessions));
-        }
+        self.make_room(client)?;
         let id: Arc<str> = format!("{:032x}", rand::random::<u128>()).into();
         let session = Arc::new(Session {
             id: id.clone(),
@@ -143,7 +220,11 @@ impl SessionTable {
             streams: AtomicUsize::new(0),
             closed: CancellationToken::new(),
             span: tracing::info_span!("session", session = %id),
+            client,
         });
+        if let Some(ip) = client {
+            *self.per_client.entry(ip).or_insert(0) += 1;
+        }
         self.sessions.insert(id, session.clone());
         self.count.send_replace(self.sessions.len());
         tracing::info!(parent: &session.span, version = ?protocol_version, "session created");
@@ -161,6 +242,12 @@ impl SessionTable {
     pub fn close(&self, id: &str, reason: CloseReason) -> bool {
         match self.sessions.remove(id) {
             Some((_, session)) => {
+                if let Some(ip) = session.client {
+                    self.per_client.remove_if_mut(&ip, |_, n| {
+                        *n = n.saturating_sub(1);
+                        *n == 0
+                    });
+                }
                 session.closed.cancel();
                 let cancelled = session.inflight.cancel_all("the session ended");
                 self.hub.unregister(session.subscriber.id);
@@ -179,7 +266,7 @@ impl SessionTable {
         let idle: Vec<Arc<str>> = self
             .sessions
             .iter()
-            .filter(|s| s.streams.load(Ordering::Relaxed) == 0 && s.inflight.is_empty())
+            .filter(|s| s.is_idle())
             .filter(|s| now.saturating_sub(s.last_seen.load(Ordering::Relaxed)) >= limit)
             .map(|s| s.key().clone())
             .collect();

@@ -79,6 +79,8 @@ pub struct Connection {
     list_changes: mpsc::Sender<UpstreamNotification>,
     /// Resource updates and log messages go straight to the hub.
     hub: Arc<NotifyHub>,
+    /// Rate limit of the warnings about lines that are not JSON-RPC.
+    noise: Arc<super::noise::NoiseFilter>,
 }
 
 impl Connection {
@@ -87,6 +89,7 @@ impl Connection {
         outbound: mpsc::Sender<String>,
         list_changes: mpsc::Sender<UpstreamNotification>,
         hub: Arc<NotifyHub>,
+        noise: Arc<super::noise::NoiseFilter>,
     ) -> Self {
         Self {
             upstream,
@@ -101,6 +104,7 @@ impl Connection {
             tool_headers: Default::default(),
             list_changes,
             hub,
+            noise,
         }
     }
 
@@ -329,7 +333,9 @@ impl Connection {
         let envelope = match Envelope::parse(line) {
             Ok(e) => e,
             Err(e) => {
-                tracing::warn!(upstream = %self.upstream, error = %e, "upstream sent a line that is not JSON-RPC; ignored");
+                if let Some(suppressed) = self.noise.admit() {
+                    tracing::warn!(upstream = %self.upstream, error = %e, suppressed, "upstream sent a line that is not JSON-RPC; ignored");
+                }
                 return;
             }
         };

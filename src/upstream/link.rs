@@ -24,9 +24,10 @@ impl Link {
         transport: &Transport,
         conn: Arc<Connection>,
         outbound: mpsc::Receiver<String>,
+        noise: Arc<super::noise::NoiseFilter>,
     ) -> Result<Link, String> {
         match transport {
-            Transport::Stdio(cfg) => StdioChild::spawn(upstream, cfg, conn, outbound)
+            Transport::Stdio(cfg) => StdioChild::spawn(upstream, cfg, conn, outbound, noise)
                 .map(|child| Link::Stdio(Box::new(child)))
                 .map_err(|e| format!("could not start {:?}: {e}", cfg.command)),
             Transport::Remote(cfg) => {

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::Connection;
+use super::noise::NoiseFilter;
 use crate::config::StdioConfig;
 
 /// Longest JSON-RPC line accepted from a child; longer ones are skipped.
@@ -53,6 +54,7 @@ impl StdioChild {
         cfg: &StdioConfig,
         conn: Arc<Connection>,
         outbound: mpsc::Receiver<String>,
+        noise: Arc<NoiseFilter>,
     ) -> io::Result<Self> {
         let mut cmd = Command::new(&cfg.command);
         // A cleared environment: a secret meant for one upstream (or for
@@ -104,7 +106,7 @@ impl StdioChild {
             conn,
             stdout_done.clone(),
         ));
-        tokio::spawn(drain_stderr(upstream.clone(), stderr));
+        tokio::spawn(drain_stderr(upstream.clone(), stderr, noise));
         Ok(Self {
             upstream,
             child,
@@ -241,15 +243,27 @@ async fn read_stdout(
     done.cancel();
 }
 
-async fn drain_stderr(upstream: Arc<str>, stderr: tokio::process::ChildStderr) {
-    let mut reader = BufReader::new(stderr);
+/// Logs the child's stderr within its [`NoiseFilter`] quota; the rest is
+/// read and dropped, so a flood never holds the child back.
+async fn drain_stderr(
+    upstream: Arc<str>,
+    stderr: tokio::process::ChildStderr,
+    noise: Arc<NoiseFilter>,
+) {
+    let mut reader = BufReader::with_capacity(64 * 1024, stderr);
     let mut line = Vec::new();
     while let Ok(Some(_)) = read_line_capped(&mut reader, &mut line, MAX_STDERR_LINE).await {
-        let text = String::from_utf8_lossy(&line);
-        let text = text.trim_end();
-        if !text.is_empty() {
-            tracing::info!(target: "mcpmux::upstream::stderr", upstream = %upstream, "{text}");
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
         }
+        let Some(suppressed) = noise.admit() else {
+            continue;
+        };
+        if suppressed > 0 {
+            tracing::warn!(target: "mcpmux::upstream::stderr", upstream = %upstream, suppressed, "{suppressed} lines suppressed (log rate limit)");
+        }
+        let text = String::from_utf8_lossy(&line);
+        tracing::info!(target: "mcpmux::upstream::stderr", upstream = %upstream, "{}", text.trim_end());
     }
 }
 
