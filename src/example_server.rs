@@ -299,6 +299,8 @@ impl Server {
         if self.args.test_controls {
             tools.push(json!({ "name": "flood_stderr", "description": "Writes `bytes` bytes of log lines to stderr.",
                                "inputSchema": object(json!({ "bytes": { "type": "integer" } }), &["bytes"]) }));
+            tools.push(json!({ "name": "garbage_stdout", "description": "Writes `count` lines that are not JSON-RPC to stdout.",
+                               "inputSchema": object(json!({ "count": { "type": "integer" } }), &["count"]) }));
             tools.push(json!({ "name": "crash", "description": "Exits the process at once.", "inputSchema": object(json!({}), &[]) }));
             tools.push(json!({ "name": "stall", "description": "Stops reading stdin (after one more message).", "inputSchema": object(json!({}), &[]) }));
             tools.push(json!({ "name": "add_tools", "description": "Adds `count` tools named `prefix`N, one list_changed each.",
@@ -431,6 +433,15 @@ impl Server {
                 }
                 let _ = stderr.flush().await;
                 Ok(text(format!("wrote {written} bytes to stderr")))
+            }
+            "garbage_stdout" => {
+                let count = args.get("count").and_then(Value::as_u64).unwrap_or(0);
+                for i in 0..count {
+                    if self.out.send(format!("not json-rpc, line {i}")).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(text(format!("wrote {count} garbage lines to stdout")))
             }
             "crash" => std::process::exit(3),
             "stall" => {

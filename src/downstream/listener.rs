@@ -44,10 +44,12 @@ use crate::config::HttpConfig;
 
 /// How long a connection that finds every slot taken waits for one.
 pub const CONNECTION_WAIT: Duration = Duration::from_millis(500);
-/// Connections waiting for a slot at once; more are closed at once.
+/// Connections waiting for a slot at once (an eighth of the cap, at least
+/// 8); more are closed at once. Each holds a file descriptor.
 pub const MAX_WAITING: usize = 256;
 /// File descriptors kept free for upstream children, their pipes, HTTP
-/// clients and logs when the connection cap is derived from the fd limit.
+/// clients and logs when the connection cap is derived from the fd limit:
+/// a quarter of the limit, at most this many.
 const FD_RESERVE: u64 = 256;
 /// How long the over-capacity answer may take, start to end.
 const OVERFLOW_DEADLINE: Duration = Duration::from_secs(2);
@@ -225,7 +227,7 @@ pub fn guard(
     let counts = Arc::new(ConnectionCounts::default());
     let guard = Arc::new(Guard {
         slots: Arc::new(Semaphore::new(max_connections)),
-        waiting: Arc::new(Semaphore::new(MAX_WAITING)),
+        waiting: Arc::new(Semaphore::new((max_connections / 8).clamp(8, MAX_WAITING))),
         header_read_timeout: http.header_read_timeout,
         idle_timeout: http.idle_timeout,
         max_connections,
@@ -243,7 +245,8 @@ pub fn guard(
 /// The configured cap, lowered to what the open-file limit allows.
 fn effective_max_connections(configured: usize) -> usize {
     let fds = fd_limit();
-    let allowed = usize::try_from(fds.saturating_sub(FD_RESERVE).max(16)).unwrap_or(usize::MAX);
+    let reserve = (fds / 4).min(FD_RESERVE);
+    let allowed = usize::try_from(fds.saturating_sub(reserve).max(16)).unwrap_or(usize::MAX);
     if configured > allowed {
         tracing::warn!(
             configured,

@@ -5,6 +5,7 @@
 pub mod client;
 pub mod gateway;
 pub mod interop;
+pub mod matrix;
 pub mod peer;
 pub mod served;
 

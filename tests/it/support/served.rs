@@ -14,6 +14,9 @@ use super::{exe, within};
 pub struct Served {
     pub child: Child,
     logs: mpsc::UnboundedReceiver<(String, Option<Value>)>,
+    /// Set to stop reading the gateway's stderr while keeping the pipe
+    /// open: the gateway then writes to a pipe nobody reads.
+    stop_reading: tokio::sync::watch::Sender<bool>,
     /// Every log line read so far, in order, raw and parsed.
     seen: Vec<(String, Option<Value>)>,
 }
@@ -36,18 +39,38 @@ impl Served {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, logs) = mpsc::unbounded_channel();
+        let (stop_reading, mut stopped) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            loop {
+                let line = tokio::select! {
+                    line = lines.next_line() => line,
+                    _ = stopped.wait_for(|stop| *stop) => break,
+                };
+                let Ok(Some(line)) = line else { return };
                 let parsed = serde_json::from_str::<Value>(&line).ok();
                 let _ = tx.send((line, parsed));
             }
+            // Holds the pipe open, unread, until the test ends.
+            std::future::pending::<()>().await;
+            drop(lines);
         });
         Served {
             child,
             logs,
+            stop_reading,
             seen: Vec::new(),
         }
+    }
+
+    /// Stops reading the gateway's stderr; the pipe stays open and fills.
+    pub fn stop_reading_logs(&self) {
+        self.stop_reading.send_replace(true);
+    }
+
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the gateway is running")
     }
 
     /// Reads log lines until `n` have `message`; returns their fields.
