@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 
 /// Lines queued for the writer thread before new ones are dropped.
-pub const QUEUED_LINES: usize = 16_384;
+pub const QUEUED_LINES: usize = 4096;
 
 /// The writer's drop counter, once logging is set up.
 static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();

@@ -11,6 +11,12 @@ use mcpmux::config::{self, Config, Lookup};
 use mcpmux::example_server::{self, ExampleServerArgs};
 use mcpmux::{downstream, logging};
 
+/// mimalloc returns freed memory to the system within milliseconds, so the
+/// gateway's footprint follows its load down as well as up (glibc's malloc
+/// kept several MB per 10,000 sessions that had come and gone).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// EX_USAGE from sysexits.h: the config or command line is wrong.
 const EXIT_USAGE: u8 = 64;
 /// How long `mcpmux stdio` waits for upstreams before reading its input.

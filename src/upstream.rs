@@ -271,6 +271,39 @@ impl UpstreamHandle {
         }
     }
 
+    /// Waits (until `deadline`) for a ready connection other than `failed`,
+    /// whose session the server forgot: the state may still say ready for
+    /// a moment after the old connection failed.
+    pub async fn reconnected(
+        &self,
+        failed: &Connection,
+        deadline: tokio::time::Instant,
+    ) -> Result<Arc<Connection>, UpstreamError> {
+        let mut state = self.watch_state();
+        let fresh = async {
+            loop {
+                let ready = *state.borrow_and_update() == UpstreamState::Ready;
+                if ready
+                    && let Some(conn) = self.shared.conn.load_full()
+                    && !std::ptr::eq(Arc::as_ptr(&conn), failed)
+                {
+                    return Ok(conn);
+                }
+                if state.changed().await.is_err() {
+                    return Err(self.unavailable());
+                }
+            }
+        };
+        tokio::time::timeout_at(deadline, fresh)
+            .await
+            .unwrap_or_else(|_| {
+                Err(UpstreamError::Timeout {
+                    upstream: self.shared.name.to_string(),
+                    timeout: self.shared.timeout,
+                })
+            })
+    }
+
     /// What the upstream declared in its last handshake.
     pub fn hello(&self) -> Option<Arc<ServerHello>> {
         self.shared.hello.load_full()

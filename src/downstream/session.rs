@@ -27,6 +27,15 @@ use tokio_util::task::TaskTracker;
 use crate::notify::{NotifyHub, Subscriber};
 use crate::router::InflightCalls;
 
+/// At a limit, one scan evicts this fraction of the limit at once (at
+/// least one session, at most [`MAX_EVICTION_BATCH`]).
+const EVICTION_BATCH_DIVISOR: usize = 100;
+const MAX_EVICTION_BATCH: usize = 64;
+
+fn eviction_batch(limit: usize) -> usize {
+    (limit / EVICTION_BATCH_DIVISOR).clamp(1, MAX_EVICTION_BATCH)
+}
+
 /// One client session.
 pub struct Session {
     pub id: Arc<str>,
@@ -82,6 +91,10 @@ pub struct SessionTable {
     per_client: DashMap<IpAddr, usize>,
     /// Sessions evicted so far, for `/metrics`.
     evicted: AtomicU64,
+    /// Held by a creator from the limit checks to the insert, so limits are
+    /// exact and concurrent creators never pick the same victim. Held for
+    /// a few lookups, or one scan of the table when a limit is reached.
+    admitting: std::sync::Mutex<()>,
     /// The number of sessions, for anyone who wants to watch it change.
     count: watch::Sender<usize>,
 }
@@ -128,6 +141,7 @@ impl SessionTable {
             max_per_client: config.max_per_client,
             per_client: DashMap::new(),
             evicted: AtomicU64::new(0),
+            admitting: std::sync::Mutex::new(()),
             count: watch::Sender::new(0),
         }
     }
@@ -137,35 +151,45 @@ impl SessionTable {
         self.evicted.load(Ordering::Relaxed)
     }
 
-    /// Evicts the least recently used idle session (of `client` only, when
-    /// given); false when there is none.
-    fn evict_lru(&self, client: Option<IpAddr>) -> bool {
-        let victim = self
+    /// Evicts the least recently used idle sessions (of `client` only, when
+    /// given): one scan of the table closes up to `batch` of them, so a
+    /// table kept full by a flood is scanned once per `batch` creations.
+    /// False when no session could be evicted.
+    fn evict_lru(&self, client: Option<IpAddr>, batch: usize) -> bool {
+        let mut idle: Vec<(u64, Arc<str>)> = self
             .sessions
             .iter()
             .filter(|s| client.is_none() || s.client == client)
             .filter(|s| s.is_idle())
-            .min_by_key(|s| s.last_seen.load(Ordering::Relaxed))
-            .map(|s| s.key().clone());
-        let Some(id) = victim else {
-            return false;
-        };
-        let closed = self.close(&id, CloseReason::Evicted);
-        if closed {
-            self.evicted.fetch_add(1, Ordering::Relaxed);
+            .map(|s| (s.last_seen.load(Ordering::Relaxed), s.key().clone()))
+            .collect();
+        let batch = batch.clamp(1, idle.len().max(1));
+        if idle.len() > batch {
+            idle.select_nth_unstable(batch - 1);
+            idle.truncate(batch);
         }
-        closed
+        // A session closed meanwhile (DELETE, expiry) is simply skipped.
+        let evicted = idle
+            .iter()
+            .filter(|(_, id)| self.close(id, CloseReason::Evicted))
+            .count();
+        self.evicted.fetch_add(evicted as u64, Ordering::Relaxed);
+        evicted > 0
     }
 
     /// Makes room for one more session of `client`, evicting if needed.
     fn make_room(&self, client: Option<IpAddr>) -> Result<(), TooManySessions> {
         if let Some(ip) = client {
             let held = self.per_client.get(&ip).map_or(0, |n| *n);
-            if held >= self.max_per_client && !self.evict_lru(Some(ip)) {
+            if held >= self.max_per_client
+                && !self.evict_lru(Some(ip), eviction_batch(self.max_per_client))
+            {
                 return Err(TooManySessions::Client(self.max_per_client));
             }
         }
-        if self.sessions.len() >= self.max_sessions && !self.evict_lru(None) {
+        if self.sessions.len() >= self.max_sessions
+            && !self.evict_lru(None, eviction_batch(self.max_sessions))
+        {
             return Err(TooManySessions::Table(self.max_sessions));
         }
         Ok(())
@@ -206,6 +230,7 @@ impl SessionTable {
         replies: Option<tokio::sync::mpsc::Sender<String>>,
         client: Option<IpAddr>,
     ) -> Result<Arc<Session>, TooManySessions> {
+        let admitting = self.admitting.lock().unwrap_or_else(|e| e.into_inner());
         self.make_room(client)?;
         let id: Arc<str> = format!("{:032x}", rand::random::<u128>()).into();
         let session = Arc::new(Session {
@@ -226,6 +251,7 @@ impl SessionTable {
             *self.per_client.entry(ip).or_insert(0) += 1;
         }
         self.sessions.insert(id, session.clone());
+        drop(admitting);
         self.count.send_replace(self.sessions.len());
         tracing::info!(parent: &session.span, version = ?protocol_version, "session created");
         Ok(session)

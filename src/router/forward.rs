@@ -301,7 +301,7 @@ impl Exchange {
             answer,
             Err(RouteError::Upstream(UpstreamError::SessionExpired { .. }))
         ) {
-            answer = self.retry(guard).await;
+            answer = self.retry(guard, conn).await;
         }
         match &answer {
             Err(RouteError::Upstream(UpstreamError::Timeout { .. })) => self.handle.note_call(true),
@@ -357,20 +357,9 @@ impl Exchange {
 
     /// The one retry: wait (within the deadline) for the re-initialized
     /// upstream, then send again with a fresh id.
-    async fn retry(&self, guard: &CallGuard) -> Result<Box<RawValue>, RouteError> {
-        let mut state = self.handle.watch_state();
+    async fn retry(&self, guard: &CallGuard, failed: &Connection) -> Result<Box<RawValue>, RouteError> {
         let deadline = self.started + self.timeout;
-        let ready = state.wait_for(|s| *s == crate::upstream::UpstreamState::Ready);
-        if tokio::time::timeout_at(deadline.into(), ready)
-            .await
-            .is_err()
-        {
-            return Err(RouteError::Upstream(UpstreamError::Timeout {
-                upstream: self.handle.name().to_string(),
-                timeout: self.timeout,
-            }));
-        }
-        let conn = self.handle.connection()?;
+        let conn = self.handle.reconnected(failed, deadline.into()).await?;
         let upstream_id = conn.next_id();
         let params = match &self.progress {
             Some(_) => with_progress_token(&self.params, upstream_id),

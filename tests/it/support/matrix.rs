@@ -103,6 +103,50 @@ impl Subject {
         self.baseline
     }
 
+    /// Takes the baseline again (after a warm-up row).
+    pub fn rebaseline(&mut self) {
+        self.baseline = self.measure();
+    }
+
+    /// `/metrics` as text.
+    pub async fn metrics(&self) -> String {
+        let response = reqwest::get(format!("{}/metrics", self.base)).await.unwrap();
+        response.text().await.unwrap()
+    }
+
+    /// The value of one metric line (`name{labels}`), 0 when absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics().await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0.0, |v| v.trim().parse().unwrap())
+    }
+
+    /// Polls `/status` until `upstream` satisfies `ready`, within the test deadline.
+    pub async fn wait_upstream(&self, upstream: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        within(what, async {
+            loop {
+                let status = self.upstream_status(upstream).await;
+                if ready(&status) {
+                    return status;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+    }
+
+    /// SIGTERM, then the gateway must exit 0 and leave no child behind.
+    pub async fn stop(self) {
+        let children = children_of(self.pid());
+        self.served.signal(nix::sys::signal::Signal::SIGTERM);
+        let (status, log) = self.served.finish().await;
+        assert!(status.success(), "exit status {status}\n{log}");
+        for child in children {
+            assert!(!super::process_exists(child), "child {child} outlived the gateway");
+        }
+    }
+
     /// `/status` as JSON.
     pub async fn status(&self) -> Value {
         let response = reqwest::get(format!("{}/status", self.base)).await.unwrap();

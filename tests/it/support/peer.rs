@@ -19,12 +19,18 @@ pub struct HttpPeer {
 impl HttpPeer {
     /// server-everything in `mode` ("streamableHttp" or "sse").
     pub async fn everything(mode: &str) -> HttpPeer {
+        Self::everything_on(mode, 0).await
+    }
+
+    /// server-everything in `mode` on `port` (0 for any): a server
+    /// restarted on the port of one that was killed.
+    pub async fn everything_on(mode: &str, port: u16) -> HttpPeer {
         let mut child = Command::new(interop::node())
             .arg("-r")
             .arg(interop::dir().join("report-port.cjs"))
             .arg(interop::everything_js())
             .arg(mode)
-            .env("PORT", "0")
+            .env("PORT", port.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

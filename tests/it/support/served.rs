@@ -101,7 +101,9 @@ impl Served {
     /// Waits for the process to exit and returns every line it logged.
     pub async fn finish(mut self) -> (std::process::ExitStatus, String) {
         let status = within("mcpmux to exit", self.child.wait()).await.unwrap();
-        while let Some(line) = within("the rest of the log", self.logs.recv()).await {
+        // A log nobody read since `stop_reading_logs` never ends.
+        let reading = !*self.stop_reading.borrow();
+        while reading && let Some(line) = within("the rest of the log", self.logs.recv()).await {
             self.seen.push(line);
         }
         let text = self
