@@ -125,7 +125,10 @@ pub fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind), Respon
     };
     let text = std::str::from_utf8(bytes)
         .map_err(|_| bad(code::PARSE_ERROR, "body is not valid UTF-8".into(), None))?;
-    if text.trim_start().starts_with('[') {
+    // Only valid JSON is a batch; broken JSON is a parse error like any other.
+    if text.trim_start().starts_with('[')
+        && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+    {
         return Err(bad(
             code::INVALID_REQUEST,
             "JSON-RPC batches are not supported; send one message per request".into(),
@@ -269,3 +272,6 @@ pub async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         )
     }
 }
+
+#[cfg(test)]
+mod proptests;
