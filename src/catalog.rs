@@ -297,7 +297,12 @@ impl Catalog {
             return Err(CursorError::Stale);
         }
         let offset = usize::try_from(hex(offset)?).map_err(|_| CursorError::Invalid)?;
-        if offset == 0 || offset > self.lists[kind.index()].items.len() {
+        // Issued cursors point inside the list: the last page has no next one.
+        if offset == 0 || offset >= self.lists[kind.index()].items.len() {
+            return Err(CursorError::Invalid);
+        }
+        // Only the exact text the gateway wrote: hex without leading zeros, `+` or capitals.
+        if self.encode_cursor(kind, generation, offset) != cursor {
             return Err(CursorError::Invalid);
         }
         Ok(offset)
@@ -577,5 +582,7 @@ fn namespace_member(item: &mut Map<String, Value>, key: &str, upstream: &str) {
     }
 }
 
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod tests;

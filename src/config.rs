@@ -689,7 +689,8 @@ impl RawUpstream {
                 ),
             );
         }
-        let label = format!("upstreams.{}", name.value);
+        // Names and keys are escaped where they are not quoted, so every message stays one line.
+        let label = format!("upstreams.{}", name.value.escape_debug());
 
         let transport = match (&self.command, &self.url) {
             (Some(_), Some(url)) => {
@@ -854,7 +855,11 @@ impl RawUpstream {
                     format_args!("{label}.env: {:?} is not a valid variable name", key.value),
                 );
             }
-            if let Some(v) = p.expand(value, &format!("{label}.env.{}", key.value), lookup) {
+            if let Some(v) = p.expand(
+                value,
+                &format!("{label}.env.{}", key.value.escape_debug()),
+                lookup,
+            ) {
                 env.insert(key.value.clone(), Secret::new(v));
             }
         }
@@ -913,13 +918,17 @@ impl RawUpstream {
                     ),
                 );
             }
-            if let Some(v) = p.expand(value, &format!("{label}.headers.{}", key.value), lookup) {
+            if let Some(v) = p.expand(
+                value,
+                &format!("{label}.headers.{}", key.value.escape_debug()),
+                lookup,
+            ) {
                 if reqwest::header::HeaderValue::from_str(&v).is_err() {
                     p.at(
                         value.referenced,
                         format_args!(
                             "{label}.headers.{}: the value is not a valid header value",
-                            key.value
+                            key.value.escape_debug()
                         ),
                     );
                 }
@@ -986,5 +995,7 @@ impl RawHealth {
     }
 }
 
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod tests;

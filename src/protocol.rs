@@ -139,13 +139,14 @@ pub struct Envelope<'a> {
     pub method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub params: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "raw_including_null")]
     pub result: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub error: Option<&'a RawValue>,
 }
 
-/// Keeps an explicit `"id": null` as a raw `null` instead of folding it into `None`.
+/// Keeps an explicit `"id": null` or `"result": null` as a raw `null`
+/// instead of folding it into `None`.
 fn raw_including_null<'de, D>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error>
 where
     D: serde::Deserializer<'de>,
@@ -176,7 +177,18 @@ pub enum EnvelopeError {
 impl<'a> Envelope<'a> {
     /// Parses one message's envelope; the bodies stay borrowed from `text`.
     pub fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(text)
+        let envelope = serde_json::from_str(text)?;
+        // serde also reads a struct from an array, member by member.
+        if text
+            .trim_start_matches([' ', '\t', '\n', '\r'])
+            .starts_with('[')
+        {
+            return Err(serde::de::Error::invalid_type(
+                serde::de::Unexpected::Seq,
+                &"a JSON-RPC message object",
+            ));
+        }
+        Ok(envelope)
     }
 
     /// Checks the JSON-RPC 2.0 rules and says what kind of message this is.
@@ -316,6 +328,9 @@ pub mod method {
     pub const DISCOVER: &str = "server/discover";
     pub const LISTEN: &str = "subscriptions/listen";
 }
+
+#[cfg(test)]
+pub(crate) mod proptests;
 
 #[cfg(test)]
 mod tests {

@@ -174,7 +174,10 @@ pub fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind), Respon
             .map(RawValue::get);
         return Err(bad(error.code, error.message, id));
     }
-    if text.trim_start().starts_with('[') {
+    // Only valid JSON is a batch; broken JSON is a parse error like any other.
+    if text.trim_start().starts_with('[')
+        && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+    {
         return Err(bad(
             code::INVALID_REQUEST,
             "JSON-RPC batches are not supported; send one message per request".into(),
@@ -373,3 +376,6 @@ pub async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         )
     }
 }
+
+#[cfg(test)]
+mod proptests;
