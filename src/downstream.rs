@@ -9,6 +9,7 @@ pub mod http;
 pub mod legacy_sse;
 pub mod listen;
 pub mod modern;
+pub mod resume;
 pub mod session;
 pub mod stdio;
 pub mod stream;

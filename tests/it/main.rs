@@ -11,4 +11,5 @@ mod live;
 mod modern;
 mod ops;
 mod remote;
+mod resume;
 mod support;
