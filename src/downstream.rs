@@ -10,6 +10,7 @@ pub mod legacy_sse;
 pub mod listen;
 pub mod listener;
 pub mod modern;
+pub mod resume;
 pub mod session;
 pub mod stdio;
 pub mod stream;

@@ -4,8 +4,9 @@
 //! returns its `Mcp-Session-Id`; every later message must carry that id
 //! (400 without, 404 when unknown or expired). Requests are answered with
 //! `application/json`, or with `text/event-stream` when a forwarded call
-//! streams progress. Notifications and responses get 202. DELETE ends a
-//! session. Each request runs in its session's tracing span.
+//! streams progress (a resumable stream, see [`super::resume`]). Notifications
+//! and responses get 202. DELETE ends a session. Each request runs in its
+//! session's tracing span.
 
 use std::sync::Arc;
 
@@ -288,8 +289,12 @@ pub async fn post(
     match dispatch::handle(&state, &session, &envelope, kind, accept.sse).await {
         Outcome::Accepted => StatusCode::ACCEPTED.into_response(),
         Outcome::Reply(Reply::Ready(frame)) if accept.json => json_response(frame),
-        Outcome::Reply(Reply::Ready(frame)) => sse_response(ReceiverStream::new(single(frame))),
-        Outcome::Reply(Reply::Streaming(frames)) => sse_response(ReceiverStream::new(frames)),
+        Outcome::Reply(Reply::Ready(frame)) => {
+            super::resume::respond(&state, &session, single(frame))
+        }
+        Outcome::Reply(Reply::Streaming(frames)) => {
+            super::resume::respond(&state, &session, frames)
+        }
     }
 }
 

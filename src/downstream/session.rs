@@ -49,6 +49,8 @@ pub struct Session {
     pub inflight: Arc<InflightCalls>,
     /// The session's outbox and subscriptions in the notify hub.
     pub subscriber: Arc<Subscriber>,
+    /// Its resumable POST answers (`text/event-stream`), live and finished.
+    pub resumable: super::resume::PostStreams,
     /// Milliseconds after the table's epoch of the latest request.
     last_seen: AtomicU64,
     /// Open notification streams; a session with one is never idle.
@@ -241,6 +243,7 @@ impl SessionTable {
             replies,
             inflight: Arc::default(),
             subscriber: self.hub.register(),
+            resumable: Default::default(),
             last_seen: AtomicU64::new(self.now_ms()),
             streams: AtomicUsize::new(0),
             closed: CancellationToken::new(),
@@ -276,6 +279,7 @@ impl SessionTable {
                 }
                 session.closed.cancel();
                 let cancelled = session.inflight.cancel_all("the session ended");
+                session.resumable.close();
                 self.hub.unregister(session.subscriber.id);
                 self.count.send_replace(self.sessions.len());
                 tracing::info!(parent: &session.span, ?reason, cancelled, "session closed");
@@ -289,6 +293,7 @@ impl SessionTable {
     pub fn expire_idle(&self) -> usize {
         let limit = u64::try_from(self.idle_timeout.as_millis()).unwrap_or(u64::MAX);
         let now = self.now_ms();
+        self.sessions.iter().for_each(|s| s.resumable.expire());
         let idle: Vec<Arc<str>> = self
             .sessions
             .iter()

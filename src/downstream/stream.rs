@@ -5,9 +5,11 @@
 //! unique within the session; a client that reconnects with
 //! `Last-Event-ID` first gets the events after that id still in the
 //! session's replay ring (or a resync when they have been evicted), then
-//! live events. The stream pulls events from the session's outbox only as
-//! fast as the connection takes them, so a client that stops reading holds
-//! back nobody else. SSE comments keep idle connections open.
+//! live events (a `Last-Event-ID` of the form `<stream>-<seq>` resumes a
+//! POST stream instead, see [`super::resume`]). The stream pulls events
+//! from the session's outbox only as fast as the connection takes them, so
+//! a client that stops reading holds back nobody else. SSE comments keep
+//! idle connections open.
 
 use std::sync::Arc;
 
@@ -67,6 +69,10 @@ pub async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     }
 
     let outbox = &session.subscriber.outbox;
+    // A `Last-Event-ID` of a POST stream resumes that stream, not this one.
+    if let Some(resumed) = super::resume::get(&state, &session, &headers) {
+        return resumed;
+    }
     let token = outbox.attach_stream(&state.shutdown);
     let last_event_id = headers
         .get("last-event-id")

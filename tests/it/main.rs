@@ -12,4 +12,5 @@ mod live;
 mod modern;
 mod ops;
 mod remote;
+mod resume;
 mod support;
