@@ -11,11 +11,12 @@ use mcpmux::config::{self, Config, Lookup};
 use mcpmux::example_server::{self, ExampleServerArgs};
 use mcpmux::{downstream, logging};
 
-/// mimalloc returns freed memory to the system within milliseconds, so the
-/// gateway's footprint follows its load down as well as up (glibc's malloc
-/// kept several MB per 10,000 sessions that had come and gone).
+/// jemalloc hands memory that stays unused back to the system after a few
+/// seconds (a background thread purges it), so the gateway's footprint
+/// follows its load down as well as up. glibc's malloc kept every page that
+/// 2,000 short-lived sessions had touched.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// EX_USAGE from sysexits.h: the config or command line is wrong.
 const EXIT_USAGE: u8 = 64;

@@ -13,7 +13,6 @@ pub mod rewrite;
 
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -57,27 +56,66 @@ pub struct RequestContext {
 
 /// A session's forwarded calls that have not finished, keyed by the raw
 /// JSON text of the client's request id. Entries leave when calls end.
+///
+/// One per session, and a session has few calls at once: a plain map under
+/// a std mutex (held for one lookup, never across an await) costs a few
+/// dozen bytes where a sharded map would cost a kilobyte per session.
 #[derive(Default)]
 pub struct InflightCalls {
-    calls: DashMap<Box<str>, InflightCall>,
+    calls: std::sync::Mutex<std::collections::HashMap<Box<str>, InflightCall>>,
 }
 
 impl InflightCalls {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Box<str>, InflightCall>> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn len(&self) -> usize {
-        self.calls.len()
+        self.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.calls.is_empty()
+        self.lock().is_empty()
     }
 
     /// Cancels every call upstream (the session ended); returns how many.
     pub fn cancel_all(&self, reason: &str) -> usize {
-        let ids: Vec<Box<str>> = self.calls.iter().map(|c| c.key().clone()).collect();
-        ids.iter()
-            .filter_map(|id| self.calls.remove(id))
-            .filter(|(_, call)| call.cancel_upstream(reason))
+        let calls: Vec<InflightCall> = self.lock().drain().map(|(_, call)| call).collect();
+        calls
+            .iter()
+            .filter(|call| call.cancel_upstream(reason))
             .count()
+    }
+
+    /// Records a new call; false if the id is already in flight.
+    fn insert_new(&self, client_id: Box<str>, call: InflightCall) -> bool {
+        match self.lock().entry(client_id) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(call);
+                true
+            }
+        }
+    }
+
+    /// Points an existing entry at a new attempt (a retry).
+    fn retarget(&self, client_id: &str, call: InflightCall) {
+        if let Some(entry) = self.lock().get_mut(client_id) {
+            *entry = call;
+        }
+    }
+
+    /// Removes the entry if `still_this` says it is the caller's call.
+    fn remove_if(&self, client_id: &str, still_this: impl FnOnce(&InflightCall) -> bool) {
+        let mut calls = self.lock();
+        if calls.get(client_id).is_some_and(still_this) {
+            calls.remove(client_id);
+        }
+    }
+
+    /// Takes the entry for a cancellation.
+    fn take(&self, client_id: &str) -> Option<InflightCall> {
+        self.lock().remove(client_id)
     }
 }
 

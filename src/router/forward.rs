@@ -61,12 +61,13 @@ impl CallGuard {
     /// Points the in-flight entry (and so cancellation) at a new attempt.
     fn retarget(&self, conn: &Arc<Connection>, upstream_id: u64) {
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = (conn.clone(), upstream_id);
-        if let Some(mut entry) = self.inflight.calls.get_mut(&self.client_id) {
-            *entry = InflightCall {
+        self.inflight.retarget(
+            &self.client_id,
+            InflightCall {
                 conn: Arc::downgrade(conn),
                 upstream_id,
-            };
-        }
+            },
+        );
     }
 }
 
@@ -75,7 +76,7 @@ impl Drop for CallGuard {
         let (conn, id) = &*self.current.lock().unwrap_or_else(|e| e.into_inner());
         // After a cancellation the client may already reuse the id for a
         // new call: remove the entry only if it is still this call's.
-        self.inflight.calls.remove_if(&self.client_id, |_, call| {
+        self.inflight.remove_if(&self.client_id, |call| {
             call.upstream_id == *id && std::ptr::eq(call.conn.as_ptr(), Arc::as_ptr(conn))
         });
         // `cancel` only tells the upstream when the call is still pending.
@@ -134,21 +135,17 @@ pub(super) async fn run(
     // Ids are unique per session while in flight; a reuse would make the
     // first call's cancellation reach the wrong request.
     let client_id = canonical_id(id);
-    match ctx.inflight.calls.entry(client_id.clone()) {
-        dashmap::Entry::Occupied(_) => {
-            let message = format!(
-                "request id {} is already in flight in this session",
-                id.get()
-            );
-            let error = RpcError::new(code::INVALID_REQUEST, message);
-            return Reply::Ready(protocol::error_frame(Some(id.get()), &error));
-        }
-        dashmap::Entry::Vacant(slot) => {
-            slot.insert(InflightCall {
-                conn: Arc::downgrade(&conn),
-                upstream_id,
-            });
-        }
+    let entry = InflightCall {
+        conn: Arc::downgrade(&conn),
+        upstream_id,
+    };
+    if !ctx.inflight.insert_new(client_id.clone(), entry) {
+        let message = format!(
+            "request id {} is already in flight in this session",
+            id.get()
+        );
+        let error = RpcError::new(code::INVALID_REQUEST, message);
+        return Reply::Ready(protocol::error_frame(Some(id.get()), &error));
     }
     let guard = CallGuard {
         inflight: ctx.inflight.clone(),
@@ -357,7 +354,11 @@ impl Exchange {
 
     /// The one retry: wait (within the deadline) for the re-initialized
     /// upstream, then send again with a fresh id.
-    async fn retry(&self, guard: &CallGuard, failed: &Connection) -> Result<Box<RawValue>, RouteError> {
+    async fn retry(
+        &self,
+        guard: &CallGuard,
+        failed: &Connection,
+    ) -> Result<Box<RawValue>, RouteError> {
         let deadline = self.started + self.timeout;
         let conn = self.handle.reconnected(failed, deadline.into()).await?;
         let upstream_id = conn.next_id();
@@ -438,7 +439,7 @@ pub(super) fn cancel(ctx: &RequestContext, params: Option<&RawValue>) {
         return;
     };
     let reason = params.optional_string("reason").ok().flatten();
-    let Some((_, call)) = ctx.inflight.calls.remove(&canonical_id(request_id)) else {
+    let Some(call) = ctx.inflight.take(&canonical_id(request_id)) else {
         tracing::debug!(
             request_id = request_id.get(),
             "cancellation for a request that is not in flight"

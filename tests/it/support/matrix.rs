@@ -110,7 +110,9 @@ impl Subject {
 
     /// `/metrics` as text.
     pub async fn metrics(&self) -> String {
-        let response = reqwest::get(format!("{}/metrics", self.base)).await.unwrap();
+        let response = reqwest::get(format!("{}/metrics", self.base))
+            .await
+            .unwrap();
         response.text().await.unwrap()
     }
 
@@ -123,7 +125,12 @@ impl Subject {
     }
 
     /// Polls `/status` until `upstream` satisfies `ready`, within the test deadline.
-    pub async fn wait_upstream(&self, upstream: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    pub async fn wait_upstream(
+        &self,
+        upstream: &str,
+        what: &str,
+        ready: impl Fn(&Value) -> bool,
+    ) -> Value {
         within(what, async {
             loop {
                 let status = self.upstream_status(upstream).await;
@@ -143,7 +150,10 @@ impl Subject {
         let (status, log) = self.served.finish().await;
         assert!(status.success(), "exit status {status}\n{log}");
         for child in children {
-            assert!(!super::process_exists(child), "child {child} outlived the gateway");
+            assert!(
+                !super::process_exists(child),
+                "child {child} outlived the gateway"
+            );
         }
     }
 
