@@ -437,7 +437,12 @@ impl Server {
             "garbage_stdout" => {
                 let count = args.get("count").and_then(Value::as_u64).unwrap_or(0);
                 for i in 0..count {
-                    if self.out.send(format!("not json-rpc, line {i}")).await.is_err() {
+                    if self
+                        .out
+                        .send(format!("not json-rpc, line {i}"))
+                        .await
+                        .is_err()
+                    {
                         break;
                     }
                 }
