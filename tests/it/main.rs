@@ -7,6 +7,7 @@ mod conformance;
 mod core;
 mod deploy;
 mod everything;
+mod faults;
 mod hardening;
 mod live;
 mod modern;
