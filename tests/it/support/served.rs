@@ -64,8 +64,6 @@ impl Served {
     }
 
     /// Stops reading the gateway's stderr; the pipe stays open and fills.
-    /// (For the hardening rows; allowed unused until they land.)
-    #[allow(dead_code)]
     pub fn stop_reading_logs(&self) {
         self.stop_reading.send_replace(true);
     }
