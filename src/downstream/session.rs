@@ -17,7 +17,10 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock, so tests can pause and advance it.
+use tokio::time::Instant;
 
 use dashmap::DashMap;
 use tokio::sync::watch;
@@ -336,3 +339,6 @@ impl SessionTable {
         });
     }
 }
+
+#[cfg(test)]
+mod tests;

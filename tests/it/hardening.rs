@@ -391,7 +391,8 @@ async fn server_everything_restarted_on_the_same_port_serves_the_same_session_ag
 #[tokio::test]
 async fn a_stderr_flood_with_the_gateways_own_stderr_blocked_delays_no_one() {
     let yaml = format!(
-        "sessions:\n  idle_timeout: 2s\nupstreams:\n{}{}",
+        // Room for every session: this row is about the log, not eviction.
+        "sessions:\n  idle_timeout: 2s\n  max_per_client: 100000\nupstreams:\n{}{}",
         example_upstream("a", &["--test-controls"]),
         example_upstream("b", &[])
     );
