@@ -4,14 +4,18 @@
 //! and the upstreams' tools, prompts, resources and templates are served as
 //! one namespaced view. The pieces, in the order a request meets them:
 //!
-//! - [`downstream`]: axum routes for MCP hosts (Streamable HTTP), sessions, probes.
+//! - [`downstream`]: the guarded HTTP listener (connection cap, timeouts),
+//!   axum routes for MCP hosts (Streamable HTTP, legacy SSE, stdio),
+//!   sessions, probes.
 //! - [`router`]: answers list requests from the catalog and forwards calls to
 //!   exactly one upstream, remapping ids and progress tokens.
 //! - [`catalog`]: the merged, namespaced snapshot (`ArcSwap`), and paging.
 //! - [`upstream`]: one supervised actor per upstream server that owns its
-//!   transport (a stdio child), its handshake and its lists.
+//!   transport (a stdio child or an HTTP session), its handshake, its lists
+//!   and its health checks.
 //! - [`config`]: the YAML file, validated with line and column in every error.
 //! - [`protocol`]: the JSON-RPC envelope, kept raw so unknown fields pass through.
+//! - [`logging`]: a log that never blocks the gateway.
 //! - [`example_server`]: a small MCP server for the demo config and the tests.
 //!
 //! [`Gateway::start`] wires these together; `main` only parses the command
