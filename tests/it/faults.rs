@@ -75,26 +75,6 @@ fn pid_of(upstream: &Value) -> u32 {
         .unwrap_or_else(|| panic!("no pid in {upstream}")) as u32
 }
 
-/// Polls `/status` until upstream `name` satisfies `ready`, and returns its
-/// entry.
-async fn wait_upstream(
-    subject: &Subject,
-    name: &str,
-    what: &str,
-    mut ready: impl FnMut(&Value) -> bool,
-) -> Value {
-    within(what, async {
-        loop {
-            let upstream = subject.upstream_status(name).await;
-            if ready(&upstream) {
-                return upstream;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-}
-
 /// Asserts that `message` is the JSON-RPC error `code` for request `id`,
 /// and that its message contains every one of `says`.
 fn assert_rpc_error(row: &str, message: &Value, code: i64, id: &Value, says: &[&str]) {
@@ -126,20 +106,6 @@ async fn end_session(client: McpClient, row: &str) {
         reqwest::StatusCode::OK,
         "{row}: DELETE of its session failed"
     );
-}
-
-/// One value of `/metrics`, such as
-/// `mcpmux_notifications_total{outcome="dropped"}`; 0 when absent.
-async fn metric(subject: &Subject, series: &str) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", subject.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
 /// Replaces the config file in one step (so the reload poll never reads

@@ -95,11 +95,8 @@ async fn a_secret_reaches_only_the_upstream_it_is_configured_for() {
         );
     }
 
-    subject.assert_bystander_served("env secrets").await;
-    assert_eq!(client.delete().await, StatusCode::OK);
-    drop(client);
     subject
-        .assert_nothing_leaked("env secrets", 1, RSS_SLACK_KB)
+        .end_row("env secrets", vec![client], RSS_SLACK_KB)
         .await;
     subject.stop().await;
 }
@@ -199,12 +196,9 @@ async fn slow_and_idle_connections_are_closed_and_the_cap_keeps_probes_and_resta
             .await;
         assert!(closed >= 1.0, "no connection closed for {reason}");
     }
-    subject.assert_bystander_served("connection limits").await;
     drop(hogs);
-    assert_eq!(client.delete().await, StatusCode::OK);
-    drop(client);
     subject
-        .assert_nothing_leaked("connection limits", 1, RSS_SLACK_KB)
+        .end_row("connection limits", vec![client], RSS_SLACK_KB)
         .await;
     subject.stop().await;
 }
@@ -376,14 +370,9 @@ async fn server_everything_restarted_on_the_same_port_serves_the_same_session_ag
     let everything = subject.upstream_status("everything").await;
     assert!(everything["restarts"].as_u64() >= Some(1), "{everything}");
 
-    subject
-        .assert_bystander_served("restarted remote upstream")
-        .await;
     drop(events);
-    assert_eq!(client.delete().await, StatusCode::OK);
-    drop(client);
     subject
-        .assert_nothing_leaked("restarted remote upstream", 1, RSS_SLACK_KB)
+        .end_row("restarted remote upstream", vec![client], RSS_SLACK_KB)
         .await;
     subject.stop().await;
 }
@@ -549,12 +538,7 @@ async fn down_starting_and_unresponsive_upstreams_are_named_with_their_state() {
     assert!(text_of(&echoed).contains("fresh"), "{echoed}");
 
     subject
-        .assert_bystander_served("down, starting, unresponsive")
-        .await;
-    assert_eq!(client.delete().await, StatusCode::OK);
-    drop(client);
-    subject
-        .assert_nothing_leaked("down, starting, unresponsive", 1, RSS_SLACK_KB)
+        .end_row("down, starting, unresponsive", vec![client], RSS_SLACK_KB)
         .await;
     subject.stop().await;
 }

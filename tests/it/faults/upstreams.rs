@@ -9,10 +9,7 @@ use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use super::{
-    assert_echo, assert_rpc_error, config, end_session, metric, pid_of, reload, run_rows, signal,
-    wait_upstream,
-};
+use super::{assert_echo, assert_rpc_error, config, end_session, pid_of, reload, run_rows, signal};
 use crate::support::matrix::{Subject, children_of};
 use crate::support::{McpClient, example_upstream, process_exists, within};
 
@@ -62,12 +59,13 @@ async fn faults_of_a_running_upstream() {
 async fn wait_restarted(s: &Subject, before: &Value, row: &str) {
     let old = pid_of(before);
     let restarts = before["restarts"].as_u64().unwrap();
-    let after = wait_upstream(s, "alpha", "alpha to restart", |u| {
-        u["state"] == "ready"
-            && u["pid"] != before["pid"]
-            && u["restarts"].as_u64() > Some(restarts)
-    })
-    .await;
+    let after = s
+        .wait_upstream("alpha", "alpha to restart", |u| {
+            u["state"] == "ready"
+                && u["pid"] != before["pid"]
+                && u["restarts"].as_u64() > Some(restarts)
+        })
+        .await;
     assert!(
         !process_exists(old),
         "{row}: the killed child {old} was not reaped ({after})"
@@ -127,7 +125,7 @@ async fn garbage_on_stdout(s: &mut Subject, row: &str) {
     const LINES: f64 = 2000.0;
     let series = r#"mcpmux_upstream_log_lines_suppressed_total{upstream="alpha"}"#;
     let before = s.upstream_status("alpha").await;
-    let suppressed_before = metric(s, series).await;
+    let suppressed_before = s.metric(series).await;
     let client = McpClient::connect(&s.url).await;
     let started = Instant::now();
     let answer = client
@@ -140,7 +138,7 @@ async fn garbage_on_stdout(s: &mut Subject, row: &str) {
     // The garbage came before the answer on the same pipe: it is all read.
     assert_echo(&client, "alpha__echo", row).await;
     let took = started.elapsed().as_secs_f64();
-    let suppressed = metric(s, series).await - suppressed_before;
+    let suppressed = s.metric(series).await - suppressed_before;
     let admitted_at_most = 200.0 + 100.0 * took.ceil();
     assert!(
         suppressed >= LINES - admitted_at_most && suppressed <= LINES,
@@ -173,7 +171,7 @@ async fn garbage_on_stdout(s: &mut Subject, row: &str) {
 async fn slow_consumer(s: &mut Subject, row: &str) {
     const FLOOD: u64 = 3000;
     let dropped = r#"mcpmux_notifications_total{outcome="dropped"}"#;
-    let dropped_before = metric(s, dropped).await;
+    let dropped_before = s.metric(dropped).await;
 
     let sleeper = McpClient::connect(&s.url).await;
     sleeper.set_level("debug").await;
@@ -235,7 +233,7 @@ async fn slow_consumer(s: &mut Subject, row: &str) {
     assert!(seen > 0 && seen <= FLOOD, "{row}: the reader saw {seen}");
     // The other upstream answers during the flood's aftermath.
     assert_echo(&reader, "beta__echo", row).await;
-    let lost = metric(s, dropped).await - dropped_before;
+    let lost = s.metric(dropped).await - dropped_before;
     assert!(
         lost >= 1.0,
         "{row}: no notification was dropped, so the non-reader's backlog grew with the flood (the reader saw {seen})"
@@ -355,7 +353,9 @@ async fn unreachable_remote(s: &mut Subject, row: &str) {
         "{row}: the call took {took:?}"
     );
     // The call made it try again at once; it is down again after that.
-    let far = wait_upstream(s, "far", "far to be down", |u| u["state"] != "starting").await;
+    let far = s
+        .wait_upstream("far", "far to be down", |u| u["state"] != "starting")
+        .await;
     assert_eq!(far["state"], "down", "{row}: {far}");
     let reason = far["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("unreachable"), "{row}: {far}");
@@ -398,11 +398,12 @@ async fn crash_loop(s: &mut Subject, row: &str) {
     let pid = s.pid();
     let base = s.baseline().children;
     let mut most = 0;
-    let looping = wait_upstream(s, "loop", "loop to fail three times", |u| {
-        most = most.max(all_children(pid));
-        u["state"] == "down" && u["restarts"].as_u64() >= Some(3)
-    })
-    .await;
+    let looping = s
+        .wait_upstream("loop", "loop to fail three times", |u| {
+            most = most.max(all_children(pid));
+            u["state"] == "down" && u["restarts"].as_u64() >= Some(3)
+        })
+        .await;
     most = most.max(all_children(pid));
     assert!(
         most <= base + 1,

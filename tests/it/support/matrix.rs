@@ -129,7 +129,7 @@ impl Subject {
         &self,
         upstream: &str,
         what: &str,
-        ready: impl Fn(&Value) -> bool,
+        mut ready: impl FnMut(&Value) -> bool,
     ) -> Value {
         within(what, async {
             loop {
@@ -141,6 +141,18 @@ impl Subject {
             }
         })
         .await
+    }
+
+    /// Ends a row: the bystander is served, the row's clients end their
+    /// sessions (DELETE) and go, and nothing leaked (see
+    /// [`Self::assert_nothing_leaked`]).
+    pub async fn end_row(&self, row: &str, clients: Vec<McpClient>, rss_slack_kb: u64) {
+        self.assert_bystander_served(row).await;
+        for client in clients {
+            let deleted = client.delete().await;
+            assert_eq!(deleted, reqwest::StatusCode::OK, "{row}: DELETE");
+        }
+        self.assert_nothing_leaked(row, 1, rss_slack_kb).await;
     }
 
     /// SIGTERM, then the gateway must exit 0 and leave no child behind.
