@@ -161,7 +161,7 @@ impl RouteError {
     /// The metrics outcome of a failed request.
     pub fn outcome(&self) -> Outcome {
         match self {
-            Self::Cancelled => Outcome::Cancelled,
+            Self::Cancelled | Self::Upstream(UpstreamError::Cancelled { .. }) => Outcome::Cancelled,
             Self::Upstream(UpstreamError::Timeout { .. }) => Outcome::Timeout,
             Self::Upstream(
                 UpstreamError::Unavailable { .. } | UpstreamError::SessionExpired { .. },
@@ -203,7 +203,7 @@ impl RouteError {
                 RpcError::new(code::METHOD_NOT_FOUND, message)
                     .with_data(json!({ "upstream": upstream })),
             ),
-            Self::Cancelled => (
+            Self::Cancelled | Self::Upstream(UpstreamError::Cancelled { .. }) => (
                 Fault::Downstream,
                 RpcError::new(code::REQUEST_CANCELLED, message),
             ),
@@ -216,6 +216,10 @@ impl RouteError {
                     UpstreamError::Timeout { upstream, .. } => (code::UPSTREAM_TIMEOUT, upstream),
                     UpstreamError::Protocol { upstream, .. }
                     | UpstreamError::Rpc { upstream, .. } => (code::UPSTREAM_PROTOCOL, upstream),
+                    // Matched above; listed so a new variant must be placed.
+                    UpstreamError::Cancelled { upstream, .. } => {
+                        (code::REQUEST_CANCELLED, upstream)
+                    }
                 };
                 (
                     Fault::Upstream,

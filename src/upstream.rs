@@ -65,12 +65,33 @@ pub enum UpstreamError {
     /// An HTTP upstream forgot our session (404); the gateway re-initializes.
     #[error("upstream '{upstream}' lost the session; it is being re-initialized")]
     SessionExpired { upstream: String },
+    /// The gateway withdrew the request: the client cancelled it, its
+    /// session ended, or the gateway is shutting down.
+    #[error("request cancelled: {reason}")]
+    Cancelled { upstream: String, reason: String },
     /// The upstream answered with a JSON-RPC error; it is passed on as is.
     #[error("upstream '{upstream}' answered with an error")]
     Rpc {
         upstream: String,
         error: Box<RawValue>,
     },
+}
+
+impl UpstreamError {
+    /// What went wrong, without the upstream's name (for a state's reason,
+    /// which is shown next to the name already).
+    pub fn cause(&self) -> String {
+        match self {
+            Self::Unavailable { reason, .. } => reason.clone(),
+            Self::Timeout { timeout, .. } => {
+                format!("no answer within {}", humantime::format_duration(*timeout))
+            }
+            Self::Protocol { detail, .. } => detail.clone(),
+            Self::SessionExpired { .. } => "it lost the session".into(),
+            Self::Cancelled { reason, .. } => format!("cancelled: {reason}"),
+            Self::Rpc { error, .. } => format!("it answered with an error: {}", error.get()),
+        }
+    }
 }
 
 /// Where an upstream is in its life cycle.
@@ -567,7 +588,7 @@ impl Supervisor {
                     self.handle.set_state(UpstreamState::Ready);
                     self.serve(&conn, &hello, view, &mut child, &mut note_rx).await
                 }
-                Err(e) => format!("handshake failed: {e}"),
+                Err(e) => format!("handshake failed: {}", e.cause()),
             },
             ended = child.wait_ended() => format!("{ended} during the handshake"),
             () = self.shutdown.cancelled() => "the gateway is shutting down".into(),

@@ -84,6 +84,19 @@ pub enum CloseReason {
     Shutdown,
 }
 
+impl CloseReason {
+    /// What a call still in flight is told when its session ends.
+    fn why_calls_end(self) -> &'static str {
+        match self {
+            CloseReason::Deleted => "the client ended its session",
+            CloseReason::Idle => "the session expired",
+            CloseReason::Evicted => "the session was evicted to make room",
+            CloseReason::Disconnected => "the client disconnected",
+            CloseReason::Shutdown => "the gateway is shutting down",
+        }
+    }
+}
+
 /// Every live session. Guards are never held across an await.
 pub struct SessionTable {
     sessions: DashMap<Arc<str>, Arc<Session>>,
@@ -281,7 +294,7 @@ impl SessionTable {
                     });
                 }
                 session.closed.cancel();
-                let cancelled = session.inflight.cancel_all("the session ended");
+                let cancelled = session.inflight.cancel_all(reason.why_calls_end());
                 session.resumable.close();
                 self.hub.unregister(session.subscriber.id);
                 self.count.send_replace(self.sessions.len());

@@ -304,9 +304,14 @@ impl Connection {
     /// Stops waiting for `id` and sends `notifications/cancelled` for it.
     /// Returns false if the request had already finished.
     pub fn cancel(&self, id: u64, reason: &str) -> bool {
-        if self.pending.remove(&id).is_none() {
+        let Some((_, pending)) = self.pending.remove(&id) else {
             return false;
-        }
+        };
+        // Whoever waits learns why.
+        let _ = pending.reply.send(Err(UpstreamError::Cancelled {
+            upstream: self.upstream.to_string(),
+            reason: reason.to_owned(),
+        }));
         let params = serde_json::json!({ "requestId": id, "reason": reason }).to_string();
         let frame = protocol::notification_frame(method::CANCELLED, Some(&params));
         // Best effort: a full queue means the upstream is stalled anyway.

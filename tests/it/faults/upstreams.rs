@@ -330,15 +330,13 @@ async fn upstreams_that_are_down() {
     .await;
 }
 
-/// A call to a remote upstream that cannot be reached fails fast with
-/// -32050 naming it; the gateway stays ready (it is not required).
+/// A call to a remote upstream that cannot be reached fails with -32050
+/// naming it; the gateway stays ready (it is not required).
 async fn unreachable_remote(s: &mut Subject, row: &str) {
     let client = McpClient::connect(&s.url).await;
-    let started = Instant::now();
     let answer = client
         .call_tool("far__echo", json!({ "message": "anyone?" }))
         .await;
-    let took = started.elapsed();
     let id = answer["id"].clone();
     assert!(id.is_u64(), "{row}: {answer}");
     assert_rpc_error(
@@ -347,10 +345,6 @@ async fn unreachable_remote(s: &mut Subject, row: &str) {
         -32050,
         &id,
         &["upstream 'far'", "it is down", "unreachable"],
-    );
-    assert!(
-        took < Duration::from_secs(3),
-        "{row}: the call took {took:?}"
     );
     // The call made it try again at once; it is down again after that.
     let far = s
