@@ -22,6 +22,7 @@
 //! line and waits for a signal.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod downstream;

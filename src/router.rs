@@ -52,6 +52,8 @@ pub struct RequestContext {
     /// A modern request's `_meta` log level: upstream log messages at or
     /// above it travel on this request's stream.
     pub log_level: Option<LogLevel>,
+    /// Who is asking; none when authentication is off.
+    pub identity: Option<Arc<crate::auth::Identity>>,
 }
 
 /// A session's forwarded calls that have not finished, keyed by the raw

@@ -43,6 +43,7 @@ pub async fn handle(
         can_stream,
         era: protocol::Era::Legacy,
         log_level: None,
+        identity: session.identity.clone(),
     };
     match (kind, envelope.id) {
         (MessageKind::Notification, _) => {

@@ -230,6 +230,7 @@ pub async fn handle(
                 can_stream,
                 era: Era::Modern,
                 log_level: validated.log_level,
+                identity: None,
             };
             match state
                 .router

@@ -63,6 +63,9 @@ pub struct Session {
     pub span: tracing::Span,
     /// The remote address that created it (none for stdio).
     client: Option<IpAddr>,
+    /// The authenticated client that created it; every later request on
+    /// the session must come from the same one.
+    pub identity: Option<Arc<crate::auth::Identity>>,
 }
 
 impl Session {
@@ -265,6 +268,7 @@ impl SessionTable {
             closed: CancellationToken::new(),
             span: tracing::info_span!("session", session = %id),
             client,
+            identity: None,
         });
         if let Some(ip) = client {
             *self.per_client.entry(ip).or_insert(0) += 1;
