@@ -2,8 +2,20 @@
 //! travels with every request as an [`Identity`] in the router's
 //! `RequestContext`, and a 2025-era session keeps the identity that
 //! created it.
+//!
+//! A bearer credential is an API key (compared as a SHA-256 digest, in
+//! constant time, against every configured key) or a JWT (see [`jwt`]).
+//! Nothing here writes HTTP: the downstream layer turns an [`AuthError`]
+//! into 401 or 403 with `WWW-Authenticate` (RFC 6750, RFC 9728).
+
+mod jwt;
 
 use std::sync::Arc;
+
+use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{AdminAccess, AuthSettings, sha256};
 
 /// An authenticated client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,3 +25,156 @@ pub struct Identity {
     /// Scopes and groups from its token, for policy rules.
     pub scopes: Vec<String>,
 }
+
+/// Why a request was not authenticated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthError {
+    /// No credential at all: 401 without an error code.
+    #[error("this gateway needs a bearer token (Authorization: Bearer ...)")]
+    Missing,
+    /// A credential that is not valid: 401 `invalid_token`.
+    #[error("invalid token: {0}")]
+    Invalid(String),
+    /// A valid token without a required scope: 403 `insufficient_scope`.
+    #[error("the token lacks the scope {0:?}")]
+    InsufficientScope(String),
+    /// No key with the token's `kid` (yet): a JWKS refresh may find it.
+    #[error("invalid token: no key with its key id")]
+    UnknownKey,
+}
+
+impl AuthError {
+    fn invalid(why: impl Into<String>) -> Self {
+        AuthError::Invalid(why.into())
+    }
+
+    fn is_unknown_key(&self) -> bool {
+        matches!(self, AuthError::UnknownKey)
+    }
+}
+
+/// Checks credentials against the configured API keys and JWT issuer.
+pub struct Authenticator {
+    settings: AuthSettings,
+    jwt: Option<jwt::JwtVerifier>,
+}
+
+impl Authenticator {
+    /// Reads PEM keys now; a JWKS is fetched by [`Self::spawn_refresh`].
+    pub fn new(settings: &AuthSettings) -> Result<Authenticator, String> {
+        let jwt = settings
+            .jwt
+            .as_ref()
+            .map(jwt::JwtVerifier::new)
+            .transpose()?;
+        Ok(Authenticator {
+            settings: settings.clone(),
+            jwt,
+        })
+    }
+
+    pub fn settings(&self) -> &AuthSettings {
+        &self.settings
+    }
+
+    /// Fetches the JWKS now and every `jwks_refresh` until `shutdown`.
+    pub fn spawn_refresh(self: &Arc<Self>, shutdown: CancellationToken) {
+        let Some(interval) = self
+            .jwt
+            .as_ref()
+            .filter(|j| j.jwks_url().is_some())
+            .map(|j| j.refresh_interval())
+        else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        if let Some(jwt) = &this.jwt {
+                            jwt.refresh(false).await;
+                        }
+                    }
+                    () = shutdown.cancelled() => return,
+                }
+            }
+        });
+    }
+
+    /// The client behind an `Authorization` header value.
+    pub async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<Arc<Identity>, AuthError> {
+        let token = bearer(authorization)?;
+        if let Some(client) = self.api_key_client(token) {
+            return Ok(Arc::new(Identity {
+                client: client.into(),
+                scopes: Vec::new(),
+            }));
+        }
+        let Some(jwt) = self.jwt.as_ref().filter(|_| token.split('.').count() == 3) else {
+            return Err(AuthError::invalid("unknown API key"));
+        };
+        let identity = jwt.verify(token).await.map_err(|e| match e {
+            AuthError::UnknownKey => AuthError::invalid("no key with the token's key id"),
+            other => other,
+        })?;
+        if let Some(missing) = self
+            .settings
+            .required_scopes
+            .iter()
+            .find(|s| !identity.scopes.contains(s))
+        {
+            return Err(AuthError::InsufficientScope(missing.clone()));
+        }
+        Ok(Arc::new(identity))
+    }
+
+    /// The client whose key is `token`, compared in constant time with
+    /// every configured key.
+    fn api_key_client(&self, token: &str) -> Option<&str> {
+        let digest = sha256(token.as_bytes());
+        let mut found = None;
+        for key in &self.settings.api_keys {
+            if bool::from(key.sha256.ct_eq(&digest)) {
+                found = Some(key.client.as_str());
+            }
+        }
+        found
+    }
+
+    /// Whether `authorization` may read `/status` and `/metrics`.
+    pub async fn admits_admin(&self, authorization: Option<&str>) -> Result<(), AuthError> {
+        match &self.settings.admin {
+            AdminAccess::Open => Ok(()),
+            AdminAccess::Clients => self.authenticate(authorization).await.map(|_| ()),
+            AdminAccess::Key(digest) => {
+                let token = bearer(authorization)?;
+                match bool::from(digest.ct_eq(&sha256(token.as_bytes()))) {
+                    true => Ok(()),
+                    false => Err(AuthError::invalid("not the admin key")),
+                }
+            }
+        }
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` value.
+fn bearer(authorization: Option<&str>) -> Result<&str, AuthError> {
+    let value = authorization.ok_or(AuthError::Missing)?;
+    let (scheme, token) = value
+        .trim()
+        .split_once(' ')
+        .ok_or_else(|| AuthError::invalid("expected Authorization: Bearer <token>"))?;
+    if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
+        return Err(AuthError::invalid("expected Authorization: Bearer <token>"));
+    }
+    Ok(token.trim())
+}
+
+#[cfg(test)]
+mod tests;

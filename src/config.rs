@@ -7,10 +7,12 @@
 //! `file:line:column`. Secrets (upstream `env` values) live in [`Secret`],
 //! whose `Debug` prints a mask.
 
+mod auth;
 mod expand;
 mod secret;
 mod upstream;
 
+pub use auth::{AdminAccess, ApiKey, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
 use upstream::RawUpstream;
 
 use std::collections::BTreeMap;
@@ -82,6 +84,8 @@ pub struct Config {
     pub page_size: usize,
     /// How long shutdown waits for in-flight requests and for children.
     pub shutdown_grace: Duration,
+    /// How clients authenticate (or that they do not).
+    pub auth: AuthConfig,
 }
 
 /// Downstream session settings.
@@ -309,6 +313,8 @@ struct RawConfig {
     page_size: Option<Spanned<u64>>,
     #[serde(default)]
     shutdown_grace: Option<Spanned<String>>,
+    #[serde(default)]
+    auth: Option<auth::RawAuth>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -591,6 +597,18 @@ impl RawConfig {
                 p.duration(d, "shutdown_grace", lookup)
             });
 
+        let auth = match &self.auth {
+            Some(raw) => raw.validate(lookup, &mut p),
+            None => {
+                p.issues.push(Issue {
+                    line: 1,
+                    column: 1,
+                    message: "auth: missing; configure api_keys or jwt (see config/secure.yaml), or write `auth: { mode: off }` to serve without client authentication".into(),
+                });
+                None
+            }
+        };
+
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));
             return Err(p.issues);
@@ -615,6 +633,7 @@ impl RawConfig {
             },
             page_size,
             shutdown_grace: shutdown_grace.unwrap_or_default(),
+            auth: auth.unwrap_or(AuthConfig::Off),
         })
     }
 }

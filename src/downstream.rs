@@ -4,6 +4,7 @@
 //! [`app`] builds the axum router over one shared [`AppState`]. The MCP
 //! endpoint lives in [`http`]; sessions in [`session`].
 
+pub mod authn;
 pub mod dispatch;
 pub mod http;
 pub mod legacy_sse;
@@ -41,6 +42,8 @@ pub struct AppState {
     /// Whether the HTTP listener is on a loopback address: then only
     /// loopback `Host` names (and `http.allowed_hosts`) are accepted.
     pub loopback_listener: std::sync::atomic::AtomicBool,
+    /// Checks client credentials; none when `auth.mode` is off.
+    pub auth: Option<Arc<crate::auth::Authenticator>>,
     /// The HTTP listener's connection counters, once it serves.
     pub connections: std::sync::OnceLock<Arc<listener::ConnectionCounts>>,
 }
@@ -143,6 +146,14 @@ pub fn app(state: Arc<AppState>) -> axum::Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(authn::protected_resource),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/{*resource}",
+            get(authn::protected_resource),
+        )
         .layer(axum::middleware::from_fn(listener::track_requests))
         .with_state(state)
 }
@@ -205,7 +216,13 @@ async fn readyz(axum::extract::State(state): axum::extract::State<Arc<AppState>>
 }
 
 /// Everything an operator wants at a glance.
-async fn status(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
+async fn status(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refused) = authn::admit_admin(&state, &headers).await {
+        return refused;
+    }
     let hub = state.router.hub();
     let upstreams: Vec<_> = upstream_status(&state)
         .into_iter()
@@ -224,7 +241,13 @@ async fn status(axum::extract::State(state): axum::extract::State<Arc<AppState>>
 }
 
 /// Prometheus text exposition.
-async fn metrics(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
+async fn metrics(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refused) = authn::admit_admin(&state, &headers).await {
+        return refused;
+    }
     let hub = state.router.hub();
     let snapshot = crate::metrics::Snapshot {
         upstreams: state

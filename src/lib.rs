@@ -112,6 +112,7 @@ impl Gateway {
             shutdown: http_shutdown.clone(),
             drain_grace: config.shutdown_grace,
             loopback_listener: std::sync::atomic::AtomicBool::new(false),
+            auth: authenticator(&config.auth, &upstream_shutdown),
             connections: std::sync::OnceLock::new(),
         });
         Gateway {
@@ -146,6 +147,9 @@ impl Gateway {
             }
         });
         tracing::info!(%addr, upstreams = self.config.upstreams.len(), "mcpmux listening; MCP endpoint at /mcp");
+        if self.state.auth.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "AUTHENTICATION IS OFF on a non-loopback address: anyone who can reach it may call every tool of every upstream; configure `auth` (see config/secure.yaml)");
+        }
         self.server = Some((addr, server));
         Ok(addr)
     }
@@ -238,6 +242,31 @@ impl Gateway {
         self.tracker.wait().await;
         tracing::info!("shutdown complete");
     }
+}
+
+/// The authenticator for `auth`, with its JWKS refresh running; none when
+/// authentication is off.
+fn authenticator(
+    auth: &config::AuthConfig,
+    shutdown: &CancellationToken,
+) -> Option<Arc<auth::Authenticator>> {
+    let config::AuthConfig::On(settings) = auth else {
+        return None;
+    };
+    let authenticator = match auth::Authenticator::new(settings) {
+        Ok(a) => Arc::new(a),
+        Err(e) => {
+            // Config validation reads the same keys; refuse everyone rather
+            // than serve openly if it did not catch something.
+            tracing::error!(error = %e, "authentication cannot start; refusing every client");
+            let mut refuse_all = (**settings).clone();
+            refuse_all.api_keys.clear();
+            refuse_all.jwt = None;
+            Arc::new(auth::Authenticator::new(&refuse_all).ok()?)
+        }
+    };
+    authenticator.spawn_refresh(shutdown.clone());
+    Some(authenticator)
 }
 
 /// Serves until `signal` resolves, then shuts down gracefully. With a

@@ -228,6 +228,10 @@ pub async fn post(
     if let Err(denied) = state.check_origin(&headers) {
         return denied;
     }
+    let identity = match super::authn::identify(&state, &headers).await {
+        Ok(identity) => identity,
+        Err(refused) => return refused,
+    };
     let accept = accepts(&headers);
     if !accept.json && !accept.sse {
         return rpc_error_response(
@@ -246,11 +250,12 @@ pub async fn post(
         Err(rejected) => return rejected,
     };
     if super::modern::is_modern(&headers, &envelope) {
-        return super::modern::handle(&state, &headers, &envelope, kind, accept.sse).await;
+        return super::modern::handle(&state, &headers, &envelope, kind, accept.sse, identity)
+            .await;
     }
     let method = envelope.method.as_deref().unwrap_or_default();
     if kind == MessageKind::Request && method == protocol::method::INITIALIZE {
-        return initialize(&state, &envelope, client_ip(&peer));
+        return initialize(&state, &envelope, client_ip(&peer), identity);
     }
 
     let Some(session_id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
@@ -283,6 +288,9 @@ pub async fn post(
             "unknown or expired session; initialize a new one",
         );
     };
+    if let Err(refused) = super::authn::check_owner(session.identity.as_ref(), identity.as_ref()) {
+        return refused;
+    }
     if let Err(mismatch) = check_session_version(&headers, &session, envelope.id) {
         return mismatch;
     }
@@ -344,13 +352,14 @@ fn initialize(
     state: &AppState,
     envelope: &Envelope<'_>,
     client: Option<std::net::IpAddr>,
+    identity: Option<Arc<crate::auth::Identity>>,
 ) -> Response {
     let id = envelope.id.map_or("null", RawValue::get);
     let version = match dispatch::negotiate(envelope.params) {
         Ok(v) => v,
         Err(e) => return rpc_error_response(StatusCode::BAD_REQUEST, Some(id), e.code, e.message),
     };
-    let session = match state.sessions.create(Some(version), None, client) {
+    let session = match state.sessions.create(Some(version), None, client, identity) {
         Ok(s) => s,
         Err(e) => return session_refused(&e, Some(id)),
     };
@@ -366,11 +375,19 @@ pub async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     if let Err(denied) = state.check_origin(&headers) {
         return denied;
     }
+    let identity = match super::authn::identify(&state, &headers).await {
+        Ok(identity) => identity,
+        Err(refused) => return refused,
+    };
     let session_id = match session_header(&headers) {
         Ok(id) => id,
         Err(missing) => return missing,
     };
-    if state.sessions.close(session_id, CloseReason::Deleted) {
+    let owned = state
+        .sessions
+        .touch(session_id)
+        .map(|s| super::authn::check_owner(s.identity.as_ref(), identity.as_ref()).is_ok());
+    if owned == Some(true) && state.sessions.close(session_id, CloseReason::Deleted) {
         StatusCode::OK.into_response()
     } else {
         rpc_error_response(

@@ -47,8 +47,15 @@ pub async fn open(
         return denied;
     }
     let (replies_tx, replies_rx) = mpsc::channel(REPLY_CAPACITY);
+    let identity = match super::authn::identify(&state, &headers).await {
+        Ok(identity) => identity,
+        Err(refused) => return refused,
+    };
     let client = super::http::client_ip(&peer);
-    let session = match state.sessions.create(None, Some(replies_tx), client) {
+    let session = match state
+        .sessions
+        .create(None, Some(replies_tx), client, identity)
+    {
         Ok(s) => s,
         Err(e) => return super::http::session_refused(&e, None),
     };
@@ -104,6 +111,10 @@ pub async fn message(
             "missing sessionId query parameter",
         );
     };
+    let identity = match super::authn::identify(&state, &headers).await {
+        Ok(identity) => identity,
+        Err(refused) => return refused,
+    };
     let Some(session) = state.sessions.touch(&session_id) else {
         return rpc_error_response(
             StatusCode::NOT_FOUND,
@@ -112,6 +123,9 @@ pub async fn message(
             "unknown or closed session",
         );
     };
+    if let Err(refused) = super::authn::check_owner(session.identity.as_ref(), identity.as_ref()) {
+        return refused;
+    }
     let Some(replies) = session.replies.clone() else {
         return rpc_error_response(
             StatusCode::BAD_REQUEST,

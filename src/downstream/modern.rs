@@ -195,6 +195,7 @@ pub async fn handle(
     envelope: &Envelope<'_>,
     kind: MessageKind,
     can_stream: bool,
+    identity: Option<Arc<crate::auth::Identity>>,
 ) -> Response {
     // The modern HTTP transport has no client notifications; accept and ignore.
     if kind != MessageKind::Request {
@@ -230,7 +231,7 @@ pub async fn handle(
                 can_stream,
                 era: Era::Modern,
                 log_level: validated.log_level,
-                identity: None,
+                identity,
             };
             match state
                 .router

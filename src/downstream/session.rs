@@ -61,8 +61,9 @@ pub struct Session {
     /// Cancelled when the session ends, for tasks serving it.
     pub closed: CancellationToken,
     pub span: tracing::Span,
-    /// The remote address that created it (none for stdio).
-    client: Option<IpAddr>,
+    /// Whom it counts against for `sessions.max_per_client`: its identity,
+    /// or without authentication its remote address (none for stdio).
+    client: Option<Arc<str>>,
     /// The authenticated client that created it; every later request on
     /// the session must come from the same one.
     pub identity: Option<Arc<crate::auth::Identity>>,
@@ -108,8 +109,8 @@ pub struct SessionTable {
     idle_timeout: Duration,
     max_sessions: usize,
     max_per_client: usize,
-    /// Sessions per remote address; entries leave at zero.
-    per_client: DashMap<IpAddr, usize>,
+    /// Sessions per client (identity or remote address); entries leave at zero.
+    per_client: DashMap<Arc<str>, usize>,
     /// Sessions evicted so far, for `/metrics`.
     evicted: AtomicU64,
     /// Held by a creator from the limit checks to the insert, so limits are
@@ -176,11 +177,11 @@ impl SessionTable {
     /// given): one scan of the table closes up to `batch` of them, so a
     /// table kept full by a flood is scanned once per `batch` creations.
     /// False when no session could be evicted.
-    fn evict_lru(&self, client: Option<IpAddr>, batch: usize) -> bool {
+    fn evict_lru(&self, client: Option<&Arc<str>>, batch: usize) -> bool {
         let mut idle: Vec<(u64, Arc<str>)> = self
             .sessions
             .iter()
-            .filter(|s| client.is_none() || s.client == client)
+            .filter(|s| client.is_none() || s.client.as_ref() == client)
             .filter(|s| s.is_idle())
             .map(|s| (s.last_seen.load(Ordering::Relaxed), s.key().clone()))
             .collect();
@@ -199,11 +200,11 @@ impl SessionTable {
     }
 
     /// Makes room for one more session of `client`, evicting if needed.
-    fn make_room(&self, client: Option<IpAddr>) -> Result<(), TooManySessions> {
-        if let Some(ip) = client {
-            let held = self.per_client.get(&ip).map_or(0, |n| *n);
+    fn make_room(&self, client: Option<&Arc<str>>) -> Result<(), TooManySessions> {
+        if let Some(key) = client {
+            let held = self.per_client.get(key).map_or(0, |n| *n);
             if held >= self.max_per_client
-                && !self.evict_lru(Some(ip), eviction_batch(self.max_per_client))
+                && !self.evict_lru(Some(key), eviction_batch(self.max_per_client))
             {
                 return Err(TooManySessions::Client(self.max_per_client));
             }
@@ -242,17 +243,24 @@ impl SessionTable {
         self.sessions.is_empty()
     }
 
-    /// Creates a session with a fresh unguessable id for `client` (its
-    /// remote address; none for stdio), evicting an idle session when a
-    /// limit is reached.
+    /// Creates a session with a fresh unguessable id for `identity` (from
+    /// remote address `ip`; neither for stdio), evicting an idle session
+    /// when a limit is reached. Sessions are counted per identity, or per
+    /// address when authentication is off.
     pub fn create(
         &self,
         protocol_version: Option<&str>,
         replies: Option<tokio::sync::mpsc::Sender<String>>,
-        client: Option<IpAddr>,
+        ip: Option<IpAddr>,
+        identity: Option<Arc<crate::auth::Identity>>,
     ) -> Result<Arc<Session>, TooManySessions> {
+        let client: Option<Arc<str>> = match (&identity, ip) {
+            (Some(id), _) => Some(format!("client {}", id.client).into()),
+            (None, Some(ip)) => Some(format!("address {ip}").into()),
+            (None, None) => None,
+        };
         let admitting = self.admitting.lock().unwrap_or_else(|e| e.into_inner());
-        self.make_room(client)?;
+        self.make_room(client.as_ref())?;
         let id: Arc<str> = format!("{:032x}", rand::random::<u128>()).into();
         let session = Arc::new(Session {
             id: id.clone(),
@@ -267,11 +275,11 @@ impl SessionTable {
             streams: AtomicUsize::new(0),
             closed: CancellationToken::new(),
             span: tracing::info_span!("session", session = %id),
-            client,
-            identity: None,
+            client: client.clone(),
+            identity,
         });
-        if let Some(ip) = client {
-            *self.per_client.entry(ip).or_insert(0) += 1;
+        if let Some(key) = client {
+            *self.per_client.entry(key).or_insert(0) += 1;
         }
         self.sessions.insert(id, session.clone());
         drop(admitting);
@@ -291,8 +299,8 @@ impl SessionTable {
     pub fn close(&self, id: &str, reason: CloseReason) -> bool {
         match self.sessions.remove(id) {
             Some((_, session)) => {
-                if let Some(ip) = session.client {
-                    self.per_client.remove_if_mut(&ip, |_, n| {
+                if let Some(key) = &session.client {
+                    self.per_client.remove_if_mut(key, |_, n| {
                         *n = n.saturating_sub(1);
                         *n == 0
                     });

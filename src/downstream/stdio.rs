@@ -36,7 +36,7 @@ where
     let (replies, replies_rx) = mpsc::channel(REPLY_CAPACITY);
     let session = state
         .sessions
-        .create(None, Some(replies.clone()), None)
+        .create(None, Some(replies.clone()), None, None)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     let _never_idle = state.sessions.open_stream(&session);
     let writer_stop = stop.child_token();

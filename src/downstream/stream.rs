@@ -42,6 +42,10 @@ pub async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
             "GET /mcp opens an SSE stream; Accept must include text/event-stream",
         );
     }
+    let identity = match super::authn::identify(&state, &headers).await {
+        Ok(identity) => identity,
+        Err(refused) => return refused,
+    };
     let session_id = match super::http::session_header(&headers) {
         Ok(id) => id,
         Err(missing) => return missing,
@@ -64,6 +68,9 @@ pub async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
             "unknown or expired session",
         );
     };
+    if let Err(refused) = super::authn::check_owner(session.identity.as_ref(), identity.as_ref()) {
+        return refused;
+    }
     if let Err(mismatch) = super::http::check_session_version(&headers, &session, None) {
         return mismatch;
     }

@@ -2,6 +2,7 @@
 
 use tokio::process::Command;
 
+use crate::support::gateway::with_auth_off;
 use crate::support::served::Served;
 use crate::support::{McpClient, exe, process_exists, tempdir, within};
 
@@ -49,7 +50,7 @@ async fn demo_config_serves_two_prefixed_upstreams_and_sigterm_leaves_no_child()
 
 async fn check(yaml: &str) -> (i32, String, String) {
     let path = tempdir().join("mcpmux.yaml");
-    std::fs::write(&path, yaml).unwrap();
+    std::fs::write(&path, with_auth_off(&yaml)).unwrap();
     let out = Command::new(exe())
         .args(["check", "--config", path.to_str().unwrap()])
         .env_remove("MCPMUX_TEST_UNSET")
@@ -106,7 +107,11 @@ async fn check_validates_without_serving() {
 #[tokio::test]
 async fn serve_with_a_bad_config_exits_64() {
     let path = tempdir().join("bad.yaml");
-    std::fs::write(&path, "listen: nowhere\nupstreams:\n  a:\n    command: x\n").unwrap();
+    std::fs::write(
+        &path,
+        with_auth_off("listen: nowhere\nupstreams:\n  a:\n    command: x\n"),
+    )
+    .unwrap();
     let out = Command::new(exe())
         .args(["serve", "--config", path.to_str().unwrap()])
         .output()
@@ -129,7 +134,7 @@ async fn header_secrets_reach_the_upstream_and_never_the_logs() {
         "upstreams:\n  py:\n    url: {:?}\n    headers:\n      Authorization: \"Bearer ${{MCPMUX_TEST_TOKEN}}\"\n",
         py.url("/mcp")
     );
-    std::fs::write(&path, yaml).unwrap();
+    std::fs::write(&path, with_auth_off(&yaml)).unwrap();
     let mut served = Served::start_with_env(
         &["--config", path.to_str().unwrap()],
         &[("MCPMUX_TEST_TOKEN", &secret), ("RUST_LOG", "trace")],

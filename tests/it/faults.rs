@@ -24,6 +24,7 @@ use std::time::Instant;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
+use crate::support::gateway::with_auth_off;
 use crate::support::matrix::Subject;
 use crate::support::{McpClient, example_upstream, process_exists, within};
 
@@ -120,7 +121,7 @@ async fn reload(
 ) -> Value {
     let before = subject.served.wait_for(message, 0).await.len();
     let next = subject.config.with_extension("next");
-    std::fs::write(&next, text).unwrap();
+    std::fs::write(&next, with_auth_off(&text)).unwrap();
     std::fs::rename(&next, &subject.config).unwrap();
     subject.served.signal(Signal::SIGHUP);
     within(message, async {

@@ -4,6 +4,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use crate::support::gateway::with_auth_off;
 use crate::support::served::Served;
 use crate::support::{McpClient, TestGateway, example_upstream, process_exists, tempdir, within};
 use mcpmux::upstream::UpstreamState;
@@ -102,7 +103,7 @@ async fn probes_status_and_metrics_follow_the_upstreams() {
 async fn reload_adds_an_upstream_live_and_rejects_a_broken_file() {
     let path = tempdir().join("mcpmux.yaml");
     let alpha = example_upstream("alpha", &[]);
-    std::fs::write(&path, format!("upstreams:\n{alpha}")).unwrap();
+    std::fs::write(&path, with_auth_off(&format!("upstreams:\n{alpha}"))).unwrap();
     let mut served = Served::start(&["--config", path.to_str().unwrap()]);
     let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
         .as_str()
@@ -115,7 +116,10 @@ async fn reload_adds_an_upstream_live_and_rejects_a_broken_file() {
     // An edit to the file adds an upstream: sessions hear of it and see its tools.
     std::fs::write(
         &path,
-        format!("upstreams:\n{alpha}{}", example_upstream("beta", &[])),
+        with_auth_off(&format!(
+            "upstreams:\n{alpha}{}",
+            example_upstream("beta", &[])
+        )),
     )
     .unwrap();
     let reloaded = served.first("config reloaded").await;
@@ -137,7 +141,11 @@ async fn reload_adds_an_upstream_live_and_rejects_a_broken_file() {
     );
 
     // A broken edit, picked up by SIGHUP, changes nothing and says where it is wrong.
-    std::fs::write(&path, "upstreams:\n  beta:\n    comand: typo\n").unwrap();
+    std::fs::write(
+        &path,
+        with_auth_off("upstreams:\n  beta:\n    comand: typo\n"),
+    )
+    .unwrap();
     served.signal(nix::sys::signal::Signal::SIGHUP);
     let rejected = served
         .first("config reload rejected; still serving the previous config")
@@ -162,10 +170,10 @@ async fn sigterm_lets_a_slow_call_finish_then_exits_cleanly() {
     let path = tempdir().join("mcpmux.yaml");
     std::fs::write(
         &path,
-        format!(
+        with_auth_off(&format!(
             "shutdown_grace: 20s\nupstreams:\n{}",
             example_upstream("alpha", &[])
-        ),
+        )),
     )
     .unwrap();
     let mut served = Served::start(&["--config", path.to_str().unwrap()]);

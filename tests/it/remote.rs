@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::support::gateway::with_auth_off;
 use crate::support::peer::HttpPeer;
 use crate::support::{McpClient, TestGateway, example_upstream, within};
 
@@ -263,7 +264,7 @@ async fn legacy_sse_and_stdio_hosts_see_the_same_view_and_notifications() {
         "upstreams:\n{}",
         example_upstream("alpha", &["--test-controls"])
     );
-    std::fs::write(&config, &yaml).unwrap();
+    std::fs::write(&config, with_auth_off(&yaml)).unwrap();
     let gw = TestGateway::start(&yaml).await;
     let sse_url = gw.url.replace("/mcp", "/sse");
 

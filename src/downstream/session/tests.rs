@@ -28,7 +28,7 @@ const B: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
 async fn create(table: &SessionTable, client: Option<IpAddr>) -> Arc<Session> {
     tokio::time::advance(Duration::from_millis(1)).await;
     table
-        .create(None, None, client)
+        .create(None, None, client, None)
         .expect("room for a session")
 }
 
@@ -67,7 +67,7 @@ async fn busy_sessions_are_never_evicted_and_a_busy_table_refuses() {
     assert!(table.touch(&streaming.id).is_some());
 
     let _second_stream = table.open_stream(&newer);
-    let refused = table.create(None, None, A);
+    let refused = table.create(None, None, A, None);
     assert!(matches!(refused, Err(TooManySessions::Table(2))));
     assert_eq!(table.len(), 2);
 }
@@ -89,13 +89,16 @@ async fn one_client_at_its_cap_recycles_its_own_sessions_only() {
         streams.push(table.open_stream(&table.touch(&id).unwrap()));
     }
     assert!(matches!(
-        table.create(None, None, A),
+        table.create(None, None, A, None),
         Err(TooManySessions::Client(2))
     ));
-    assert!(table.create(None, None, B).is_ok());
+    assert!(table.create(None, None, B, None).is_ok());
     // Closing a session frees its place in the client's count.
     assert!(table.close(&other.id, CloseReason::Deleted));
-    assert_eq!(table.per_client.get(&B.unwrap()).map(|n| *n), Some(1));
+    assert_eq!(
+        table.per_client.get("address 10.0.0.2").map(|n| *n),
+        Some(1)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -108,5 +111,10 @@ async fn idle_sessions_expire_and_streams_keep_them_alive() {
     assert_eq!(table.expire_idle(), 1);
     assert!(table.touch(&idle.id).is_none());
     assert!(table.touch(&watched.id).is_some());
-    assert!(table.per_client.get(&A.unwrap()).is_some_and(|n| *n == 1));
+    assert!(
+        table
+            .per_client
+            .get("address 10.0.0.1")
+            .is_some_and(|n| *n == 1)
+    );
 }

@@ -37,7 +37,8 @@ impl TestGateway {
 
     /// Starts a gateway without waiting for its upstreams.
     pub async fn start_unready(yaml: &str) -> TestGateway {
-        let config = Config::parse(yaml, "test.yaml", &Lookup::from_process())
+        let yaml = with_auth_off(yaml);
+        let config = Config::parse(&yaml, "test.yaml", &Lookup::from_process())
             .unwrap_or_else(|e| panic!("test config is invalid: {e}\n{yaml}"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway = Gateway::start(config, listener).unwrap();
@@ -73,5 +74,15 @@ impl TestGateway {
         if let Some(gateway) = self.gateway.take() {
             within("gateway shutdown", gateway.shutdown()).await;
         }
+    }
+}
+
+/// `yaml` with `auth: { mode: off }` appended (so line numbers stay) when
+/// it says nothing of auth: most tests are about something else.
+pub fn with_auth_off(yaml: &str) -> String {
+    if yaml.lines().any(|l| l.starts_with("auth:")) {
+        yaml.to_owned()
+    } else {
+        format!("{yaml}\nauth: {{ mode: off }}\n")
     }
 }

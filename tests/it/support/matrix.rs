@@ -45,7 +45,7 @@ impl Subject {
     /// (`b__echo`): it must belong to an upstream the rows leave alone.
     pub async fn start(yaml: &str, env: &[(&str, &str)], bystander_tool: &str) -> Subject {
         let config = tempdir().join("mcpmux.yaml");
-        std::fs::write(&config, yaml).unwrap();
+        std::fs::write(&config, super::gateway::with_auth_off(yaml)).unwrap();
         let mut served = Served::start_with_env(&["--config", config.to_str().unwrap()], env);
         let listening = served
             .wait_for("mcpmux listening; MCP endpoint at /mcp", 1)

@@ -1,0 +1,183 @@
+//! Authentication at the HTTP edge: who sent a request, the 401 and 403
+//! answers (RFC 6750 `WWW-Authenticate`, naming the RFC 9728 metadata), the
+//! protected-resource metadata document itself, and access to `/status`
+//! and `/metrics`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::AppState;
+use super::http::rpc_error_response;
+use crate::auth::{AuthError, Identity};
+use crate::protocol::code;
+
+/// Where RFC 9728 metadata lives, before the resource's path.
+const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
+
+/// The client behind a request: `None` when authentication is off.
+#[allow(clippy::result_large_err)]
+pub async fn identify(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<Arc<Identity>>, Response> {
+    let Some(auth) = &state.auth else {
+        return Ok(None);
+    };
+    match auth.authenticate(authorization(headers)).await {
+        Ok(identity) => Ok(Some(identity)),
+        Err(e) => Err(refuse(state, headers, &e)),
+    }
+}
+
+/// Refuses a request whose session belongs to another client: exactly like
+/// an unknown session, so sessions cannot be probed.
+#[allow(clippy::result_large_err)]
+pub fn check_owner(
+    owner: Option<&Arc<Identity>>,
+    caller: Option<&Arc<Identity>>,
+) -> Result<(), Response> {
+    if owner.map(|i| &i.client) == caller.map(|i| &i.client) {
+        return Ok(());
+    }
+    tracing::warn!(owner = ?owner.map(|i| &i.client), caller = ?caller.map(|i| &i.client), "a client used another client's session");
+    Err(rpc_error_response(
+        StatusCode::NOT_FOUND,
+        None,
+        code::INVALID_REQUEST,
+        "unknown or expired session; initialize a new one",
+    ))
+}
+
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+}
+
+/// 401 (or 403 for a missing scope) with the `WWW-Authenticate` challenge.
+fn refuse(state: &AppState, headers: &HeaderMap, error: &AuthError) -> Response {
+    let metadata = metadata_url(&resource_uri(state, headers));
+    let (status, challenge) = match error {
+        AuthError::Missing => (
+            StatusCode::UNAUTHORIZED,
+            format!("Bearer resource_metadata=\"{metadata}\""),
+        ),
+        AuthError::InsufficientScope(scope) => (
+            StatusCode::FORBIDDEN,
+            format!(
+                "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{metadata}\"",
+                quoted(scope)
+            ),
+        ),
+        other => (
+            StatusCode::UNAUTHORIZED,
+            format!(
+                "Bearer error=\"invalid_token\", error_description=\"{}\", resource_metadata=\"{metadata}\"",
+                quoted(&other.to_string())
+            ),
+        ),
+    };
+    tracing::info!(%status, reason = %error, "request refused by authentication");
+    let mut response = rpc_error_response(status, None, code::INVALID_REQUEST, error.to_string());
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+/// Text safe inside a quoted-string of a challenge.
+fn quoted(text: &str) -> String {
+    text.chars()
+        .filter(|c| *c != '"' && *c != '\\' && !c.is_control())
+        .collect()
+}
+
+/// The gateway's resource URI: configured, or `http://HOST/mcp`.
+fn resource_uri(state: &AppState, headers: &HeaderMap) -> String {
+    if let Some(resource) = state
+        .auth
+        .as_ref()
+        .and_then(|a| a.settings().resource.clone())
+    {
+        return resource;
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}/mcp")
+}
+
+/// RFC 9728 §3.1: the well-known path goes between the origin and the
+/// resource's path.
+fn metadata_url(resource: &str) -> String {
+    match reqwest::Url::parse(resource) {
+        Ok(url) => {
+            let path = url.path().trim_end_matches('/');
+            format!("{}{WELL_KNOWN}{path}", url.origin().ascii_serialization())
+        }
+        Err(_) => format!("{resource}{WELL_KNOWN}"),
+    }
+}
+
+/// `GET /.well-known/oauth-protected-resource[/mcp]`: how to get a token.
+pub async fn protected_resource(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(auth) = &state.auth else {
+        return rpc_error_response(
+            StatusCode::NOT_FOUND,
+            None,
+            code::INVALID_REQUEST,
+            "authentication is off: there is no protected resource",
+        );
+    };
+    let settings = auth.settings();
+    let document = json!({
+        "resource": resource_uri(&state, &headers),
+        "authorization_servers": settings.authorization_servers,
+        "scopes_supported": settings.scopes_supported,
+        "bearer_methods_supported": ["header"],
+        "resource_name": "mcpmux",
+    });
+    (
+        [(header::CACHE_CONTROL, "max-age=300")],
+        axum::Json(document),
+    )
+        .into_response()
+}
+
+/// `/status` and `/metrics` as `auth.admin` says.
+#[allow(clippy::result_large_err)]
+pub async fn admit_admin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    let Some(auth) = &state.auth else {
+        return Ok(());
+    };
+    auth.admits_admin(authorization(headers))
+        .await
+        .map_err(|e| refuse(state, headers, &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metadata_url;
+
+    #[test]
+    fn the_metadata_url_inserts_the_well_known_path() {
+        assert_eq!(
+            metadata_url("https://mcp.example.com/mcp"),
+            "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
+        );
+        assert_eq!(
+            metadata_url("http://127.0.0.1:8080/"),
+            "http://127.0.0.1:8080/.well-known/oauth-protected-resource"
+        );
+    }
+}
