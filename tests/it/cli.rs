@@ -50,7 +50,7 @@ async fn demo_config_serves_two_prefixed_upstreams_and_sigterm_leaves_no_child()
 
 async fn check(yaml: &str) -> (i32, String, String) {
     let path = tempdir().join("mcpmux.yaml");
-    std::fs::write(&path, with_auth_off(&yaml)).unwrap();
+    std::fs::write(&path, with_auth_off(yaml)).unwrap();
     let out = Command::new(exe())
         .args(["check", "--config", path.to_str().unwrap()])
         .env_remove("MCPMUX_TEST_UNSET")

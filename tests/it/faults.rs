@@ -121,7 +121,7 @@ async fn reload(
 ) -> Value {
     let before = subject.served.wait_for(message, 0).await.len();
     let next = subject.config.with_extension("next");
-    std::fs::write(&next, with_auth_off(&text)).unwrap();
+    std::fs::write(&next, with_auth_off(text)).unwrap();
     std::fs::rename(&next, &subject.config).unwrap();
     subject.served.signal(Signal::SIGHUP);
     within(message, async {

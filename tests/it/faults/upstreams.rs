@@ -383,7 +383,11 @@ fn all_children(pid: u32) -> usize {
 /// while it is required; removing it makes the gateway ready again.
 async fn crash_loop(s: &mut Subject, row: &str) {
     let original = std::fs::read_to_string(&s.config).unwrap();
-    let with_loop = format!("{original}  loop:\n    command: \"false\"\n");
+    let with_loop = original.replacen(
+        "upstreams:\n",
+        "upstreams:\n  loop:\n    command: \"false\"\n",
+        1,
+    );
     reload(s, &with_loop, "config reloaded", |l| {
         l["added"] == r#"["loop"]"#
     })

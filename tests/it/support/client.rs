@@ -36,6 +36,8 @@ impl Raw {
 /// An initialized legacy-era session.
 pub struct McpClient {
     http: reqwest::Client,
+    /// Headers sent with every request (a bearer token, say).
+    extra: Vec<(String, String)>,
     pub url: String,
     pub session: String,
     pub version: String,
@@ -45,12 +47,17 @@ pub struct McpClient {
 impl McpClient {
     /// Initializes a session at `url` with protocol version 2025-11-25.
     pub async fn connect(url: &str) -> McpClient {
+        Self::connect_with(url, &[]).await
+    }
+
+    /// Like [`Self::connect`], sending `extra` headers with every request.
+    pub async fn connect_with(url: &str, extra: &[(&str, &str)]) -> McpClient {
         let http = reqwest::Client::new();
         let init = json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
             "params": { "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "it", "version": "0" } }
         });
-        let raw = post(&http, url, None, &init.to_string(), &[]).await;
+        let raw = post(&http, url, None, &init.to_string(), extra).await;
         assert_eq!(
             raw.status,
             StatusCode::OK,
@@ -64,6 +71,10 @@ impl McpClient {
             .to_owned();
         let client = McpClient {
             http,
+            extra: extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             url: url.to_owned(),
             session,
             version,
@@ -79,12 +90,18 @@ impl McpClient {
 
     /// POSTs a body with this session's headers plus `extra`.
     pub async fn post_raw(&self, body: &str, extra: &[(&str, &str)]) -> Raw {
+        let mut headers: Vec<(&str, &str)> = self
+            .extra
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        headers.extend_from_slice(extra);
         post(
             &self.http,
             &self.url,
             Some((&self.session, &self.version)),
             body,
-            extra,
+            &headers,
         )
         .await
     }
@@ -169,8 +186,7 @@ impl McpClient {
     pub async fn open_stream(&self, id: Value, method: &str, params: Value) -> SseReader {
         let msg = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         let response = self
-            .http
-            .post(&self.url)
+            .with_extra(self.http.post(&self.url))
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             .header("mcp-session-id", &self.session)
@@ -198,8 +214,7 @@ impl McpClient {
     /// after `last_event_id`.
     pub async fn listen(&self, last_event_id: Option<u64>) -> SseReader {
         let mut request = self
-            .http
-            .get(&self.url)
+            .with_extra(self.http.get(&self.url))
             .header("accept", "text/event-stream")
             .header("mcp-session-id", &self.session)
             .header("mcp-protocol-version", &self.version);
@@ -226,10 +241,16 @@ impl McpClient {
             .await;
     }
 
+    /// `request` with this client's extra headers.
+    fn with_extra(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        self.extra
+            .iter()
+            .fold(request, |request, (k, v)| request.header(k, v))
+    }
+
     /// Ends the session with DELETE and returns the status.
     pub async fn delete(&self) -> StatusCode {
-        self.http
-            .delete(&self.url)
+        self.with_extra(self.http.delete(&self.url))
             .header("mcp-session-id", &self.session)
             .send()
             .await
