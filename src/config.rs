@@ -86,6 +86,15 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// How clients authenticate (or that they do not).
     pub auth: AuthConfig,
+    /// Requests per second per client; none when unlimited.
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A per-client request rate: `requests_per_second`, after a `burst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub requests_per_second: u32,
+    pub burst: u32,
 }
 
 /// Downstream session settings.
@@ -315,6 +324,16 @@ struct RawConfig {
     shutdown_grace: Option<Spanned<String>>,
     #[serde(default)]
     auth: Option<auth::RawAuth>,
+    #[serde(default)]
+    rate_limit: Option<RawRateLimit>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    requests_per_second: Spanned<u64>,
+    #[serde(default)]
+    burst: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -609,6 +628,27 @@ impl RawConfig {
             }
         };
 
+        let rate_limit = self.rate_limit.as_ref().map(|r| {
+            let per_second = p.count_or(
+                Some(&r.requests_per_second),
+                1,
+                1,
+                1_000_000,
+                "rate_limit.requests_per_second",
+            );
+            let burst = p.count_or(
+                r.burst.as_ref(),
+                per_second,
+                1,
+                1_000_000,
+                "rate_limit.burst",
+            );
+            RateLimit {
+                requests_per_second: u32::try_from(per_second).unwrap_or(u32::MAX),
+                burst: u32::try_from(burst).unwrap_or(u32::MAX),
+            }
+        });
+
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));
             return Err(p.issues);
@@ -634,6 +674,7 @@ impl RawConfig {
             page_size,
             shutdown_grace: shutdown_grace.unwrap_or_default(),
             auth: auth.unwrap_or(AuthConfig::Off),
+            rate_limit,
         })
     }
 }

@@ -15,6 +15,7 @@ pub mod resume;
 pub mod session;
 pub mod stdio;
 pub mod stream;
+pub mod throttle;
 
 use std::sync::Arc;
 
@@ -44,11 +45,32 @@ pub struct AppState {
     pub loopback_listener: std::sync::atomic::AtomicBool,
     /// Checks client credentials; none when `auth.mode` is off.
     pub auth: Option<Arc<crate::auth::Authenticator>>,
+    /// Per-client request rates; none without `rate_limit`.
+    pub throttle: Option<Arc<throttle::Throttle>>,
     /// The HTTP listener's connection counters, once it serves.
     pub connections: std::sync::OnceLock<Arc<listener::ConnectionCounts>>,
 }
 
 impl AppState {
+    /// Takes one request from the caller's rate budget; the 429 when it
+    /// has none left (counted by client).
+    #[allow(clippy::result_large_err)]
+    pub fn admit_rate(
+        &self,
+        identity: Option<&Arc<crate::auth::Identity>>,
+        ip: Option<std::net::IpAddr>,
+    ) -> Result<(), Response> {
+        let (Some(throttle), Some(key)) = (&self.throttle, throttle::client_key(identity, ip))
+        else {
+            return Ok(());
+        };
+        throttle.check(&key).map_err(|wait| {
+            self.router.metrics().denied(&key, "rate_limit");
+            tracing::info!(target: "mcpmux::audit", client = %key, reason = "rate_limit", "request refused");
+            throttle.refusal(&key, wait)
+        })
+    }
+
     /// Rejects a browser `Origin` that is neither loopback nor configured (403),
     /// which stops DNS-rebinding pages from reaching a local gateway.
     #[allow(clippy::result_large_err)]

@@ -113,6 +113,11 @@ impl Gateway {
             drain_grace: config.shutdown_grace,
             loopback_listener: std::sync::atomic::AtomicBool::new(false),
             auth: authenticator(&config.auth, &upstream_shutdown),
+            throttle: config.rate_limit.map(|limit| {
+                let throttle = Arc::new(downstream::throttle::Throttle::new(limit));
+                spawn_forgetting(throttle.clone(), upstream_shutdown.clone(), &tracker);
+                throttle
+            }),
             connections: std::sync::OnceLock::new(),
         });
         Gateway {
@@ -242,6 +247,23 @@ impl Gateway {
         self.tracker.wait().await;
         tracing::info!("shutdown complete");
     }
+}
+
+/// Forgets the rate buckets of clients gone quiet, every minute.
+fn spawn_forgetting(
+    throttle: Arc<downstream::throttle::Throttle>,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) {
+    tracker.spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => throttle.forget_idle(),
+                () = shutdown.cancelled() => return,
+            }
+        }
+    });
 }
 
 /// The authenticator for `auth`, with its JWKS refresh running; none when

@@ -125,6 +125,13 @@ pub struct Metrics {
     connections: Gauge,
     connections_closed: Family<ReasonLabels, Counter>,
     log_lines_dropped: Counter,
+    denials: Family<DenialLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DenialLabels {
+    client: String,
+    reason: String,
 }
 
 impl Default for Metrics {
@@ -153,6 +160,7 @@ impl Metrics {
             connections: Gauge::default(),
             connections_closed: Family::default(),
             log_lines_dropped: Counter::default(),
+            denials: Family::default(),
         };
         {
             let mut r = metrics.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -217,12 +225,28 @@ impl Metrics {
                 metrics.connections_closed.clone(),
             );
             r.register(
+                "mcpmux_denials",
+                "Requests refused by authentication, policy or rate limits, by client and reason",
+                metrics.denials.clone(),
+            );
+            r.register(
                 "mcpmux_log_lines_dropped",
                 "Log lines dropped because stderr could not keep up",
                 metrics.log_lines_dropped.clone(),
             );
         }
         metrics
+    }
+
+    /// Counts a request refused for `reason` (`unauthenticated`,
+    /// `rate_limit`, `policy`, ...).
+    pub fn denied(&self, client: &str, reason: &str) {
+        self.denials
+            .get_or_create(&DenialLabels {
+                client: client.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// Records one finished request.

@@ -377,6 +377,15 @@ impl Router {
                         // Refused before reaching an upstream: counted here.
                         self.metrics
                             .observe(method, "mcpmux", e.outcome(), started.elapsed());
+                        forward::audit(
+                            ctx.identity.as_ref().map(|i| &*i.client),
+                            method,
+                            "mcpmux",
+                            &e.to_string(),
+                            e.outcome(),
+                            started.elapsed(),
+                            id.get(),
+                        );
                         Reply::Ready(e.to_frame(id.get(), ctx.era))
                     }
                 };
@@ -536,6 +545,10 @@ impl Router {
     ) -> Result<forward::Call<'p>, RouteError> {
         let params = Params::parse(raw).map_err(RouteError::InvalidParams)?;
         let catalog = self.catalog.load();
+        // What the client named, for the audit line.
+        let item = ["name", "uri"]
+            .iter()
+            .find_map(|key| params.optional_string(key).ok().flatten());
         let (upstream, key, value) = match method {
             method::TOOLS_CALL => {
                 let name = params.string("name").map_err(RouteError::InvalidParams)?;
@@ -607,6 +620,7 @@ impl Router {
             params,
             key,
             value,
+            item: item.unwrap_or_default(),
         })
     }
 

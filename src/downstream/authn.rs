@@ -81,7 +81,11 @@ fn refuse(state: &AppState, headers: &HeaderMap, error: &AuthError) -> Response 
             ),
         ),
     };
-    tracing::info!(%status, reason = %error, "request refused by authentication");
+    tracing::info!(target: "mcpmux::audit", %status, reason = %error, "request refused by authentication");
+    state
+        .router
+        .metrics()
+        .denied("unauthenticated", "authentication");
     let mut response = rpc_error_response(status, None, code::INVALID_REQUEST, error.to_string());
     if let Ok(value) = HeaderValue::from_str(&challenge) {
         response

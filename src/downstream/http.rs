@@ -232,6 +232,9 @@ pub async fn post(
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
+    if let Err(refused) = state.admit_rate(identity.as_ref(), client_ip(&peer)) {
+        return refused;
+    }
     let accept = accepts(&headers);
     if !accept.json && !accept.sse {
         return rpc_error_response(

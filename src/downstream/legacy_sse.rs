@@ -51,6 +51,9 @@ pub async fn open(
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
+    if let Err(refused) = state.admit_rate(identity.as_ref(), super::http::client_ip(&peer)) {
+        return refused;
+    }
     let client = super::http::client_ip(&peer);
     let session = match state
         .sessions
@@ -96,6 +99,7 @@ pub struct SessionQuery {
 
 pub async fn message(
     State(state): State<Arc<AppState>>,
+    peer: super::http::ClientPeer,
     Query(query): Query<SessionQuery>,
     headers: HeaderMap,
     body: Body,
@@ -115,6 +119,9 @@ pub async fn message(
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
+    if let Err(refused) = state.admit_rate(identity.as_ref(), super::http::client_ip(&peer)) {
+        return refused;
+    }
     let Some(session) = state.sessions.touch(&session_id) else {
         return rpc_error_response(
             StatusCode::NOT_FOUND,

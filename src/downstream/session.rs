@@ -254,11 +254,7 @@ impl SessionTable {
         ip: Option<IpAddr>,
         identity: Option<Arc<crate::auth::Identity>>,
     ) -> Result<Arc<Session>, TooManySessions> {
-        let client: Option<Arc<str>> = match (&identity, ip) {
-            (Some(id), _) => Some(format!("client {}", id.client).into()),
-            (None, Some(ip)) => Some(format!("address {ip}").into()),
-            (None, None) => None,
-        };
+        let client = super::throttle::client_key(identity.as_ref(), ip);
         let admitting = self.admitting.lock().unwrap_or_else(|e| e.into_inner());
         self.make_room(client.as_ref())?;
         let id: Arc<str> = format!("{:032x}", rand::random::<u128>()).into();

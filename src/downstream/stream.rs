@@ -26,7 +26,11 @@ use super::http::{VERSION_HEADER, rpc_error_response};
 use super::session::{Session, StreamGuard};
 use crate::protocol::{self, code};
 
-pub async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    peer: super::http::ClientPeer,
+    headers: HeaderMap,
+) -> Response {
     if let Err(denied) = state.check_origin(&headers) {
         return denied;
     }
@@ -46,6 +50,9 @@ pub async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
+    if let Err(refused) = state.admit_rate(identity.as_ref(), super::http::client_ip(&peer)) {
+        return refused;
+    }
     let session_id = match super::http::session_header(&headers) {
         Ok(id) => id,
         Err(missing) => return missing,

@@ -28,6 +28,8 @@ pub(super) struct Call<'p> {
     /// The params member that changes (`name`, `uri` or `ref`) and its new JSON.
     pub key: &'static str,
     pub value: String,
+    /// What the client asked for (its name, URI or reference), for the audit log.
+    pub item: String,
 }
 
 /// Where a client's in-flight request went upstream.
@@ -166,6 +168,8 @@ pub(super) async fn run(
         era: ctx.era,
         log_tap: None,
         metrics: metrics.clone(),
+        client: ctx.identity.as_ref().map(|i| i.client.clone()),
+        item: call.item,
     };
     if !streaming {
         let rx = exchange
@@ -217,6 +221,9 @@ struct Exchange {
     /// Upstream log messages for this request's stream (modern `logLevel`).
     log_tap: Option<LogTap>,
     metrics: Arc<Metrics>,
+    /// The authenticated client, and what it asked for: the audit line.
+    client: Option<Arc<str>>,
+    item: String,
 }
 
 /// Resolves when the tap may have log messages; never without a tap.
@@ -316,6 +323,15 @@ impl Exchange {
             self.handle.name(),
             outcome,
             self.started.elapsed(),
+        );
+        audit(
+            self.client.as_deref(),
+            self.method,
+            self.handle.name(),
+            &self.item,
+            outcome,
+            self.started.elapsed(),
+            &self.client_id,
         );
         // Log messages that came before the answer go out before it.
         if let (Some(tap), Some((_, sink))) = (&self.log_tap, &self.progress) {
@@ -456,4 +472,28 @@ fn canonical_id(id: &RawValue) -> Box<str> {
         Ok(value) => value.to_string().into_boxed_str(),
         Err(_) => id.get().into(),
     }
+}
+
+/// The audit line of one call: who, what, where, how it ended, how long.
+/// Arguments are never logged.
+pub(super) fn audit(
+    client: Option<&str>,
+    method: &str,
+    upstream: &str,
+    item: &str,
+    outcome: Outcome,
+    took: Duration,
+    request_id: &str,
+) {
+    tracing::info!(
+        target: "mcpmux::audit",
+        client = client.unwrap_or("-"),
+        method,
+        upstream,
+        item,
+        outcome = ?outcome,
+        duration_ms = took.as_secs_f64() * 1000.0,
+        request_id,
+        "call"
+    );
 }

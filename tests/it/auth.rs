@@ -363,3 +363,100 @@ async fn a_token_without_a_required_scope_gets_403_insufficient_scope() {
     assert_eq!(accepted.status, StatusCode::OK, "{}", accepted.body);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn rate_limits_audit_lines_and_denial_counters_name_the_client_and_never_a_secret() {
+    let yaml = format!(
+        "auth:\n  mode: on\n  api_keys:\n    - client: busy\n      key: \"${{MCPMUX_IT_BUSY_KEY}}\"\n    - client: calm\n      key: \"${{MCPMUX_IT_CALM_KEY}}\"\nrate_limit:\n  requests_per_second: 1\n  burst: 5\nupstreams:\n{}",
+        example_upstream("alpha", &[])
+    );
+    let path = tempdir().join("auth.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let busy_key = "busy-key-5a1f0c9e7d";
+    let calm_key = "calm-key-2b8e4d6f1a";
+    let mut served = crate::support::served::Served::start_with_env(
+        &["--config", path.to_str().unwrap()],
+        &[
+            ("MCPMUX_IT_BUSY_KEY", busy_key),
+            ("MCPMUX_IT_CALM_KEY", calm_key),
+        ],
+    );
+    let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    served.first("upstream ready").await;
+    let url = format!("http://{addr}/mcp");
+
+    // The calm client makes one call with a secret argument.
+    let calm_auth = format!("Bearer {calm_key}");
+    let calm = McpClient::connect_with(&url, &[("authorization", &calm_auth)]).await;
+    let secret_argument = "the-argument-nobody-logs-3c9d";
+    let echoed = calm
+        .call_tool("alpha__echo", json!({ "message": secret_argument }))
+        .await;
+    assert_eq!(echoed["result"]["content"][0]["text"], secret_argument);
+    let audit = served.first("call").await;
+    assert_eq!(audit["client"], "calm", "{audit}");
+    assert_eq!(audit["item"], "alpha__echo", "{audit}");
+    assert_eq!(audit["upstream"], "alpha", "{audit}");
+    assert_eq!(audit["outcome"], "Ok", "{audit}");
+
+    // The busy client runs out of its rate; the calm one does not notice.
+    let http = reqwest::Client::new();
+    let ping = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "busy", "version": "0" } } }).to_string();
+    let busy_auth = format!("Bearer {busy_key}");
+    let mut refused = None;
+    for _ in 0..20 {
+        let raw = post(&http, &url, None, &ping, &[("authorization", &busy_auth)]).await;
+        if raw.status == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some(raw);
+            break;
+        }
+    }
+    let refused = refused.expect("20 requests at once exceed 1 per second after a burst of 5");
+    assert!(
+        refused.headers.contains_key("retry-after"),
+        "{:?}",
+        refused.headers
+    );
+    assert!(
+        refused.body.contains("rate limit exceeded for client busy"),
+        "{}",
+        refused.body
+    );
+    let echoed = calm
+        .call_tool("alpha__echo", json!({ "message": "still fine" }))
+        .await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "still fine");
+
+    // An unauthenticated request is refused and counted.
+    let anonymous = post(&http, &url, None, &ping, &[]).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    let metrics = http
+        .get(format!("http://{addr}/metrics"))
+        .bearer_auth(calm_key)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"mcpmux_denials_total{client="client busy",reason="rate_limit"}"#,
+        r#"mcpmux_denials_total{client="unauthenticated",reason="authentication"}"#,
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(series)),
+            "{series} missing"
+        );
+    }
+
+    served.signal(nix::sys::signal::Signal::SIGTERM);
+    let (status, log) = served.finish().await;
+    assert!(status.success());
+    for secret in [busy_key, calm_key, secret_argument] {
+        assert!(!log.contains(secret), "{secret} appears in the log");
+    }
+}
