@@ -82,7 +82,8 @@ fn printed(output: &Output) -> String {
 }
 
 /// `mcpmux check --config FILE`, with no `MCPMUX*` variable in its
-/// environment, so a config passes only on its own defaults.
+/// environment but those the file documents as required (its secrets), so
+/// a config passes only on its own defaults.
 async fn mcpmux_check(file: &Path) -> Output {
     let mut cmd = Command::new(exe());
     cmd.arg("check").arg("--config").arg(file);
@@ -91,7 +92,23 @@ async fn mcpmux_check(file: &Path) -> Output {
             cmd.env_remove(name);
         }
     }
+    cmd.envs(required_variables(file));
     run(&format!("mcpmux check {}", file.display()), &mut cmd).await
+}
+
+/// The variables a shipped config requires on purpose: its credentials.
+fn required_variables(file: &Path) -> Vec<(&'static str, &'static str)> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    [
+        ("MCPMUX_API_KEY", "an-api-key-for-the-check-0123"),
+        ("MCPMUX_OPS_KEY", "an-ops-key-for-the-check-0123"),
+        ("MCPMUX_JWT_ISSUER", "https://idp.example.com"),
+        ("MCPMUX_JWT_AUDIENCE", "https://mcp.example.com/mcp"),
+        ("MCPMUX_JWKS_URL", "https://idp.example.com/jwks"),
+    ]
+    .into_iter()
+    .filter(|(name, _)| text.contains(&format!("${{{name}}}")))
+    .collect()
 }
 
 fn assert_check_passes(file: &Path, output: &Output) {
