@@ -4,7 +4,8 @@
 #
 #   docker build -t mcpmux .                             # the default image (target "runtime")
 #   docker build --target runtime-node -t mcpmux:node .  # plus Node.js (npx) and Python (uvx)
-#   docker run --rm -p 8080:8080 mcpmux                  # serves the demo config
+#   docker run --rm -p 8080:8080 -e MCPMUX_API_KEY=KEY mcpmux   # serves the demo config;
+#                                                        # clients send Authorization: Bearer KEY
 #
 # Then MCP is at http://localhost:8080/mcp (legacy HTTP+SSE at /sse).
 #
