@@ -460,3 +460,65 @@ async fn rate_limits_audit_lines_and_denial_counters_name_the_client_and_never_a
         assert!(!log.contains(secret), "{secret} appears in the log");
     }
 }
+
+#[tokio::test]
+async fn the_python_sdk_discovers_the_metadata_from_the_401_and_connects_with_a_key_in_both_eras() {
+    let yaml = format!(
+        "auth:\n  mode: on\n  api_keys:\n    - client: py\n      key: {OPS_KEY}\n  authorization_servers: [{ISSUER}]\nupstreams:\n{}",
+        example_upstream("alpha", &[])
+    );
+    let gw = TestGateway::start(&yaml).await;
+    for mode in ["legacy", "2026-07-28"] {
+        let out =
+            crate::support::interop::run_python("auth_client.py", &[&gw.url, OPS_KEY, mode]).await;
+        let discovery = &out["discovery"];
+        assert_eq!(discovery["status"], 401, "{out}");
+        assert!(
+            discovery["resource_metadata"]
+                .as_str()
+                .is_some_and(|u| u.ends_with("/.well-known/oauth-protected-resource/mcp")),
+            "{out}"
+        );
+        assert_eq!(discovery["metadata"]["resource"], gw.url, "{out}");
+        assert_eq!(
+            discovery["metadata"]["authorization_servers"][0]
+                .as_str()
+                .map(|s| s.trim_end_matches('/')),
+            Some(ISSUER),
+            "{out}"
+        );
+        assert!(
+            out["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == "alpha__echo"),
+            "{out}"
+        );
+        assert_eq!(out["echo"], "with a token", "{out}");
+        let expected_version = if mode == "legacy" { "2025-11-25" } else { mode };
+        assert_eq!(out["protocol_version"], expected_version, "{mode}: {out}");
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_typescript_sdk_connects_with_a_bearer_token_and_is_refused_without() {
+    let yaml = format!(
+        "auth:\n  mode: on\n  api_keys:\n    - client: ts\n      key: {OPS_KEY}\nupstreams:\n{}",
+        example_upstream("alpha", &[])
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let out = crate::support::interop::run_node("ts_bearer_client.mjs", &[&gw.url, OPS_KEY]).await;
+    assert!(
+        out["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "alpha__echo"),
+        "{out}"
+    );
+    assert_eq!(out["echo"], "from typescript", "{out}");
+    assert!(out["anonymous"].as_str().unwrap().contains("401"), "{out}");
+    gw.stop().await;
+}

@@ -53,7 +53,17 @@ pub fn everything_upstream(name: &str) -> String {
 /// Runs `tests/interop/<script>` with the venv's Python and returns its
 /// stdout parsed as JSON; a failing script fails the test with its stderr.
 pub async fn run_python(script: &str, args: &[&str]) -> serde_json::Value {
-    let output = tokio::process::Command::new(python())
+    run_json(python(), script, args).await
+}
+
+/// Runs `tests/interop/<script>` with the interop Node.js (ES modules find
+/// the npm packages next to it) and returns its stdout parsed as JSON.
+pub async fn run_node(script: &str, args: &[&str]) -> serde_json::Value {
+    run_json(node(), script, args).await
+}
+
+async fn run_json(program: PathBuf, script: &str, args: &[&str]) -> serde_json::Value {
+    let output = tokio::process::Command::new(program)
         .arg(dir().join(script))
         .args(args)
         .kill_on_drop(true)
