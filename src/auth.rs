@@ -15,7 +15,7 @@ use std::sync::Arc;
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{AdminAccess, AuthSettings, sha256};
+use crate::config::{AdminAccess, AuthConfig, AuthSettings, sha256};
 
 /// An authenticated client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,12 +74,41 @@ impl Authenticator {
         })
     }
 
+    /// The authenticator for `auth`, its JWKS refresh running until
+    /// `shutdown` (or until it is replaced by a reload and dropped); none
+    /// when authentication is off.
+    pub fn start(auth: &AuthConfig, shutdown: &CancellationToken) -> Option<Arc<Authenticator>> {
+        let AuthConfig::On(settings) = auth else {
+            return None;
+        };
+        let authenticator = match Authenticator::new(settings) {
+            Ok(a) => a,
+            Err(e) => {
+                // Config validation reads the same keys; refuse everyone
+                // rather than serve openly if it missed something.
+                tracing::error!(error = %e, "authentication cannot start; refusing every client");
+                Authenticator {
+                    settings: AuthSettings {
+                        api_keys: Vec::new(),
+                        jwt: None,
+                        ..(**settings).clone()
+                    },
+                    jwt: None,
+                }
+            }
+        };
+        let authenticator = Arc::new(authenticator);
+        authenticator.spawn_refresh(shutdown.clone());
+        Some(authenticator)
+    }
+
     pub fn settings(&self) -> &AuthSettings {
         &self.settings
     }
 
-    /// Fetches the JWKS now and every `jwks_refresh` until `shutdown`.
-    pub fn spawn_refresh(self: &Arc<Self>, shutdown: CancellationToken) {
+    /// Fetches the JWKS now and every `jwks_refresh` until `shutdown`, or
+    /// until this authenticator is dropped (a reload replaced it).
+    fn spawn_refresh(self: &Arc<Self>, shutdown: CancellationToken) {
         let Some(interval) = self
             .jwt
             .as_ref()
@@ -88,12 +117,13 @@ impl Authenticator {
         else {
             return;
         };
-        let this = self.clone();
+        let this = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
             loop {
                 tokio::select! {
                     _ = tick.tick() => {
+                        let Some(this) = this.upgrade() else { return };
                         if let Some(jwt) = &this.jwt {
                             jwt.refresh(false).await;
                         }

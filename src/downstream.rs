@@ -43,15 +43,38 @@ pub struct AppState {
     /// Whether the HTTP listener is on a loopback address: then only
     /// loopback `Host` names (and `http.allowed_hosts`) are accepted.
     pub loopback_listener: std::sync::atomic::AtomicBool,
-    /// Checks client credentials; none when `auth.mode` is off.
-    pub auth: Option<Arc<crate::auth::Authenticator>>,
-    /// Per-client request rates; none without `rate_limit`.
-    pub throttle: Option<Arc<throttle::Throttle>>,
+    /// Checks client credentials; none when `auth.mode` is off. Swapped
+    /// whole by a reload.
+    pub auth: arc_swap::ArcSwapOption<crate::auth::Authenticator>,
+    /// Per-client request rates; none without `rate_limit`. Swapped whole
+    /// by a reload (the buckets start full again).
+    pub throttle: arc_swap::ArcSwapOption<throttle::Throttle>,
     /// The HTTP listener's connection counters, once it serves.
     pub connections: std::sync::OnceLock<Arc<listener::ConnectionCounts>>,
 }
 
 impl AppState {
+    /// The authenticator in force; none when authentication is off.
+    pub fn auth(&self) -> Option<Arc<crate::auth::Authenticator>> {
+        self.auth.load_full()
+    }
+
+    /// Puts a reloaded config's `auth` and `rate_limit` in force: the next
+    /// request of every client, session or not, is checked by them.
+    pub fn apply_edge(
+        &self,
+        config: &crate::config::Config,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) {
+        self.auth
+            .store(crate::auth::Authenticator::start(&config.auth, shutdown));
+        self.throttle.store(
+            config
+                .rate_limit
+                .map(|limit| Arc::new(throttle::Throttle::new(limit))),
+        );
+    }
+
     /// Takes one request from the caller's rate budget; the 429 when it
     /// has none left (counted by client).
     #[allow(clippy::result_large_err)]
@@ -60,8 +83,10 @@ impl AppState {
         identity: Option<&Arc<crate::auth::Identity>>,
         ip: Option<std::net::IpAddr>,
     ) -> Result<(), Response> {
-        let (Some(throttle), Some(key)) = (&self.throttle, throttle::client_key(identity, ip))
-        else {
+        let (Some(throttle), Some(key)) = (
+            self.throttle.load_full(),
+            throttle::client_key(identity, ip),
+        ) else {
             return Ok(());
         };
         throttle.check(&key).map_err(|wait| {

@@ -112,14 +112,18 @@ impl Gateway {
             shutdown: http_shutdown.clone(),
             drain_grace: config.shutdown_grace,
             loopback_listener: std::sync::atomic::AtomicBool::new(false),
-            auth: authenticator(&config.auth, &upstream_shutdown),
-            throttle: config.rate_limit.map(|limit| {
-                let throttle = Arc::new(downstream::throttle::Throttle::new(limit));
-                spawn_forgetting(throttle.clone(), upstream_shutdown.clone(), &tracker);
-                throttle
-            }),
+            auth: arc_swap::ArcSwapOption::from(auth::Authenticator::start(
+                &config.auth,
+                &upstream_shutdown,
+            )),
+            throttle: arc_swap::ArcSwapOption::from(
+                config
+                    .rate_limit
+                    .map(|limit| Arc::new(downstream::throttle::Throttle::new(limit))),
+            ),
             connections: std::sync::OnceLock::new(),
         });
+        spawn_forgetting(state.clone(), upstream_shutdown.clone(), &tracker);
         Gateway {
             config,
             manager,
@@ -152,7 +156,7 @@ impl Gateway {
             }
         });
         tracing::info!(%addr, upstreams = self.config.upstreams.len(), "mcpmux listening; MCP endpoint at /mcp");
-        if self.state.auth.is_none() && !addr.ip().is_loopback() {
+        if self.state.auth().is_none() && !addr.ip().is_loopback() {
             tracing::warn!(%addr, "AUTHENTICATION IS OFF on a non-loopback address: anyone who can reach it may call every tool of every upstream; configure `auth` (see config/secure.yaml)");
         }
         self.server = Some((addr, server));
@@ -169,6 +173,7 @@ impl Gateway {
         let watcher = reload::watch(
             path,
             self.manager.clone(),
+            self.state.clone(),
             self.config.clone(),
             self.upstream_shutdown.clone(),
         );
@@ -250,45 +255,20 @@ impl Gateway {
 }
 
 /// Forgets the rate buckets of clients gone quiet, every minute.
-fn spawn_forgetting(
-    throttle: Arc<downstream::throttle::Throttle>,
-    shutdown: CancellationToken,
-    tracker: &TaskTracker,
-) {
+fn spawn_forgetting(state: Arc<AppState>, shutdown: CancellationToken, tracker: &TaskTracker) {
     tracker.spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
         loop {
             tokio::select! {
-                _ = tick.tick() => throttle.forget_idle(),
+                _ = tick.tick() => {
+                    if let Some(throttle) = state.throttle.load_full() {
+                        throttle.forget_idle();
+                    }
+                }
                 () = shutdown.cancelled() => return,
             }
         }
     });
-}
-
-/// The authenticator for `auth`, with its JWKS refresh running; none when
-/// authentication is off.
-fn authenticator(
-    auth: &config::AuthConfig,
-    shutdown: &CancellationToken,
-) -> Option<Arc<auth::Authenticator>> {
-    let config::AuthConfig::On(settings) = auth else {
-        return None;
-    };
-    let authenticator = match auth::Authenticator::new(settings) {
-        Ok(a) => Arc::new(a),
-        Err(e) => {
-            // Config validation reads the same keys; refuse everyone rather
-            // than serve openly if it did not catch something.
-            tracing::error!(error = %e, "authentication cannot start; refusing every client");
-            let mut refuse_all = (**settings).clone();
-            refuse_all.api_keys.clear();
-            refuse_all.jwt = None;
-            Arc::new(auth::Authenticator::new(&refuse_all).ok()?)
-        }
-    };
-    authenticator.spawn_refresh(shutdown.clone());
-    Some(authenticator)
 }
 
 /// Serves until `signal` resolves, then shuts down gracefully. With a

@@ -178,6 +178,7 @@ impl UpstreamManager {
 pub async fn watch(
     path: PathBuf,
     manager: Arc<UpstreamManager>,
+    edge: Arc<crate::downstream::AppState>,
     mut current: Config,
     stop: CancellationToken,
 ) {
@@ -223,6 +224,10 @@ pub async fn watch(
             );
         }
         let diff = manager.apply(&next.upstreams).await;
+        if next.auth != current.auth || next.rate_limit != current.rate_limit {
+            edge.apply_edge(&next, &stop);
+            tracing::info!("authentication and rate limits reloaded");
+        }
         tracing::info!(added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed, "config reloaded");
         current = next;
     }

@@ -24,7 +24,7 @@ pub async fn identify(
     state: &AppState,
     headers: &HeaderMap,
 ) -> Result<Option<Arc<Identity>>, Response> {
-    let Some(auth) = &state.auth else {
+    let Some(auth) = state.auth() else {
         return Ok(None);
     };
     match auth.authenticate(authorization(headers)).await {
@@ -104,11 +104,7 @@ fn quoted(text: &str) -> String {
 
 /// The gateway's resource URI: configured, or `http://HOST/mcp`.
 fn resource_uri(state: &AppState, headers: &HeaderMap) -> String {
-    if let Some(resource) = state
-        .auth
-        .as_ref()
-        .and_then(|a| a.settings().resource.clone())
-    {
+    if let Some(resource) = state.auth().and_then(|a| a.settings().resource.clone()) {
         return resource;
     }
     let host = headers
@@ -135,7 +131,7 @@ pub async fn protected_resource(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> Response {
-    let Some(auth) = &state.auth else {
+    let Some(auth) = state.auth() else {
         return rpc_error_response(
             StatusCode::NOT_FOUND,
             None,
@@ -161,7 +157,7 @@ pub async fn protected_resource(
 /// `/status` and `/metrics` as `auth.admin` says.
 #[allow(clippy::result_large_err)]
 pub async fn admit_admin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
-    let Some(auth) = &state.auth else {
+    let Some(auth) = state.auth() else {
         return Ok(());
     };
     auth.admits_admin(authorization(headers))

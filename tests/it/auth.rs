@@ -453,10 +453,28 @@ async fn rate_limits_audit_lines_and_denial_counters_name_the_client_and_never_a
         );
     }
 
+    // A reload replaces the keys: the old one stops working, the new one works.
+    let rotated_key = "calm-key-rotated-9e2b7c";
+    let rotated = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("${MCPMUX_IT_CALM_KEY}", rotated_key);
+    let next = path.with_extension("next");
+    std::fs::write(&next, rotated).unwrap();
+    std::fs::rename(&next, &path).unwrap();
+    served.signal(nix::sys::signal::Signal::SIGHUP);
+    served
+        .first("authentication and rate limits reloaded")
+        .await;
+    let old = post(&http, &url, None, &ping, &[("authorization", &calm_auth)]).await;
+    assert_eq!(old.status, StatusCode::UNAUTHORIZED, "{}", old.body);
+    let new_auth = format!("Bearer {rotated_key}");
+    let new = post(&http, &url, None, &ping, &[("authorization", &new_auth)]).await;
+    assert_eq!(new.status, StatusCode::OK, "{}", new.body);
+
     served.signal(nix::sys::signal::Signal::SIGTERM);
     let (status, log) = served.finish().await;
     assert!(status.success());
-    for secret in [busy_key, calm_key, secret_argument] {
+    for secret in [busy_key, calm_key, secret_argument, rotated_key] {
         assert!(!log.contains(secret), "{secret} appears in the log");
     }
 }
