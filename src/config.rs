@@ -8,6 +8,7 @@
 //! whose `Debug` prints a mask.
 
 mod expand;
+mod policy;
 mod secret;
 
 use std::collections::BTreeMap;
@@ -21,6 +22,7 @@ use serde::Deserialize;
 use serde_saphyr::{Location, Spanned};
 
 pub use expand::Lookup;
+pub use policy::{Access, PolicyConfig, RuleConfig};
 pub use secret::Secret;
 
 /// The config `mcpmux serve` runs when no `--config` is given: two copies of
@@ -79,6 +81,8 @@ pub struct Config {
     pub page_size: usize,
     /// How long shutdown waits for in-flight requests and for children.
     pub shutdown_grace: Duration,
+    /// Who may see and use what; none: everything, for everyone.
+    pub policy: Option<PolicyConfig>,
 }
 
 /// Downstream session settings.
@@ -306,6 +310,8 @@ struct RawConfig {
     page_size: Option<Spanned<u64>>,
     #[serde(default)]
     shutdown_grace: Option<Spanned<String>>,
+    #[serde(default)]
+    policy: Option<policy::RawPolicy>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -644,6 +650,8 @@ impl RawConfig {
                 p.duration(d, "shutdown_grace", lookup)
             });
 
+        let policy = self.policy.as_ref().map(|raw| raw.validate(&mut p));
+
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));
             return Err(p.issues);
@@ -668,6 +676,7 @@ impl RawConfig {
             },
             page_size,
             shutdown_grace: shutdown_grace.unwrap_or_default(),
+            policy,
         })
     }
 }

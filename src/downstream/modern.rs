@@ -215,14 +215,19 @@ pub async fn handle(
         );
         return reject(StatusCode::NOT_FOUND, Some(id), error);
     }
+    // Who is asking; none while authentication is off.
+    let identity: Option<Arc<crate::auth::Identity>> = None;
     if method == method::TOOLS_CALL
-        && let Err(rejected) = check_param_headers(state, headers, envelope)
+        && let Err(rejected) = check_param_headers(state, headers, envelope, identity.as_deref())
     {
         return rejected;
     }
     match method {
-        method::DISCOVER => json(protocol::response_frame(id.get(), &discover(state))),
-        method::LISTEN => super::listen::open(state, id, envelope.params).await,
+        method::DISCOVER => json(protocol::response_frame(
+            id.get(),
+            &discover(state, identity.as_deref()),
+        )),
+        method::LISTEN => super::listen::open(state, identity, id, envelope.params).await,
         _ => {
             let ctx = RequestContext {
                 inflight: Arc::default(),
@@ -230,7 +235,7 @@ pub async fn handle(
                 can_stream,
                 era: Era::Modern,
                 log_level: validated.log_level,
-                identity: None,
+                identity,
             };
             match state
                 .router
@@ -287,6 +292,7 @@ fn check_param_headers(
     state: &AppState,
     headers: &HeaderMap,
     envelope: &Envelope<'_>,
+    identity: Option<&crate::auth::Identity>,
 ) -> Result<(), Response> {
     let params: Map<String, Value> = envelope
         .params
@@ -296,6 +302,10 @@ fn check_param_headers(
         .get("name")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    if !state.router.allows(identity, name) {
+        // A hidden tool is answered like an unknown one, by the router.
+        return Ok(());
+    }
     let catalog = state.router.catalog().load();
     let Some(header_params) = catalog.tool_headers(name) else {
         return Ok(());
@@ -312,16 +322,16 @@ fn check_param_headers(
 
 /// The `server/discover` result: the merged view's capabilities and every
 /// version the gateway serves.
-fn discover(state: &AppState) -> String {
+fn discover(state: &AppState, identity: Option<&crate::auth::Identity>) -> String {
     let mut result = json!({
         "resultType": "complete",
         "supportedVersions": protocol::ALL_VERSIONS,
         "capabilities": crate::router::capabilities(),
         "_meta": { meta::SERVER_INFO: { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") } },
         "ttlMs": crate::router::LIST_TTL_MS,
-        "cacheScope": "public",
+        "cacheScope": if state.router.filters(identity) { "private" } else { "public" },
     });
-    if let Some(text) = state.router.catalog().load().instructions() {
+    if let Some(text) = state.router.instructions(identity) {
         result["instructions"] = Value::from(text);
     }
     result.to_string()

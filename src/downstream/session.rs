@@ -270,6 +270,11 @@ impl SessionTable {
             client,
             identity: None,
         });
+        if let Some(identity) = &session.identity {
+            // Its notifications follow its client's view.
+            self.hub
+                .bind_identity(&session.subscriber, identity.clone());
+        }
         if let Some(ip) = client {
             *self.per_client.entry(ip).or_insert(0) += 1;
         }
