@@ -10,6 +10,8 @@
 //! - [`router`]: answers list requests from the catalog and forwards calls to
 //!   exactly one upstream, remapping ids and progress tokens.
 //! - [`catalog`]: the merged, namespaced snapshot (`ArcSwap`), and paging.
+//! - [`policy`]: who may see and use what; each client's view of the
+//!   catalog, derived once per list version and set of rules.
 //! - [`upstream`]: one supervised actor per upstream server that owns its
 //!   transport (a stdio child or an HTTP session), its handshake, its lists
 //!   and its health checks.

@@ -2,7 +2,7 @@
 //! and each client's view of the merged catalog.
 //!
 //! A request's [`Identity`] picks its rules: its client's, and those of each
-//! of its scopes. That set of rules is a [`Grant`], shared by every client
+//! of its scopes. That set of rules is a `Grant`, shared by every client
 //! with the same rules. A grant's view of a list (which items of the merged
 //! catalog it may see) is derived once per list generation, on first use,
 //! and kept until that list or the policy changes, so listing a filtered
