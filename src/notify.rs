@@ -28,7 +28,7 @@ pub use outbox::Outbox;
 
 use crate::auth::Identity;
 use crate::catalog::{ListKind, naming};
-use crate::policy::{PolicyChange, Views};
+use crate::policy::{Seen, Views};
 use crate::subscriptions::{SubscriberId, SubscriptionTable, UpstreamChange};
 use crate::upstream::{Connection, ServerHello, UpstreamSet};
 
@@ -91,6 +91,8 @@ pub struct Subscriber {
     only_upstream: Option<Arc<str>>,
     /// The authenticated client it belongs to; set once.
     identity: std::sync::OnceLock<Arc<Identity>>,
+    /// The views it was last told about, under a policy.
+    seen: Seen,
 }
 
 /// Which `list_changed` notifications a subscriber asked for.
@@ -221,7 +223,7 @@ impl NotifyHub {
         if subscriber.identity.set(identity).is_ok()
             && let (Some(views), Some(identity)) = (&self.views, subscriber.identity())
         {
-            views.baseline(identity);
+            views.baseline(identity, &subscriber.seen);
         }
     }
 
@@ -256,6 +258,7 @@ impl NotifyHub {
             wants,
             only_upstream,
             identity: std::sync::OnceLock::new(),
+            seen: Seen::default(),
         });
         self.subscribers.insert(subscriber.id, subscriber.clone());
         subscriber
@@ -296,39 +299,45 @@ impl NotifyHub {
         }
     }
 
-    /// Every subscriber learns that these lists changed (under a policy:
-    /// every subscriber whose view of them changed).
+    /// Every subscriber learns that these lists changed (a subscriber of
+    /// an identity: when its view of them changed).
     pub fn lists_changed(&self, kinds: &[ListKind]) {
         if kinds.is_empty() {
             return;
         }
         let mut fanout = self.views.as_ref().map(|v| v.fanout());
         for subscriber in &self.subscribers {
-            for kind in kinds.iter().filter(|k| subscriber.wants.wants(**k)) {
-                let tells = fanout
+            let identity = subscriber.identity().map(|i| &**i);
+            for kind in kinds {
+                // Asked for every kind, so what it has seen stays current.
+                let news = fanout
                     .as_mut()
-                    .is_none_or(|f| f.tells(subscriber.identity().map(|i| &**i), *kind));
-                if tells {
+                    .is_none_or(|f| f.tells(identity, &subscriber.seen, *kind));
+                if news && subscriber.wants.wants(*kind) {
                     subscriber.outbox.mark_list_changed(*kind);
                 }
             }
         }
     }
 
-    /// A new policy is in force: subscribers whose view changed get
-    /// `list_changed`, and lose subscriptions to URIs it no longer allows.
-    pub(crate) fn policy_changed(&self, mut change: PolicyChange) {
+    /// A new policy is in force (a reload): subscribers whose view changed
+    /// get `list_changed`, and lose subscriptions to URIs it does not allow.
+    pub fn policy_changed(&self) {
+        let Some(views) = &self.views else { return };
+        let mut fanout = views.fanout();
         for subscriber in &self.subscribers {
             let Some(identity) = subscriber.identity() else {
                 continue;
             };
-            for kind in change.changed_kinds(identity) {
-                if subscriber.wants.wants(kind) {
+            for kind in ListKind::ALL {
+                if fanout.tells(Some(identity), &subscriber.seen, kind)
+                    && subscriber.wants.wants(kind)
+                {
                     subscriber.outbox.mark_list_changed(kind);
                 }
             }
             for uri in self.subscriptions.uris_of(subscriber.id) {
-                if !change.keeps(identity, &uri)
+                if !views.allows(Some(identity), &uri)
                     && let Some(last) = self.subscriptions.unsubscribe(subscriber.id, &uri)
                 {
                     self.unsubscribe_upstream(&last);

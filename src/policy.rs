@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use arc_swap::ArcSwapOption;
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
-pub(crate) use fanout::{Fanout, PolicyChange};
+pub(crate) use fanout::Fanout;
+pub(crate) use fanout::Seen;
 
 use crate::auth::Identity;
 use crate::catalog::{Catalog, CatalogStore, ListKind, Subset};
@@ -172,9 +173,6 @@ pub(crate) struct Grant {
     /// The current view of each list kind. Held for a swap, not while the
     /// view is derived (that waits on the view's `OnceLock`).
     lists: [Mutex<Option<Arc<ListView>>>; 4],
-    /// The digest of each list kind last announced to this grant's
-    /// subscribers (`list_changed` goes out when it changes).
-    announced: Mutex<[Option<u64>; 4]>,
     /// How many views were derived, for tests of the cache.
     #[cfg(test)]
     derivations: std::sync::atomic::AtomicUsize,
@@ -192,7 +190,6 @@ impl Grant {
             epoch: policy.epoch,
             id: hasher.finish(),
             lists: Default::default(),
-            announced: Mutex::default(),
             #[cfg(test)]
             derivations: Default::default(),
         }
@@ -284,24 +281,6 @@ impl Grant {
     pub(crate) fn instructions(&self, catalog: &Catalog) -> Option<String> {
         catalog.instructions_of(|upstream| self.sees_upstream(upstream, catalog))
     }
-
-    /// Records the current view of `kind` as announced; true when it
-    /// differs from the one announced before (or none was).
-    fn announce(&self, kind: ListKind, catalog: &Catalog) -> bool {
-        let digest = self.list(kind, catalog).digest();
-        let mut announced = self.announced.lock().unwrap_or_else(|e| e.into_inner());
-        announced[kind as usize].replace(digest) != Some(digest)
-    }
-
-    /// What a newly registered subscriber knows: the current views of the
-    /// kinds nothing was announced for yet.
-    fn baseline(&self, catalog: &Catalog) {
-        let digests = ListKind::ALL.map(|kind| self.list(kind, catalog).digest());
-        let mut announced = self.announced.lock().unwrap_or_else(|e| e.into_inner());
-        for (known, digest) in announced.iter_mut().zip(digests) {
-            known.get_or_insert(digest);
-        }
-    }
 }
 
 /// One grant's view of one version of a list.
@@ -388,28 +367,26 @@ impl Views {
     }
 
     /// Records what a new subscriber of `identity` sees now, so that only
-    /// later changes of its view are announced to it.
-    pub(crate) fn baseline(&self, identity: &Identity) {
-        if let Some(grant) = self.grant(Some(identity)) {
-            grant.baseline(&self.catalog.load());
-        }
+    /// later changes of its view are news to it.
+    pub(crate) fn baseline(&self, identity: &Identity, seen: &Seen) {
+        let mut fanout = self.fanout();
+        seen.baseline(ListKind::ALL.map(|kind| fanout.digest(identity, kind)));
     }
 
-    /// Decides one catalog change's `list_changed` fan-out.
+    /// The current views, for one fan-out of changes.
     pub(crate) fn fanout(&self) -> Fanout {
         Fanout::new(self.policy.load_full(), self.catalog.load())
     }
 
-    /// Puts `config` in force (a reload). Returns what changed, for the
-    /// notify hub to tell subscribers, or none when the policy is the same.
-    pub(crate) fn replace(&self, config: Option<&PolicyConfig>) -> Option<PolicyChange> {
-        let old = self.policy.load_full();
+    /// Puts `config` in force (a reload); false when it is the policy in
+    /// force already. Requests use the new one from their next lookup.
+    pub(crate) fn replace(&self, config: Option<&PolicyConfig>) -> bool {
+        let old = self.policy.load();
         if old.as_ref().map(|p| &p.config) == config {
-            return None;
+            return false;
         }
-        let new = config.map(|c| Arc::new(Policy::new(c)));
-        self.policy.store(new.clone());
-        Some(PolicyChange::new(old, new, self.catalog.load()))
+        self.policy.store(config.map(|c| Arc::new(Policy::new(c))));
+        true
     }
 }
 

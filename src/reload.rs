@@ -179,10 +179,10 @@ impl UpstreamManager {
     /// stream's rights follow it from its next request, and those whose
     /// view changed get `list_changed`. Returns whether it changed.
     pub fn apply_policy(&self, policy: Option<&crate::config::PolicyConfig>) -> bool {
-        let Some(change) = self.hub.views().and_then(|v| v.replace(policy)) else {
+        if !self.hub.views().is_some_and(|v| v.replace(policy)) {
             return false;
-        };
-        self.hub.policy_changed(change);
+        }
+        self.hub.policy_changed();
         tracing::info!(policy = policy.is_some(), "policy reloaded");
         true
     }

@@ -1,11 +1,13 @@
-//! Which subscribers hear of a change under the policy: a catalog change's
-//! `list_changed` ([`Fanout`]) and a policy reload ([`PolicyChange`]).
-//! Both run inside one notify-hub call, on the task that made the change;
-//! each grant's views are derived once however many subscribers share it.
+//! Whether a change is news to a subscriber: each subscriber under a policy
+//! remembers a digest of each view it was last told about ([`Seen`]); a
+//! catalog change or a policy reload tells it `list_changed` for a kind
+//! only when the digest of its current view differs. Runs inside one
+//! notify-hub call, on the task that made the change; each grant's views
+//! are looked up once per change however many subscribers share it.
 
 use std::collections::HashMap;
-use std::hash::Hasher;
-use std::sync::Arc;
+use std::hash::{Hash as _, Hasher as _};
+use std::sync::{Arc, Mutex};
 
 use serde_json::value::RawValue;
 
@@ -19,13 +21,37 @@ pub(super) fn hash_item(digest: &mut std::hash::DefaultHasher, item: &RawValue) 
     digest.write_u8(0xff);
 }
 
-/// One catalog change's `list_changed` decisions.
+/// The digests of the views one subscriber was last told about, one per
+/// list kind (none: not known yet). Held for one update.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    digests: Mutex<[Option<u64>; 4]>,
+}
+
+impl Seen {
+    fn lock(&self) -> std::sync::MutexGuard<'_, [Option<u64>; 4]> {
+        self.digests.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records `digest` as the view of `kind`; true when that is news.
+    fn update(&self, kind: ListKind, digest: u64) -> bool {
+        self.lock()[kind as usize].replace(digest) != Some(digest)
+    }
+
+    /// Records `digests` for the kinds nothing was recorded for yet.
+    pub(super) fn baseline(&self, digests: [u64; 4]) {
+        for (known, digest) in self.lock().iter_mut().zip(digests) {
+            known.get_or_insert(digest);
+        }
+    }
+}
+
+/// The current views, for one fan-out.
 pub(crate) struct Fanout {
     policy: Option<Arc<Policy>>,
     catalog: Arc<Catalog>,
-    /// Per grant (by address; the `Arc` keeps it alive), whether its view
-    /// of each kind changed, once asked.
-    seen: HashMap<usize, (Arc<Grant>, [Option<bool>; 4])>,
+    /// Digests per grant (by address; the `Arc` keeps it alive), once asked.
+    grants: HashMap<usize, (Arc<Grant>, [Option<u64>; 4])>,
 }
 
 impl Fanout {
@@ -33,81 +59,41 @@ impl Fanout {
         Fanout {
             policy,
             catalog,
-            seen: HashMap::new(),
+            grants: HashMap::new(),
         }
     }
 
-    /// Whether a subscriber of `identity` is told that `kind` changed:
-    /// always without a policy or an identity; otherwise only when its
-    /// view of `kind` is not the one it was last told about.
-    pub(crate) fn tells(&mut self, identity: Option<&Identity>, kind: ListKind) -> bool {
-        let (Some(policy), Some(identity)) = (&self.policy, identity) else {
-            return true;
+    /// Whether a subscriber of `identity` that has `seen` is told that
+    /// `kind` changed: always without an identity; otherwise when its view
+    /// of `kind` is not the one it was last told about (a subscriber of an
+    /// identity is kept up to date even while no policy is in force).
+    pub(crate) fn tells(
+        &mut self,
+        identity: Option<&Identity>,
+        seen: &Seen,
+        kind: ListKind,
+    ) -> bool {
+        match identity {
+            None => true,
+            Some(identity) => seen.update(kind, self.digest(identity, kind)),
+        }
+    }
+
+    /// The digest of `identity`'s current view of `kind`. Without a policy
+    /// that is the whole list, identified by its version (a policy coming
+    /// or going therefore counts as a change).
+    pub(super) fn digest(&mut self, identity: &Identity, kind: ListKind) -> u64 {
+        let Some(policy) = &self.policy else {
+            let mut digest = std::hash::DefaultHasher::new();
+            self.catalog.version(kind).hash(&mut digest);
+            return digest.finish();
         };
         let grant = policy.grant(identity);
-        let (grant, seen) = self
-            .seen
+        let (grant, digests) = self
+            .grants
             .entry(Arc::as_ptr(&grant) as usize)
             .or_insert_with(|| (grant, [None; 4]));
         let catalog = &self.catalog;
-        *seen[kind as usize].get_or_insert_with(|| grant.announce(kind, catalog))
-    }
-}
-
-/// A policy reload: which subscribers' views changed, and which of their
-/// subscriptions the new policy no longer allows.
-pub(crate) struct PolicyChange {
-    old: Option<Arc<Policy>>,
-    new: Option<Arc<Policy>>,
-    catalog: Arc<Catalog>,
-    /// Digests of whole lists (the view without a policy), once asked.
-    whole: HashMap<ListKind, u64>,
-}
-
-impl PolicyChange {
-    pub(super) fn new(
-        old: Option<Arc<Policy>>,
-        new: Option<Arc<Policy>>,
-        catalog: Arc<Catalog>,
-    ) -> PolicyChange {
-        PolicyChange {
-            old,
-            new,
-            catalog,
-            whole: HashMap::new(),
-        }
-    }
-
-    /// The list kinds whose view changed for a subscriber of `identity`.
-    pub(crate) fn changed_kinds(&mut self, identity: &Identity) -> Vec<ListKind> {
-        let old = self.old.as_ref().map(|p| p.grant(identity));
-        let new = self.new.as_ref().map(|p| p.grant(identity));
-        if let Some(grant) = &new {
-            grant.baseline(&self.catalog);
-        }
-        ListKind::ALL
-            .into_iter()
-            .filter(|kind| self.digest(old.as_deref(), *kind) != self.digest(new.as_deref(), *kind))
-            .collect()
-    }
-
-    /// Whether `identity` may still use `uri` under the new policy.
-    pub(crate) fn keeps(&self, identity: &Identity, uri: &str) -> bool {
-        self.new
-            .as_ref()
-            .is_none_or(|p| p.grant(identity).allows(uri))
-    }
-
-    fn digest(&mut self, grant: Option<&Grant>, kind: ListKind) -> u64 {
-        match grant {
-            Some(grant) => grant.list(kind, &self.catalog).digest(),
-            None => *self.whole.entry(kind).or_insert_with(|| {
-                let mut digest = std::hash::DefaultHasher::new();
-                for i in 0..self.catalog.keys(kind).len() {
-                    hash_item(&mut digest, self.catalog.item(kind, i).0);
-                }
-                digest.finish()
-            }),
-        }
+        *digests[kind as usize].get_or_insert_with(|| grant.list(kind, catalog).digest())
     }
 }

@@ -447,63 +447,111 @@ fn instructions_and_upstreams_follow_the_view() {
     );
 }
 
+/// The list_changed methods waiting in a subscriber's outbox.
+fn told(subscriber: &crate::notify::Subscriber) -> Vec<String> {
+    std::iter::from_fn(|| subscriber.outbox.next_event())
+        .map(|(_, frame)| {
+            let frame: Value = serde_json::from_str(&frame).unwrap();
+            frame["method"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+fn hub(store: &Arc<CatalogStore>, policy: &str) -> crate::notify::NotifyHub {
+    let views = Views::new(store.clone(), Some(&policy_config(policy)));
+    crate::notify::NotifyHub::with_views(Arc::default(), Arc::new(views))
+}
+
+const TOOLS: &str = "notifications/tools/list_changed";
+const RESOURCES: &str = "notifications/resources/list_changed";
+
 #[test]
-fn list_changed_is_told_only_when_a_view_changed() {
+fn list_changed_reaches_a_subscriber_only_when_its_view_changed() {
     let store = Arc::new(filled());
-    let views = Views::new(store.clone(), Some(&policy_config(SECURE)));
-    let (reader, ops) = (who("reader", &[]), who("ops", &[]));
-    views.baseline(&reader);
-    views.baseline(&ops);
+    let hub = hub(&store, SECURE);
+    let ops = hub.register_as(Some(Arc::new(who("ops", &[]))));
+    let reader = hub.register_as(Some(Arc::new(who("reader", &[]))));
+    let anonymous = hub.register();
 
-    // The notes tools change: ops is told, the reader (twice over, as two
-    // subscribers) is not, and a client without identity always is.
-    store.publish("notes", lists("notes", &["add_00", "new"]));
-    let mut fanout = views.fanout();
-    assert!(fanout.tells(Some(&ops), ListKind::Tools));
-    assert!(!fanout.tells(Some(&reader), ListKind::Tools));
-    assert!(!fanout.tells(Some(&reader), ListKind::Tools));
-    assert!(fanout.tells(None, ListKind::Tools));
-
-    // The weather tools change: both subscribers of the reader's grant are told.
-    store.publish("weather", lists("weather", &["new"]));
-    let mut fanout = views.fanout();
-    assert!(fanout.tells(Some(&reader), ListKind::Tools));
-    assert!(fanout.tells(Some(&reader), ListKind::Tools));
-    assert!(fanout.tells(Some(&ops), ListKind::Tools));
-    assert!(
-        !fanout.tells(Some(&reader), ListKind::Prompts),
-        "its prompts did not change"
+    // A notes tool appears: the reader sees no notes tools.
+    let kinds = store.publish("notes", lists("notes", &["add_00", "new"]));
+    hub.lists_changed(&kinds);
+    assert_eq!(
+        (told(&ops), told(&reader)),
+        (vec![TOOLS.to_owned()], vec![])
     );
-    // Told once: the next fan-out without a change tells nobody.
-    let mut fanout = views.fanout();
-    assert!(!fanout.tells(Some(&reader), ListKind::Tools));
-    assert!(!fanout.tells(Some(&ops), ListKind::Tools));
+    assert_eq!(told(&anonymous), [TOOLS]);
+
+    // A weather tool appears: news to everyone, a second reader included.
+    let second = hub.register_as(Some(Arc::new(who("reader", &[]))));
+    let kinds = store.publish("weather", lists("weather", &["new"]));
+    hub.lists_changed(&kinds);
+    for subscriber in [&ops, &reader, &second, &anonymous] {
+        assert_eq!(told(subscriber), [TOOLS]);
+    }
+
+    // A reader joining after a change nobody of its rules heard of is told
+    // when the list changes back.
+    hub.unregister(reader.id);
+    hub.unregister(second.id);
+    hub.lists_changed(&store.publish("weather", lists("weather", &["other"])));
+    let late = hub.register_as(Some(Arc::new(who("reader", &[]))));
+    hub.lists_changed(&store.publish("weather", lists("weather", &["new"])));
+    assert_eq!(told(&late), [TOOLS]);
 }
 
 #[test]
-fn a_policy_reload_reports_changed_views_and_lost_uris() {
+fn a_policy_reload_tells_whose_view_changed_and_drops_what_it_no_longer_allows() {
     let store = Arc::new(filled());
-    let views = Views::new(store.clone(), Some(&policy_config(SECURE)));
+    let hub = hub(&store, SECURE);
+    let views = hub.views().unwrap().clone();
+    let ops = hub.register_as(Some(Arc::new(who("ops", &[]))));
+    let reader = hub.register_as(Some(Arc::new(who("reader", &[]))));
+    let anonymous = hub.register();
     assert!(
-        views.replace(Some(&policy_config(SECURE))).is_none(),
-        "same policy"
+        !views.replace(Some(&policy_config(SECURE))),
+        "the same policy"
     );
+
     let widened = policy_config(
         "policy:\n  clients:\n    ops: { allow: [\"*\"] }\n    reader: { allow: [\"weather__*\", \"weather+*\"] }\n",
     );
-    let mut change = views.replace(Some(&widened)).expect("changed");
+    assert!(views.replace(Some(&widened)));
+    hub.policy_changed();
     assert_eq!(
-        change.changed_kinds(&who("reader", &[])),
-        [ListKind::Resources, ListKind::Templates]
+        told(&reader),
+        [RESOURCES],
+        "resources and templates, told once"
     );
-    assert_eq!(change.changed_kinds(&who("ops", &[])), []);
-    assert!(change.keeps(&who("reader", &[]), "weather+demo://weather/readme"));
-    assert!(!change.keeps(&who("ops-not", &[]), "weather+demo://weather/readme"));
+    assert_eq!((told(&ops), told(&anonymous)), (vec![], vec![]));
+    let weather: Arc<str> = "weather".into();
+    let uri = "weather+demo://weather/readme";
+    hub.subscriptions()
+        .subscribe(reader.id, uri, &weather, "demo://weather/readme");
+    hub.subscriptions()
+        .subscribe(ops.id, uri, &weather, "demo://weather/readme");
 
-    // Removing the policy shows everything to everyone.
-    let mut change = views.replace(None).expect("changed");
-    assert_eq!(change.changed_kinds(&who("ops", &[])), []);
-    assert_eq!(change.changed_kinds(&who("reader", &[])).len(), 4);
-    assert!(change.keeps(&who("anyone", &[]), "notes+demo://notes/readme"));
+    let narrowed = policy_config(
+        "policy:\n  clients:\n    ops: { allow: [\"*\"] }\n    reader: { allow: [\"notes__*\"] }\n",
+    );
+    assert!(views.replace(Some(&narrowed)));
+    hub.policy_changed();
+    assert_eq!(
+        told(&reader),
+        [TOOLS, "notifications/prompts/list_changed", RESOURCES]
+    );
+    assert!(hub.subscriptions().uris_of(reader.id).is_empty());
+    assert_eq!(hub.subscriptions().uris_of(ops.id).len(), 1);
+    assert!(
+        views
+            .grant(Some(&who("reader", &[])))
+            .unwrap()
+            .allows("notes__add_00")
+    );
+
+    // Without a policy the reader sees everything again.
+    assert!(views.replace(None));
+    hub.policy_changed();
+    assert_eq!(told(&reader).len(), 3);
     assert!(!views.is_active());
 }
