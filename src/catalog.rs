@@ -134,6 +134,23 @@ pub struct Target {
 struct MergedList {
     generation: u64,
     items: Vec<Box<RawValue>>,
+    /// Each item's exposed name (tools, prompts) or namespaced URI or
+    /// template (resources, templates), what policy rules match.
+    keys: Vec<Box<str>>,
+    /// The upstream each item comes from.
+    owners: Vec<Arc<str>>,
+}
+
+/// A part of a merged list, a client's view of it: which items (indices in
+/// list order) and the view's identity, which its cursors carry. A cursor
+/// issued for one view is refused by every other view and by the whole list.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Subset<'a> {
+    pub(crate) indices: &'a [u32],
+    /// Changes when the policy is reloaded: older cursors are stale.
+    pub(crate) epoch: u32,
+    /// Which view of that policy: another one's cursors are invalid.
+    pub(crate) id: u64,
 }
 
 /// An immutable snapshot of the merged view.
@@ -145,6 +162,8 @@ pub struct Catalog {
     tools: HashMap<Box<str>, Target>,
     prompts: HashMap<Box<str>, Target>,
     instructions: Option<String>,
+    /// Each connected upstream's own instructions, in config order.
+    instruction_sections: Vec<(Arc<str>, String)>,
     /// Upstreams whose URIs are exposed unchanged, in config order.
     plain_upstreams: Vec<Arc<str>>,
     /// Their listed resources, by URI.
@@ -229,6 +248,16 @@ impl Catalog {
         self.instructions.as_deref()
     }
 
+    /// The merged `instructions` of the connected upstreams that `shown`
+    /// admits (those a client sees something of).
+    pub(crate) fn instructions_of(&self, shown: impl Fn(&str) -> bool) -> Option<String> {
+        merged_instructions(
+            self.instruction_sections
+                .iter()
+                .filter(|(upstream, _)| shown(upstream)),
+        )
+    }
+
     /// One page of a merged list as a result object's JSON text.
     pub fn page(
         &self,
@@ -236,36 +265,81 @@ impl Catalog {
         cursor: Option<&str>,
         page_size: usize,
     ) -> Result<String, CursorError> {
+        self.page_in(kind, None, cursor, page_size)
+    }
+
+    /// One page of a list, or of a client's view of it (`subset`), whose
+    /// cursors are bound to that view.
+    pub(crate) fn page_in(
+        &self,
+        kind: ListKind,
+        subset: Option<Subset<'_>>,
+        cursor: Option<&str>,
+        page_size: usize,
+    ) -> Result<String, CursorError> {
         let list = &self.lists[kind.index()];
+        let len = subset.map_or(list.items.len(), |s| s.indices.len());
         let start = match cursor {
             None => 0,
-            Some(c) => self.decode_cursor(kind, list.generation, c)?,
+            Some(c) => self.decode_cursor(kind, list.generation, subset, len, c)?,
         };
-        let end = (start + page_size).min(list.items.len());
-        let items = &list.items[start..end];
-        let mut out =
-            String::with_capacity(32 + items.iter().map(|i| i.get().len() + 1).sum::<usize>());
+        let end = (start + page_size).min(len);
+        let item = |i: usize| -> &RawValue {
+            match subset {
+                Some(s) => &list.items[s.indices[i] as usize],
+                None => &list.items[i],
+            }
+        };
+        let mut out = String::with_capacity(
+            32 + (start..end).map(|i| item(i).get().len() + 1).sum::<usize>(),
+        );
         out.push_str("{\"");
         out.push_str(kind.result_key());
         out.push_str("\":[");
-        for (i, item) in items.iter().enumerate() {
-            if i > 0 {
+        for i in start..end {
+            if i > start {
                 out.push(',');
             }
-            out.push_str(item.get());
+            out.push_str(item(i).get());
         }
         out.push(']');
-        if end < list.items.len() {
+        if end < len {
             out.push_str(",\"nextCursor\":\"");
-            out.push_str(&self.encode_cursor(kind, list.generation, end));
+            out.push_str(&self.encode_cursor(kind, list.generation, subset, end));
             out.push('"');
         }
         out.push('}');
         Ok(out)
     }
 
-    fn encode_cursor(&self, kind: ListKind, generation: u64, offset: usize) -> String {
-        let plain = format!("{}:{:x}:{generation:x}:{offset:x}", kind.tag(), self.epoch);
+    /// The version of one list: the process epoch and the list's
+    /// generation. Equal versions mean equal content.
+    pub(crate) fn version(&self, kind: ListKind) -> (u32, u64) {
+        (self.epoch, self.lists[kind.index()].generation)
+    }
+
+    /// What policy rules match for each item of a list, in list order.
+    pub(crate) fn keys(&self, kind: ListKind) -> &[Box<str>] {
+        &self.lists[kind.index()].keys
+    }
+
+    /// Item `index` of a list and the upstream it comes from.
+    pub(crate) fn item(&self, kind: ListKind, index: usize) -> (&RawValue, &Arc<str>) {
+        let list = &self.lists[kind.index()];
+        (&list.items[index], &list.owners[index])
+    }
+
+    fn encode_cursor(
+        &self,
+        kind: ListKind,
+        generation: u64,
+        subset: Option<Subset<'_>>,
+        offset: usize,
+    ) -> String {
+        let mut plain = format!("{}:{:x}:{generation:x}:{offset:x}", kind.tag(), self.epoch);
+        if let Some(s) = subset {
+            plain.push_str(&format!(":{:x}.{:x}", s.epoch, s.id));
+        }
         URL_SAFE_NO_PAD.encode(plain)
     }
 
@@ -273,6 +347,8 @@ impl Catalog {
         &self,
         kind: ListKind,
         generation: u64,
+        subset: Option<Subset<'_>>,
+        len: usize,
         cursor: &str,
     ) -> Result<usize, CursorError> {
         let bytes = URL_SAFE_NO_PAD
@@ -280,7 +356,8 @@ impl Catalog {
             .map_err(|_| CursorError::Invalid)?;
         let text = std::str::from_utf8(&bytes).map_err(|_| CursorError::Invalid)?;
         let mut parts = text.split(':');
-        let (Some(tag), Some(epoch), Some(gen_), Some(offset), None) = (
+        let (Some(tag), Some(epoch), Some(gen_), Some(offset), view, None) = (
+            parts.next(),
             parts.next(),
             parts.next(),
             parts.next(),
@@ -293,16 +370,28 @@ impl Catalog {
         if tag.len() != 1 || !tag.starts_with(kind.tag()) {
             return Err(CursorError::Invalid);
         }
-        if hex(epoch)? != u64::from(self.epoch) || hex(gen_)? != generation {
+        // A cursor of another view (or of the whole list) is never this view's.
+        let policy_changed = match (subset, view) {
+            (None, None) => false,
+            (Some(s), Some(view)) => {
+                let (view_epoch, id) = view.split_once('.').ok_or(CursorError::Invalid)?;
+                if hex(id)? != s.id {
+                    return Err(CursorError::Invalid);
+                }
+                hex(view_epoch)? != u64::from(s.epoch)
+            }
+            _ => return Err(CursorError::Invalid),
+        };
+        if policy_changed || hex(epoch)? != u64::from(self.epoch) || hex(gen_)? != generation {
             return Err(CursorError::Stale);
         }
         let offset = usize::try_from(hex(offset)?).map_err(|_| CursorError::Invalid)?;
         // Issued cursors point inside the list: the last page has no next one.
-        if offset == 0 || offset >= self.lists[kind.index()].items.len() {
+        if offset == 0 || offset >= len {
             return Err(CursorError::Invalid);
         }
         // Only the exact text the gateway wrote: hex without leading zeros, `+` or capitals.
-        if self.encode_cursor(kind, generation, offset) != cursor {
+        if self.encode_cursor(kind, generation, subset, offset) != cursor {
             return Err(CursorError::Invalid);
         }
         Ok(offset)
@@ -458,7 +547,6 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
         prefixes: prefixes_of(order),
         ..Catalog::default()
     };
-    let mut instructions = Vec::new();
     // An upstream listing one URI twice would otherwise show it twice.
     let mut seen_uris = HashSet::new();
     for (name, entry) in order {
@@ -468,7 +556,9 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
             .as_deref()
             .filter(|t| !t.trim().is_empty())
         {
-            instructions.push(format!("## {name}\n{}", text.trim()));
+            catalog
+                .instruction_sections
+                .push((name.clone(), text.trim().to_owned()));
         }
         for kind in ListKind::ALL {
             for item in view.lists.get(kind) {
@@ -533,18 +623,37 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
                     ListKind::Templates => {}
                 }
                 if let Ok(raw) = serde_json::value::to_raw_value(&item) {
-                    catalog.lists[kind.index()].items.push(raw);
+                    let key_member = match kind {
+                        ListKind::Tools | ListKind::Prompts => "name",
+                        ListKind::Resources => "uri",
+                        ListKind::Templates => "uriTemplate",
+                    };
+                    let key = item.get(key_member).and_then(Value::as_str);
+                    let list = &mut catalog.lists[kind.index()];
+                    list.items.push(raw);
+                    list.keys.push(key.unwrap_or_default().into());
+                    list.owners.push(name.clone());
                 }
             }
         }
     }
-    if !instructions.is_empty() {
-        catalog.instructions = Some(format!(
-            "This server is an MCP gateway (mcpmux) in front of the servers below; each section holds that server's own instructions.\n\n{}",
-            instructions.join("\n\n")
-        ));
-    }
+    catalog.instructions = merged_instructions(catalog.instruction_sections.iter());
     catalog
+}
+
+/// One `instructions` text from upstreams' sections, or none without any.
+fn merged_instructions<'a>(
+    sections: impl Iterator<Item = &'a (Arc<str>, String)>,
+) -> Option<String> {
+    let sections: Vec<String> = sections
+        .map(|(name, text)| format!("## {name}\n{text}"))
+        .collect();
+    (!sections.is_empty()).then(|| {
+        format!(
+            "This server is an MCP gateway (mcpmux) in front of the servers below; each section holds that server's own instructions.\n\n{}",
+            sections.join("\n\n")
+        )
+    })
 }
 
 /// The exposed name for `original`, made unique among `taken` deterministically.

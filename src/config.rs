@@ -9,6 +9,7 @@
 
 mod auth;
 mod expand;
+mod policy;
 mod secret;
 mod upstream;
 
@@ -26,6 +27,7 @@ use serde::Deserialize;
 use serde_saphyr::{Location, Spanned};
 
 pub use expand::Lookup;
+pub use policy::{Access, PolicyConfig, RuleConfig};
 pub use secret::Secret;
 
 /// The config `mcpmux serve` runs when no `--config` is given: two copies of
@@ -88,6 +90,8 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Requests per second per client; none when unlimited.
     pub rate_limit: Option<RateLimit>,
+    /// Who may see and use what; none: everything, for everyone.
+    pub policy: Option<PolicyConfig>,
 }
 
 /// A per-client request rate: `requests_per_second`, after a `burst`.
@@ -326,6 +330,8 @@ struct RawConfig {
     auth: Option<auth::RawAuth>,
     #[serde(default)]
     rate_limit: Option<RawRateLimit>,
+    #[serde(default)]
+    policy: Option<policy::RawPolicy>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -649,6 +655,8 @@ impl RawConfig {
             }
         });
 
+        let policy = self.policy.as_ref().map(|raw| raw.validate(&mut p));
+
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));
             return Err(p.issues);
@@ -675,6 +683,7 @@ impl RawConfig {
             shutdown_grace: shutdown_grace.unwrap_or_default(),
             auth: auth.unwrap_or(AuthConfig::Off),
             rate_limit,
+            policy,
         })
     }
 }

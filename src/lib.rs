@@ -10,6 +10,8 @@
 //! - [`router`]: answers list requests from the catalog and forwards calls to
 //!   exactly one upstream, remapping ids and progress tokens.
 //! - [`catalog`]: the merged, namespaced snapshot (`ArcSwap`), and paging.
+//! - [`policy`]: who may see and use what; each client's view of the
+//!   catalog, derived once per list version and set of rules.
 //! - [`upstream`]: one supervised actor per upstream server that owns its
 //!   transport (a stdio child or an HTTP session), its handshake, its lists
 //!   and its health checks.
@@ -30,6 +32,7 @@ pub mod example_server;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
+pub mod policy;
 pub mod protocol;
 pub mod reload;
 pub mod router;
@@ -93,7 +96,8 @@ impl Gateway {
             )
         })));
         let upstreams = Arc::new(UpstreamSet::default());
-        let hub = Arc::new(NotifyHub::new(upstreams.clone()));
+        let views = Arc::new(policy::Views::new(catalog.clone(), config.policy.as_ref()));
+        let hub = Arc::new(NotifyHub::with_views(upstreams.clone(), views));
         let manager = Arc::new(reload::UpstreamManager::new(
             catalog.clone(),
             upstreams.clone(),
@@ -163,9 +167,12 @@ impl Gateway {
         Ok(addr)
     }
 
-    /// Applies a new config's upstreams as a diff (see [`reload`]).
+    /// Applies a new config's upstreams as a diff, and its policy (see
+    /// [`reload`]).
     pub async fn reload(&self, config: &Config) -> reload::Diff {
-        self.manager.apply(&config.upstreams).await
+        let diff = self.manager.apply(&config.upstreams).await;
+        self.manager.apply_policy(config.policy.as_ref());
+        diff
     }
 
     /// Reloads `path` on change or SIGHUP until shutdown.

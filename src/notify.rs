@@ -8,7 +8,10 @@
 //! `notifications/message` only to subscribers whose log level admits it.
 //! The hub also asks each upstream for the most verbose log level any
 //! subscriber wants, and tells upstreams to unsubscribe when the last
-//! subscriber of a URI goes away.
+//! subscriber of a URI goes away. Under a `policy` ([`Views`]), a
+//! subscriber with an identity hears only of its own view: `list_changed`
+//! when its view of a kind changed, `resources/updated` for URIs it may
+//! read, log messages from upstreams it sees something of.
 
 pub mod outbox;
 
@@ -23,7 +26,9 @@ use serde_json::{Map, Value, json};
 
 pub use outbox::Outbox;
 
+use crate::auth::Identity;
 use crate::catalog::{ListKind, naming};
+use crate::policy::{Seen, Views};
 use crate::subscriptions::{SubscriberId, SubscriptionTable, UpstreamChange};
 use crate::upstream::{Connection, ServerHello, UpstreamSet};
 
@@ -84,6 +89,10 @@ pub struct Subscriber {
     wants: ListFilter,
     /// Log messages only from this upstream (a modern request's log tap).
     only_upstream: Option<Arc<str>>,
+    /// The authenticated client it belongs to; set once.
+    identity: std::sync::OnceLock<Arc<Identity>>,
+    /// The views it was last told about, under a policy.
+    seen: Seen,
 }
 
 /// Which `list_changed` notifications a subscriber asked for.
@@ -115,6 +124,11 @@ impl Subscriber {
     pub fn log_level(&self) -> Option<LogLevel> {
         LogLevel::from_u8(self.log_level.load(Ordering::Relaxed))
     }
+
+    /// The authenticated client it belongs to, if any.
+    pub fn identity(&self) -> Option<&Arc<Identity>> {
+        self.identity.get()
+    }
 }
 
 /// Routes upstream notifications to subscribers.
@@ -129,10 +143,21 @@ pub struct NotifyHub {
     next_id: AtomicU64,
     /// The level last sent to upstreams; changed only under this lock.
     upstream_level: Mutex<Option<LogLevel>>,
+    /// The policy and the catalog it filters; none: no policy machinery.
+    views: Option<Arc<Views>>,
 }
 
 impl NotifyHub {
     pub fn new(upstreams: Arc<UpstreamSet>) -> Self {
+        Self::build(upstreams, None)
+    }
+
+    /// A hub that filters each subscriber's notifications by its view.
+    pub fn with_views(upstreams: Arc<UpstreamSet>, views: Arc<Views>) -> Self {
+        Self::build(upstreams, Some(views))
+    }
+
+    fn build(upstreams: Arc<UpstreamSet>, views: Option<Arc<Views>>) -> Self {
         Self {
             subscribers: DashMap::new(),
             counts: Arc::default(),
@@ -141,7 +166,13 @@ impl NotifyHub {
             upstreams,
             next_id: AtomicU64::new(1),
             upstream_level: Mutex::new(None),
+            views,
         }
+    }
+
+    /// The policy views, when the hub has them.
+    pub fn views(&self) -> Option<&Arc<Views>> {
+        self.views.as_ref()
     }
 
     pub fn subscriptions(&self) -> &SubscriptionTable {
@@ -154,18 +185,51 @@ impl NotifyHub {
 
     /// A new subscriber with an empty outbox that wants every list kind.
     pub fn register(&self) -> Arc<Subscriber> {
-        self.insert(
+        self.register_as(None)
+    }
+
+    /// A new subscriber of `identity` (a session) that wants every list kind.
+    pub fn register_as(&self, identity: Option<Arc<Identity>>) -> Arc<Subscriber> {
+        let subscriber = self.insert(
             Outbox::new(self.counts.clone(), None),
             ListFilter::ALL,
             None,
-        )
+        );
+        if let Some(identity) = identity {
+            self.bind_identity(&subscriber, identity);
+        }
+        subscriber
     }
 
-    /// A new modern listen stream: only the kinds in `wants`, every
-    /// notification tagged with `_meta` `tag`.
-    pub fn register_listener(&self, wants: ListFilter, tag: String) -> Arc<Subscriber> {
+    /// A new modern listen stream of `identity`: only the kinds in `wants`,
+    /// every notification tagged with `_meta` `tag`.
+    pub fn register_listener(
+        &self,
+        wants: ListFilter,
+        tag: String,
+        identity: Option<Arc<Identity>>,
+    ) -> Arc<Subscriber> {
         self.listeners.fetch_add(1, Ordering::Relaxed);
-        self.insert(Outbox::new(self.counts.clone(), Some(tag)), wants, None)
+        let subscriber = self.insert(Outbox::new(self.counts.clone(), Some(tag)), wants, None);
+        if let Some(identity) = identity {
+            self.bind_identity(&subscriber, identity);
+        }
+        subscriber
+    }
+
+    /// Says whose a subscriber is (once; a later call is ignored). From
+    /// then on it hears only of what the policy lets that client see.
+    pub fn bind_identity(&self, subscriber: &Subscriber, identity: Arc<Identity>) {
+        if subscriber.identity.set(identity).is_ok()
+            && let (Some(views), Some(identity)) = (&self.views, subscriber.identity())
+        {
+            views.baseline(identity, &subscriber.seen);
+        }
+    }
+
+    /// The identity of subscriber `id`, if it has one.
+    pub fn identity_of(&self, id: SubscriberId) -> Option<Arc<Identity>> {
+        self.subscribers.get(&id)?.identity().cloned()
     }
 
     /// A modern request's log tap: `upstream`'s log messages at `level` or
@@ -193,6 +257,8 @@ impl NotifyHub {
             log_level: AtomicU8::new(0),
             wants,
             only_upstream,
+            identity: std::sync::OnceLock::new(),
+            seen: Seen::default(),
         });
         self.subscribers.insert(subscriber.id, subscriber.clone());
         subscriber
@@ -233,16 +299,58 @@ impl NotifyHub {
         }
     }
 
-    /// Every subscriber learns that these lists changed.
+    /// Every subscriber learns that these lists changed (a subscriber of
+    /// an identity: when its view of them changed).
     pub fn lists_changed(&self, kinds: &[ListKind]) {
         if kinds.is_empty() {
             return;
         }
+        let mut fanout = self.views.as_ref().map(|v| v.fanout());
         for subscriber in &self.subscribers {
-            for kind in kinds.iter().filter(|k| subscriber.wants.wants(**k)) {
-                subscriber.outbox.mark_list_changed(*kind);
+            let identity = subscriber.identity().map(|i| &**i);
+            for kind in kinds {
+                // Asked for every kind, so what it has seen stays current.
+                let news = fanout
+                    .as_mut()
+                    .is_none_or(|f| f.tells(identity, &subscriber.seen, *kind));
+                if news && subscriber.wants.wants(*kind) {
+                    subscriber.outbox.mark_list_changed(*kind);
+                }
             }
         }
+    }
+
+    /// A new policy is in force (a reload): subscribers whose view changed
+    /// get `list_changed`, and lose subscriptions to URIs it does not allow.
+    pub fn policy_changed(&self) {
+        let Some(views) = &self.views else { return };
+        let mut fanout = views.fanout();
+        for subscriber in &self.subscribers {
+            let Some(identity) = subscriber.identity() else {
+                continue;
+            };
+            for kind in ListKind::ALL {
+                if fanout.tells(Some(identity), &subscriber.seen, kind)
+                    && subscriber.wants.wants(kind)
+                {
+                    subscriber.outbox.mark_list_changed(kind);
+                }
+            }
+            for uri in self.subscriptions.uris_of(subscriber.id) {
+                if !views.allows(Some(identity), &uri)
+                    && let Some(last) = self.subscriptions.unsubscribe(subscriber.id, &uri)
+                {
+                    self.unsubscribe_upstream(&last);
+                }
+            }
+        }
+    }
+
+    /// Whether `subscriber` may hear of `key` (a URI or a name).
+    fn may_see(&self, subscriber: &Subscriber, key: &str) -> bool {
+        self.views
+            .as_ref()
+            .is_none_or(|v| v.allows(subscriber.identity().map(|i| &**i), key))
     }
 
     /// An upstream resource changed: tell exactly its subscribers.
@@ -256,7 +364,9 @@ impl NotifyHub {
             false => naming::namespaced_uri(upstream, original_uri).into(),
         };
         for id in self.subscriptions.subscribers(&uri) {
-            if let Some(subscriber) = self.subscribers.get(&id) {
+            if let Some(subscriber) = self.subscribers.get(&id)
+                && self.may_see(&subscriber, &uri)
+            {
                 subscriber.outbox.mark_updated(uri.clone());
             }
         }
@@ -292,7 +402,15 @@ impl NotifyHub {
                 .only_upstream
                 .as_deref()
                 .is_none_or(|u| u == upstream);
-            if from_its_upstream && subscriber.log_level().is_some_and(|wanted| level >= wanted) {
+            let sees_upstream = || {
+                self.views
+                    .as_ref()
+                    .is_none_or(|v| v.sees_upstream(subscriber.identity().map(|i| &**i), upstream))
+            };
+            if from_its_upstream
+                && subscriber.log_level().is_some_and(|wanted| level >= wanted)
+                && sees_upstream()
+            {
                 subscriber.outbox.push_message(frame.clone());
             }
         }

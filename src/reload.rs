@@ -7,8 +7,9 @@
 //! removed ones stop (their children are stopped and reaped), changed ones
 //! restart, unchanged ones are not touched, and downstream sessions stay
 //! open. The catalog is rebuilt once, so each session gets at most one
-//! `list_changed` per kind. Settings outside `upstreams` need a restart;
-//! a reload that changes them says so in the log.
+//! `list_changed` per kind. A changed `policy` is swapped in whole (see
+//! [`crate::policy`]). Other settings need a restart; a reload that
+//! changes them says so in the log.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -173,6 +174,20 @@ impl UpstreamManager {
     }
 }
 
+impl UpstreamManager {
+    /// Puts a reloaded `policy` in force: each running session's and listen
+    /// stream's rights follow it from its next request, and those whose
+    /// view changed get `list_changed`. Returns whether it changed.
+    pub fn apply_policy(&self, policy: Option<&crate::config::PolicyConfig>) -> bool {
+        if !self.hub.views().is_some_and(|v| v.replace(policy)) {
+            return false;
+        }
+        self.hub.policy_changed();
+        tracing::info!(policy = policy.is_some(), "policy reloaded");
+        true
+    }
+}
+
 /// Reloads `path` when its content changes or on SIGHUP, until `stop`.
 /// `current` is the config the gateway runs; reloads replace it.
 pub async fn watch(
@@ -224,6 +239,7 @@ pub async fn watch(
             );
         }
         let diff = manager.apply(&next.upstreams).await;
+        manager.apply_policy(next.policy.as_ref());
         if next.auth != current.auth || next.rate_limit != current.rate_limit {
             edge.apply_edge(&next, &stop);
             tracing::info!("authentication and rate limits reloaded");

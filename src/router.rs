@@ -19,9 +19,11 @@ use tokio::sync::mpsc;
 
 pub use forward::InflightCall;
 
+use crate::auth::Identity;
 use crate::catalog::{CatalogStore, CursorError, ListKind};
 use crate::metrics::{Metrics, Outcome};
 use crate::notify::{LogLevel, NotifyHub, Subscriber};
+use crate::policy::Grant;
 use crate::protocol::{self, Era, RpcError, code, method};
 use crate::subscriptions::SubscriberId;
 use crate::upstream::{UpstreamError, UpstreamSet};
@@ -316,16 +318,45 @@ impl Router {
     }
 
     /// The `initialize` result for a client that agreed on `version`.
-    pub fn initialize_result(&self, version: &str) -> String {
+    pub fn initialize_result(&self, version: &str, identity: Option<&Identity>) -> String {
         let mut result = json!({
             "protocolVersion": version,
             "capabilities": capabilities(),
             "serverInfo": { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
         });
-        if let Some(text) = self.catalog.load().instructions() {
+        if let Some(text) = self.instructions(identity) {
             result["instructions"] = Value::from(text);
         }
         result.to_string()
+    }
+
+    /// The merged `instructions` of the upstreams `identity` sees something of.
+    pub fn instructions(&self, identity: Option<&Identity>) -> Option<String> {
+        match self.hub.views() {
+            Some(views) => views.instructions(identity),
+            None => self.catalog.load().instructions().map(str::to_owned),
+        }
+    }
+
+    /// The grant a request is served under: none (everything visible)
+    /// without a policy or without an authenticated client.
+    fn grant(&self, ctx: &RequestContext) -> Option<Arc<Grant>> {
+        self.hub.views()?.grant(ctx.identity.as_deref())
+    }
+
+    /// Whether `identity` is served a view filtered by the policy.
+    pub fn filters(&self, identity: Option<&Identity>) -> bool {
+        self.hub
+            .views()
+            .is_some_and(|views| views.grant(identity).is_some())
+    }
+
+    /// Whether `identity` may see and use the tool, prompt or URI `key`.
+    /// A hidden one is answered exactly like an unknown one.
+    pub fn allows(&self, identity: Option<&Identity>, key: &str) -> bool {
+        self.hub
+            .views()
+            .is_none_or(|views| views.allows(identity, key))
     }
 
     /// Answers one request. `id` is the raw JSON of the client's request id.
@@ -337,13 +368,21 @@ impl Router {
         params: Option<&RawValue>,
     ) -> Reply {
         let started = std::time::Instant::now();
+        if let (Some(subscriber), Some(identity)) = (&ctx.subscriber, &ctx.identity)
+            && subscriber.identity().is_none()
+        {
+            // A session's notifications follow its client's view.
+            self.hub.bind_identity(subscriber, identity.clone());
+        }
+        let grant = self.grant(ctx);
+        let grant = grant.as_deref();
         let outcome = match method {
             method::PING => Ok("{}".to_owned()),
-            method::TOOLS_LIST => self.list(ListKind::Tools, params),
-            method::PROMPTS_LIST => self.list(ListKind::Prompts, params),
-            method::RESOURCES_LIST => self.list(ListKind::Resources, params),
-            method::TEMPLATES_LIST => self.list(ListKind::Templates, params),
-            method::SUBSCRIBE => self.subscribe(ctx, params).await,
+            method::TOOLS_LIST => self.list(grant, ListKind::Tools, params),
+            method::PROMPTS_LIST => self.list(grant, ListKind::Prompts, params),
+            method::RESOURCES_LIST => self.list(grant, ListKind::Resources, params),
+            method::TEMPLATES_LIST => self.list(grant, ListKind::Templates, params),
+            method::SUBSCRIBE => self.subscribe(ctx, grant, params).await,
             method::UNSUBSCRIBE => self.unsubscribe(ctx, params),
             method::SET_LEVEL => self.set_level(ctx, params),
             method::TOOLS_CALL
@@ -359,15 +398,16 @@ impl Router {
                 .into_iter()
                 .find(|m| *m == method)
                 .unwrap_or(method::COMPLETE);
-                let mut prepared = self.prepare_call(method, params);
+                let mut prepared = self.prepare_call(method, params, grant);
                 if let Err(RouteError::UnknownTool(name) | RouteError::UnknownPrompt(name)) =
                     &prepared
+                    && grant.is_none_or(|g| g.allows(name))
                     && let Some(owner) = self.owner_not_up(name)
                 {
                     // Its items are missing because it is not up: say so,
                     // after a short wait if it is starting.
                     prepared = match owner.wait_started().await {
-                        true => self.prepare_call(method, params),
+                        true => self.prepare_call(method, params, grant),
                         false => Err(RouteError::Upstream(owner.unavailable())),
                     };
                 }
@@ -398,11 +438,12 @@ impl Router {
         };
         self.metrics
             .observe(method, "mcpmux", measured, started.elapsed());
+        // A view filtered for one client is no one else's to cache.
+        let scope = if grant.is_some() { "private" } else { "public" };
         Reply::Ready(match outcome {
-            Ok(result) if ctx.era == Era::Modern => protocol::response_frame(
-                id.get(),
-                &rewrite::cacheable(&result, LIST_TTL_MS, "public"),
-            ),
+            Ok(result) if ctx.era == Era::Modern => {
+                protocol::response_frame(id.get(), &rewrite::cacheable(&result, LIST_TTL_MS, scope))
+            }
             Ok(result) => protocol::response_frame(id.get(), &result),
             Err(e) => e.to_frame(id.get(), ctx.era),
         })
@@ -415,15 +456,28 @@ impl Router {
         }
     }
 
-    fn list(&self, kind: ListKind, params: Option<&RawValue>) -> Result<String, RouteError> {
+    /// One page of a list, or of the grant's view of it (derived once per
+    /// list version and grant, see [`crate::policy`]).
+    fn list(
+        &self,
+        grant: Option<&Grant>,
+        kind: ListKind,
+        params: Option<&RawValue>,
+    ) -> Result<String, RouteError> {
         let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let cursor = params
             .optional_string("cursor")
             .map_err(RouteError::InvalidParams)?;
-        Ok(self
-            .catalog
-            .load()
-            .page(kind, cursor.as_deref(), self.page_size)?)
+        let catalog = self.catalog.load();
+        let page = match grant {
+            None => catalog.page(kind, cursor.as_deref(), self.page_size)?,
+            Some(grant) => {
+                let view = grant.list(kind, &catalog);
+                let subset = grant.subset(&view);
+                catalog.page_in(kind, Some(subset), cursor.as_deref(), self.page_size)?
+            }
+        };
+        Ok(page)
     }
 
     /// `resources/subscribe`: the first subscriber of a URI subscribes
@@ -432,10 +486,14 @@ impl Router {
     async fn subscribe(
         &self,
         ctx: &RequestContext,
+        grant: Option<&Grant>,
         params: Option<&RawValue>,
     ) -> Result<String, RouteError> {
         let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
+        if grant.is_some_and(|g| !g.allows(&uri)) {
+            return Err(RouteError::ResourceNotFound(uri));
+        }
         if let Some(modern) = self.subscribe_uri(subscriber(ctx)?.id, &uri).await? {
             modern.watch_set_changed_and_applied(modern.timeout()).await;
         }
@@ -452,6 +510,10 @@ impl Router {
         subscriber: SubscriberId,
         uri: &str,
     ) -> Result<Option<crate::upstream::UpstreamHandle>, RouteError> {
+        // A URI its client may not read is answered like an unknown one.
+        if !self.allows(self.hub.identity_of(subscriber).as_deref(), uri) {
+            return Err(RouteError::ResourceNotFound(uri.to_owned()));
+        }
         let (upstream, original) = self
             .split_uri(uri)
             .ok_or_else(|| RouteError::ResourceNotFound(uri.to_owned()))?;
@@ -538,10 +600,13 @@ impl Router {
     }
 
     /// Resolves a call to its upstream and builds the params it will receive.
+    /// A name or URI `grant` hides is refused exactly like an unknown one,
+    /// before anything else is looked up.
     fn prepare_call<'p>(
         &self,
         method: &'static str,
         raw: Option<&'p RawValue>,
+        grant: Option<&Grant>,
     ) -> Result<forward::Call<'p>, RouteError> {
         let params = Params::parse(raw).map_err(RouteError::InvalidParams)?;
         let catalog = self.catalog.load();
@@ -549,9 +614,13 @@ impl Router {
         let item = ["name", "uri"]
             .iter()
             .find_map(|key| params.optional_string(key).ok().flatten());
+        let hidden = |key: &str| grant.is_some_and(|g| !g.allows(key));
         let (upstream, key, value) = match method {
             method::TOOLS_CALL => {
                 let name = params.string("name").map_err(RouteError::InvalidParams)?;
+                if hidden(&name) {
+                    return Err(RouteError::UnknownTool(name));
+                }
                 let target = catalog.tool(&name).ok_or(RouteError::UnknownTool(name))?;
                 (
                     target.upstream.to_string(),
@@ -561,6 +630,9 @@ impl Router {
             }
             method::PROMPTS_GET => {
                 let name = params.string("name").map_err(RouteError::InvalidParams)?;
+                if hidden(&name) {
+                    return Err(RouteError::UnknownPrompt(name));
+                }
                 let target = catalog
                     .prompt(&name)
                     .ok_or(RouteError::UnknownPrompt(name))?;
@@ -572,6 +644,9 @@ impl Router {
             }
             method::RESOURCES_READ => {
                 let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
+                if hidden(&uri) {
+                    return Err(RouteError::ResourceNotFound(uri));
+                }
                 let (upstream, original) = self
                     .split_uri(&uri)
                     .ok_or(RouteError::ResourceNotFound(uri.clone()))?;
@@ -585,6 +660,9 @@ impl Router {
                             .get("name")
                             .and_then(Value::as_str)
                             .unwrap_or_default();
+                        if hidden(name) {
+                            return Err(RouteError::UnknownPrompt(name.to_owned()));
+                        }
                         let target = catalog
                             .prompt(name)
                             .ok_or_else(|| RouteError::UnknownPrompt(name.to_owned()))?;
@@ -597,6 +675,9 @@ impl Router {
                             .get("uri")
                             .and_then(Value::as_str)
                             .unwrap_or_default();
+                        if hidden(uri) {
+                            return Err(RouteError::ResourceNotFound(uri.to_owned()));
+                        }
                         let (upstream, original) = self
                             .split_uri(uri)
                             .ok_or_else(|| RouteError::ResourceNotFound(uri.to_owned()))?;

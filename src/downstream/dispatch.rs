@@ -105,7 +105,12 @@ fn initialize(
     match negotiate(params) {
         Ok(version) => {
             let _ = session.protocol_version.set(version.to_owned());
-            protocol::response_frame(id.get(), &state.router.initialize_result(version))
+            protocol::response_frame(
+                id.get(),
+                &state
+                    .router
+                    .initialize_result(version, session.identity.as_deref()),
+            )
         }
         Err(e) => protocol::error_frame(Some(id.get()), &e),
     }

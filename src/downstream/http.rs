@@ -366,7 +366,12 @@ fn initialize(
         Ok(s) => s,
         Err(e) => return session_refused(&e, Some(id)),
     };
-    let frame = protocol::response_frame(id, &state.router.initialize_result(version));
+    let frame = protocol::response_frame(
+        id,
+        &state
+            .router
+            .initialize_result(version, session.identity.as_deref()),
+    );
     let mut response = json_response(frame);
     if let Ok(value) = HeaderValue::from_str(&session.id) {
         response.headers_mut().insert(SESSION_HEADER, value);

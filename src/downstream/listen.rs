@@ -34,7 +34,14 @@ impl Drop for Listening {
     }
 }
 
-pub async fn open(state: &Arc<AppState>, id: &RawValue, params: Option<&RawValue>) -> Response {
+/// Opens a listen stream for `identity` (none while authentication is
+/// off): its `list_changed` and `resources/updated` follow that client's view.
+pub async fn open(
+    state: &Arc<AppState>,
+    identity: Option<Arc<crate::auth::Identity>>,
+    id: &RawValue,
+    params: Option<&RawValue>,
+) -> Response {
     let filter: Map<String, Value> = params
         .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
         .and_then(|mut p| match p.remove("notifications") {
@@ -51,7 +58,7 @@ pub async fn open(state: &Arc<AppState>, id: &RawValue, params: Option<&RawValue
     let tag = format!("{{\"{}\":{}}}", meta::SUBSCRIPTION_ID, id.get());
     let hub = state.router.hub().clone();
     let listening = Listening {
-        subscriber: hub.register_listener(wants, tag.clone()),
+        subscriber: hub.register_listener(wants, tag.clone(), identity),
         hub,
     };
 

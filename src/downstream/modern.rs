@@ -217,13 +217,16 @@ pub async fn handle(
         return reject(StatusCode::NOT_FOUND, Some(id), error);
     }
     if method == method::TOOLS_CALL
-        && let Err(rejected) = check_param_headers(state, headers, envelope)
+        && let Err(rejected) = check_param_headers(state, headers, envelope, identity.as_deref())
     {
         return rejected;
     }
     match method {
-        method::DISCOVER => json(protocol::response_frame(id.get(), &discover(state))),
-        method::LISTEN => super::listen::open(state, id, envelope.params).await,
+        method::DISCOVER => json(protocol::response_frame(
+            id.get(),
+            &discover(state, identity.as_deref()),
+        )),
+        method::LISTEN => super::listen::open(state, identity, id, envelope.params).await,
         _ => {
             let ctx = RequestContext {
                 inflight: Arc::default(),
@@ -288,6 +291,7 @@ fn check_param_headers(
     state: &AppState,
     headers: &HeaderMap,
     envelope: &Envelope<'_>,
+    identity: Option<&crate::auth::Identity>,
 ) -> Result<(), Response> {
     let params: Map<String, Value> = envelope
         .params
@@ -297,6 +301,10 @@ fn check_param_headers(
         .get("name")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    if !state.router.allows(identity, name) {
+        // A hidden tool is answered like an unknown one, by the router.
+        return Ok(());
+    }
     let catalog = state.router.catalog().load();
     let Some(header_params) = catalog.tool_headers(name) else {
         return Ok(());
@@ -313,16 +321,16 @@ fn check_param_headers(
 
 /// The `server/discover` result: the merged view's capabilities and every
 /// version the gateway serves.
-fn discover(state: &AppState) -> String {
+fn discover(state: &AppState, identity: Option<&crate::auth::Identity>) -> String {
     let mut result = json!({
         "resultType": "complete",
         "supportedVersions": protocol::ALL_VERSIONS,
         "capabilities": crate::router::capabilities(),
         "_meta": { meta::SERVER_INFO: { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") } },
         "ttlMs": crate::router::LIST_TTL_MS,
-        "cacheScope": "public",
+        "cacheScope": if state.router.filters(identity) { "private" } else { "public" },
     });
-    if let Some(text) = state.router.catalog().load().instructions() {
+    if let Some(text) = state.router.instructions(identity) {
         result["instructions"] = Value::from(text);
     }
     result.to_string()

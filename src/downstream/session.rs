@@ -274,6 +274,11 @@ impl SessionTable {
             client: client.clone(),
             identity,
         });
+        if let Some(identity) = &session.identity {
+            // Its notifications follow its client's view.
+            self.hub
+                .bind_identity(&session.subscriber, identity.clone());
+        }
         if let Some(key) = client {
             *self.per_client.entry(key).or_insert(0) += 1;
         }

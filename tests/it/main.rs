@@ -13,6 +13,7 @@ mod hardening;
 mod live;
 mod modern;
 mod ops;
+mod policy;
 mod remote;
 mod resume;
 mod support;
