@@ -540,3 +540,135 @@ async fn the_typescript_sdk_connects_with_a_bearer_token_and_is_refused_without(
     assert!(out["anonymous"].as_str().unwrap().contains("401"), "{out}");
     gw.stop().await;
 }
+
+/// The names in every page of `method` for a client.
+async fn all_names(client: &McpClient, method: &str, key: &str, field: &str) -> Vec<String> {
+    let (items, _) = client.list_all(method, key).await;
+    items
+        .iter()
+        .filter_map(|i| i[field].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn config_secure_yaml_gives_each_client_its_own_view_in_both_eras() {
+    let signer = rsa_signer("secure-1");
+    let keys = Arc::new(Mutex::new(vec![signer.jwk.clone()]));
+    let jwks = jwks_server(keys).await;
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/secure.yaml");
+    let mut served = crate::support::served::Served::start_with_env(
+        &["--config", config],
+        &[
+            ("MCPMUX_OPS_KEY", OPS_KEY),
+            ("MCPMUX_JWT_ISSUER", ISSUER),
+            ("MCPMUX_JWT_AUDIENCE", AUDIENCE),
+            ("MCPMUX_JWKS_URL", &jwks),
+        ],
+    );
+    let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    served.wait_for("upstream ready", 2).await;
+    let url = format!("http://{addr}/mcp");
+
+    let ops_auth = format!("Bearer {OPS_KEY}");
+    let reader_auth = format!("Bearer {}", signer.token(claims("reader", |_| {})));
+    let stranger_auth = format!("Bearer {}", signer.token(claims("stranger", |_| {})));
+    let ops = McpClient::connect_with(&url, &[("authorization", &ops_auth)]).await;
+    let reader = McpClient::connect_with(&url, &[("authorization", &reader_auth)]).await;
+    let stranger = McpClient::connect_with(&url, &[("authorization", &stranger_auth)]).await;
+
+    let ops_tools = all_names(&ops, "tools/list", "tools", "name").await;
+    assert!(
+        ops_tools.iter().any(|t| t.starts_with("notes__"))
+            && ops_tools.iter().any(|t| t.starts_with("weather__")),
+        "{ops_tools:?}"
+    );
+    let ops_resources = all_names(&ops, "resources/list", "resources", "uri").await;
+    assert!(
+        ops_resources.iter().any(|u| u.starts_with("notes+")),
+        "{ops_resources:?}"
+    );
+
+    let reader_tools = all_names(&reader, "tools/list", "tools", "name").await;
+    assert!(
+        !reader_tools.is_empty() && reader_tools.iter().all(|t| t.starts_with("weather__")),
+        "{reader_tools:?}"
+    );
+    let reader_resources = all_names(&reader, "resources/list", "resources", "uri").await;
+    assert!(
+        reader_resources.iter().all(|u| !u.starts_with("notes+")),
+        "{reader_resources:?}"
+    );
+    assert!(
+        all_names(&stranger, "tools/list", "tools", "name")
+            .await
+            .is_empty()
+    );
+
+    // A hidden tool answers exactly like one that does not exist.
+    let hidden = reader
+        .request(
+            "tools/call",
+            json!({ "name": "notes__echo", "arguments": { "message": "x" } }),
+        )
+        .await;
+    let unknown = reader
+        .request(
+            "tools/call",
+            json!({ "name": "nowhere__echo", "arguments": { "message": "x" } }),
+        )
+        .await;
+    assert_eq!(
+        hidden["error"]["code"], unknown["error"]["code"],
+        "{hidden} / {unknown}"
+    );
+    assert_eq!(hidden["error"]["code"], -32602, "{hidden}");
+    let allowed = reader
+        .call_tool("weather__echo", json!({ "message": "sunny" }))
+        .await;
+    assert_eq!(
+        allowed["result"]["content"][0]["text"], "sunny",
+        "{allowed}"
+    );
+
+    // The same views for stateless 2026-07-28 requests.
+    let http = reqwest::Client::new();
+    let modern = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list",
+        "params": { "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } } }).to_string();
+    for (auth, expect_notes) in [(&ops_auth, true), (&reader_auth, false)] {
+        let raw = post(
+            &http,
+            &url,
+            None,
+            &modern,
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/list"),
+                ("authorization", auth),
+            ],
+        )
+        .await;
+        assert_eq!(raw.status, StatusCode::OK, "{}", raw.body);
+        let names: Vec<String> = raw.json()["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(
+            names.iter().any(|t| t.starts_with("notes__")),
+            expect_notes,
+            "{names:?}"
+        );
+        assert!(
+            names.iter().any(|t| t.starts_with("weather__")),
+            "{names:?}"
+        );
+    }
+
+    served.signal(nix::sys::signal::Signal::SIGTERM);
+    let (status, _) = served.finish().await;
+    assert!(status.success());
+}
