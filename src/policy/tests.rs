@@ -8,14 +8,16 @@ use crate::catalog::{CursorError, UpstreamLists, UpstreamView};
 use crate::config::{Config, Lookup};
 
 fn policy_config(policy_yaml: &str) -> PolicyConfig {
-    let text = format!("upstreams:\n  weather:\n    command: srv\n{policy_yaml}");
+    let text =
+        format!("upstreams:\n  weather:\n    command: srv\n{policy_yaml}\nauth: {{ mode: off }}\n");
     let config = Config::parse(&text, "test.yaml", &Lookup::from_pairs([("UNUSED", "")]))
         .unwrap_or_else(|e| panic!("{e}"));
     config.policy.expect("a policy section")
 }
 
 fn issues(policy_yaml: &str) -> Vec<String> {
-    let text = format!("upstreams:\n  weather:\n    command: srv\n{policy_yaml}");
+    let text =
+        format!("upstreams:\n  weather:\n    command: srv\n{policy_yaml}\nauth: {{ mode: off }}\n");
     Config::parse(&text, "test.yaml", &Lookup::from_pairs([("UNUSED", "")]))
         .expect_err("the policy should be rejected")
         .lines()
@@ -151,7 +153,7 @@ fn bad_policies_are_refused_with_line_and_column() {
 #[test]
 fn no_policy_section_means_no_policy() {
     let config = Config::parse(
-        "upstreams:\n  weather:\n    command: srv\n",
+        "upstreams:\n  weather:\n    command: srv\nauth: { mode: off }\n",
         "test.yaml",
         &Lookup::from_pairs([("UNUSED", "")]),
     )
