@@ -90,7 +90,8 @@ impl AppState {
             return Ok(());
         };
         throttle.check(&key).map_err(|wait| {
-            self.router.metrics().denied(&key, "rate_limit");
+            let client = identity.map_or_else(|| key.to_string(), |i| i.client.to_string());
+            self.router.metrics().denied(&client, "rate_limit");
             tracing::info!(target: "mcpmux::audit", client = %key, reason = "rate_limit", "request refused");
             throttle.refusal(&key, wait)
         })

@@ -398,7 +398,8 @@ impl Router {
                 .into_iter()
                 .find(|m| *m == method)
                 .unwrap_or(method::COMPLETE);
-                let mut prepared = self.prepare_call(method, params, grant);
+                let mut prepared =
+                    self.prepare_call(method, params, grant, ctx.identity.as_deref());
                 if let Err(RouteError::UnknownTool(name) | RouteError::UnknownPrompt(name)) =
                     &prepared
                     && grant.is_none_or(|g| g.allows(name))
@@ -407,7 +408,7 @@ impl Router {
                     // Its items are missing because it is not up: say so,
                     // after a short wait if it is starting.
                     prepared = match owner.wait_started().await {
-                        true => self.prepare_call(method, params, grant),
+                        true => self.prepare_call(method, params, grant, ctx.identity.as_deref()),
                         false => Err(RouteError::Upstream(owner.unavailable())),
                     };
                 }
@@ -607,6 +608,7 @@ impl Router {
         method: &'static str,
         raw: Option<&'p RawValue>,
         grant: Option<&Grant>,
+        identity: Option<&crate::auth::Identity>,
     ) -> Result<forward::Call<'p>, RouteError> {
         let params = Params::parse(raw).map_err(RouteError::InvalidParams)?;
         let catalog = self.catalog.load();
@@ -614,7 +616,15 @@ impl Router {
         let item = ["name", "uri"]
             .iter()
             .find_map(|key| params.optional_string(key).ok().flatten());
-        let hidden = |key: &str| grant.is_some_and(|g| !g.allows(key));
+        let hidden = |key: &str| {
+            let hidden = grant.is_some_and(|g| !g.allows(key));
+            if let (true, Some(identity)) = (hidden, identity) {
+                // Answered like an unknown name; counted as what it is.
+                self.metrics.denied(&identity.client, "policy");
+                tracing::info!(target: "mcpmux::audit", client = %identity.client, item = key, reason = "policy", "request refused");
+            }
+            hidden
+        };
         let (upstream, key, value) = match method {
             method::TOOLS_CALL => {
                 let name = params.string("name").map_err(RouteError::InvalidParams)?;

@@ -26,6 +26,8 @@ struct Signer {
     alg: Algorithm,
     key: EncodingKey,
     jwk: Value,
+    /// The public key in PEM (SubjectPublicKeyInfo).
+    public_pem: String,
 }
 
 fn pem(label: &str, der: &[u8]) -> String {
@@ -45,6 +47,12 @@ fn rsa_signer(kid: &str) -> Signer {
         key: EncodingKey::from_rsa_pem(pem("PRIVATE KEY", pkcs8.as_ref()).as_bytes()).unwrap(),
         jwk: json!({ "kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig",
                      "n": URL_SAFE_NO_PAD.encode(&components.n), "e": URL_SAFE_NO_PAD.encode(&components.e) }),
+        public_pem: pem(
+            "PUBLIC KEY",
+            AsDer::<aws_lc_rs::encoding::PublicKeyX509Der>::as_der(pair.public_key())
+                .unwrap()
+                .as_ref(),
+        ),
     }
 }
 
@@ -61,6 +69,12 @@ fn ec_signer(kid: &str) -> Signer {
         key: EncodingKey::from_ec_pem(pem("PRIVATE KEY", pkcs8.as_ref()).as_bytes()).unwrap(),
         jwk: json!({ "kty": "EC", "kid": kid, "alg": "ES256", "use": "sig", "crv": "P-256",
                      "x": URL_SAFE_NO_PAD.encode(&point[1..33]), "y": URL_SAFE_NO_PAD.encode(&point[33..65]) }),
+        public_pem: pem(
+            "PUBLIC KEY",
+            AsDer::<aws_lc_rs::encoding::PublicKeyX509Der>::as_der(pair.public_key())
+                .unwrap()
+                .as_ref(),
+        ),
     }
 }
 
@@ -341,12 +355,13 @@ async fn bearer_tokens_and_api_keys_are_checked_and_bad_ones_never_reach_an_upst
 }
 
 #[tokio::test]
-async fn a_token_without_a_required_scope_gets_403_insufficient_scope() {
+async fn pem_keys_verify_tokens_and_a_missing_required_scope_gets_403() {
+    // Keys from the config as PEM, one EC and one RSA, instead of a JWKS.
     let ec = ec_signer("ec-1");
-    let keys = Arc::new(Mutex::new(vec![ec.jwk.clone()]));
-    let jwks = jwks_server(keys).await;
+    let rsa = rsa_signer("rsa-1");
+    let pem_list = serde_json::to_string(&[&ec.public_pem, &rsa.public_pem]).unwrap();
     let yaml = format!(
-        "auth:\n  mode: on\n  jwt:\n    issuer: {ISSUER}\n    audience: {AUDIENCE}\n    jwks_url: {jwks}\n  required_scopes: [\"mcp:tools\"]\nupstreams:\n{}",
+        "auth:\n  mode: on\n  jwt:\n    issuer: {ISSUER}\n    audience: {AUDIENCE}\n    public_keys: {pem_list}\n  required_scopes: [\"mcp:tools\"]\nupstreams:\n{}",
         example_upstream("alpha", &[])
     );
     let gw = TestGateway::start(&yaml).await;
@@ -358,9 +373,16 @@ async fn a_token_without_a_required_scope_gets_403_insufficient_scope() {
         challenge.starts_with("Bearer error=\"insufficient_scope\", scope=\"mcp:tools\""),
         "{challenge}"
     );
-    let wide = ec.token(claims("dave", |_| {}));
-    let accepted = initialize(&gw.url, Some(&format!("Bearer {wide}"))).await;
-    assert_eq!(accepted.status, StatusCode::OK, "{}", accepted.body);
+    for wide in [
+        ec.token(claims("dave", |_| {})),
+        rsa.token(claims("erin", |_| {})),
+    ] {
+        let accepted = initialize(&gw.url, Some(&format!("Bearer {wide}"))).await;
+        assert_eq!(accepted.status, StatusCode::OK, "{}", accepted.body);
+    }
+    let stranger = ec_signer("ec-9").token(claims("mallory", |_| {}));
+    let refused = initialize(&gw.url, Some(&format!("Bearer {stranger}"))).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{}", refused.body);
     gw.stop().await;
 }
 
@@ -444,7 +466,7 @@ async fn rate_limits_audit_lines_and_denial_counters_name_the_client_and_never_a
         .await
         .unwrap();
     for series in [
-        r#"mcpmux_denials_total{client="client busy",reason="rate_limit"}"#,
+        r#"mcpmux_denials_total{client="busy",reason="rate_limit"}"#,
         r#"mcpmux_denials_total{client="unauthenticated",reason="authentication"}"#,
     ] {
         assert!(
@@ -631,6 +653,22 @@ async fn config_secure_yaml_gives_each_client_its_own_view_in_both_eras() {
     assert_eq!(
         allowed["result"]["content"][0]["text"], "sunny",
         "{allowed}"
+    );
+    // The refusal is counted as what it is, for the operator only.
+    let metrics = reqwest::Client::new()
+        .get(format!("http://{addr}/metrics"))
+        .bearer_auth(OPS_KEY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with(r#"mcpmux_denials_total{client="reader",reason="policy"}"#)),
+        "no policy denial counted"
     );
 
     // The same views for stateless 2026-07-28 requests.
