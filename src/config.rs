@@ -10,6 +10,7 @@
 mod expand;
 mod policy;
 mod secret;
+mod shape;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,6 +25,7 @@ use serde_saphyr::{Location, Spanned};
 pub use expand::Lookup;
 pub use policy::{Access, PolicyConfig, RuleConfig};
 pub use secret::Secret;
+pub use shape::{Annotations, ItemOverride, ListShape, ShapeConfig};
 
 /// The config `mcpmux serve` runs when no `--config` is given: two copies of
 /// the bundled example server, started as stdio children.
@@ -146,6 +148,9 @@ pub struct UpstreamConfig {
     /// it is refused with an error naming the upstream and its state.
     pub start_wait: Duration,
     pub health: HealthConfig,
+    /// Which of its items are exposed, and how (the same for every client).
+    /// A reload that changes only this does not restart the upstream.
+    pub shape: ShapeConfig,
 }
 
 /// How the gateway notices an upstream that is up but does not answer.
@@ -379,6 +384,12 @@ struct RawUpstream {
     start_wait: Option<Spanned<String>>,
     #[serde(default)]
     health: Option<RawHealth>,
+    #[serde(default)]
+    tools: Option<shape::RawListShape>,
+    #[serde(default)]
+    prompts: Option<shape::RawListShape>,
+    #[serde(default)]
+    resources: Option<bool>,
 }
 
 /// `inherit_env: all`, or a list of names.
@@ -754,6 +765,16 @@ impl RawUpstream {
             || Some(HealthConfig::default()),
             |h| h.validate(&label, lookup, p),
         );
+        let list_shape = |raw: &Option<shape::RawListShape>, key: &str, p: &mut Problems| {
+            raw.as_ref()
+                .map(|r| r.validate(&format!("{label}.{key}"), key == "tools", p))
+                .unwrap_or_default()
+        };
+        let shape = ShapeConfig {
+            tools: list_shape(&self.tools, "tools", p),
+            prompts: list_shape(&self.prompts, "prompts", p),
+            resources: self.resources.unwrap_or(true),
+        };
 
         if p.issues.len() != before {
             return None;
@@ -792,6 +813,7 @@ impl RawUpstream {
             required: self.required.unwrap_or(true),
             start_wait: start_wait?,
             health: health?,
+            shape,
         })
     }
 

@@ -95,6 +95,7 @@ impl Gateway {
                 u.namespace_uris,
             )
         })));
+        catalog.set_shapes(config.upstreams.iter().map(|u| (u.name.as_str(), &u.shape)));
         let upstreams = Arc::new(UpstreamSet::default());
         let views = Arc::new(policy::Views::new(catalog.clone(), config.policy.as_ref()));
         let hub = Arc::new(NotifyHub::with_views(upstreams.clone(), views));

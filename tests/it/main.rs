@@ -15,4 +15,5 @@ mod ops;
 mod policy;
 mod remote;
 mod resume;
+mod shaping;
 mod support;
