@@ -491,7 +491,7 @@ impl CatalogStore {
     /// Sets how each named upstream's items are exposed (its `tools`,
     /// `prompts` and `resources` settings) and rebuilds once. Returns the
     /// list kinds whose merged content changed.
-    pub fn set_shapes<'c>(
+    pub(crate) fn set_shapes<'c>(
         &self,
         shapes: impl IntoIterator<Item = (&'c str, &'c crate::config::ShapeConfig)>,
     ) -> Vec<ListKind> {

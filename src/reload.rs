@@ -200,7 +200,7 @@ impl UpstreamManager {
     /// Puts a reloaded `policy` in force: each running session's and listen
     /// stream's rights follow it from its next request, and those whose
     /// view changed get `list_changed`. Returns whether it changed.
-    pub fn apply_policy(&self, policy: Option<&crate::config::PolicyConfig>) -> bool {
+    pub(crate) fn apply_policy(&self, policy: Option<&crate::config::PolicyConfig>) -> bool {
         if !self.hub.views().is_some_and(|v| v.replace(policy)) {
             return false;
         }
