@@ -10,6 +10,7 @@
 //! generation of its list, so a change to that list invalidates it.
 
 pub mod naming;
+mod shape;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -173,6 +174,8 @@ pub struct Catalog {
     /// Every configured upstream with a non-empty prefix, as
     /// (`{prefix}__`, upstream), longest prefix first.
     prefixes: Vec<(String, Arc<str>)>,
+    /// Upstreams whose resources are hidden by their `resources: false`.
+    hidden_resources: Vec<Arc<str>>,
 }
 
 /// Why a cursor was refused.
@@ -219,9 +222,11 @@ impl Catalog {
         uri: &'u str,
         is_upstream: impl Fn(&str) -> bool,
     ) -> Option<(Arc<str>, &'u str)> {
+        let hidden = |upstream: &str| self.hidden_resources.iter().any(|h| &**h == upstream);
         if let Some((upstream, original)) = naming::split_uri(uri)
             && is_upstream(upstream)
             && !self.plain_upstreams.iter().any(|p| &**p == upstream)
+            && !hidden(upstream)
         {
             return Some((upstream.into(), original));
         }
@@ -229,7 +234,8 @@ impl Catalog {
             return Some((upstream.clone(), uri));
         }
         self.plain_upstreams
-            .first()
+            .iter()
+            .find(|upstream| !hidden(upstream))
             .map(|upstream| (upstream.clone(), uri))
     }
 
@@ -415,6 +421,8 @@ struct SourceEntry {
     prefix: String,
     namespace_uris: bool,
     view: Option<Arc<UpstreamView>>,
+    /// Its `tools`, `prompts` and `resources` shaping; none: as it is.
+    shape: Option<Arc<shape::Shape>>,
 }
 
 impl CatalogStore {
@@ -428,6 +436,7 @@ impl CatalogStore {
                     prefix,
                     namespace_uris,
                     view: None,
+                    shape: None,
                 };
                 (name, entry)
             })
@@ -464,15 +473,34 @@ impl CatalogStore {
         sources.order = upstreams
             .into_iter()
             .map(|(name, prefix, namespace_uris)| {
-                let view = previous.shift_remove(&name).and_then(|e| e.view);
+                let (view, shape) = previous
+                    .shift_remove(&name)
+                    .map_or((None, None), |e| (e.view, e.shape));
                 let entry = SourceEntry {
                     prefix,
                     namespace_uris,
                     view,
+                    shape,
                 };
                 (name, entry)
             })
             .collect();
+        self.rebuild(&mut sources)
+    }
+
+    /// Sets how each named upstream's items are exposed (its `tools`,
+    /// `prompts` and `resources` settings) and rebuilds once. Returns the
+    /// list kinds whose merged content changed.
+    pub(crate) fn set_shapes<'c>(
+        &self,
+        shapes: impl IntoIterator<Item = (&'c str, &'c crate::config::ShapeConfig)>,
+    ) -> Vec<ListKind> {
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, config) in shapes {
+            if let Some(entry) = sources.order.get_mut(name) {
+                entry.shape = (!config.is_identity()).then(|| Arc::new(shape::Shape::new(config)));
+            }
+        }
         self.rebuild(&mut sources)
     }
 
@@ -550,6 +578,10 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
     // An upstream listing one URI twice would otherwise show it twice.
     let mut seen_uris = HashSet::new();
     for (name, entry) in order {
+        let shape = entry.shape.as_deref();
+        if shape.is_some_and(|s| !s.resources()) {
+            catalog.hidden_resources.push(name.clone());
+        }
         let Some(view) = &entry.view else { continue };
         if let Some(text) = view
             .instructions
@@ -561,6 +593,11 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
                 .push((name.clone(), text.trim().to_owned()));
         }
         for kind in ListKind::ALL {
+            if matches!(kind, ListKind::Resources | ListKind::Templates)
+                && shape.is_some_and(|s| !s.resources())
+            {
+                continue;
+            }
             for item in view.lists.get(kind) {
                 let mut item = item.clone();
                 match kind {
@@ -583,12 +620,20 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
                             .and_then(Value::as_str)
                             .unwrap_or_default()
                             .to_owned();
+                        // Shaping may leave it out, rename it, override fields.
+                        let shown = match shape {
+                            Some(shape) => match shape.apply(kind, &original, &mut item) {
+                                Some(shown) => shown,
+                                None => continue,
+                            },
+                            None => original.clone(),
+                        };
                         let names = if kind == ListKind::Tools {
                             &mut catalog.tools
                         } else {
                             &mut catalog.prompts
                         };
-                        let exposed = unique_name(names, &entry.prefix, name, &original, kind);
+                        let exposed = unique_name(names, &entry.prefix, name, &shown, kind);
                         item.insert("name".into(), Value::String(exposed.clone()));
                         if !header_params.is_empty() {
                             catalog

@@ -11,6 +11,7 @@ mod auth;
 mod expand;
 mod policy;
 mod secret;
+mod shape;
 mod upstream;
 
 pub use auth::{AdminAccess, ApiKey, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
@@ -29,6 +30,7 @@ use serde_saphyr::{Location, Spanned};
 pub use expand::Lookup;
 pub use policy::{Access, PolicyConfig, RuleConfig};
 pub use secret::Secret;
+pub use shape::{Annotations, ItemOverride, ListShape, ShapeConfig};
 
 /// The config `mcpmux serve` runs when no `--config` is given: two copies of
 /// the bundled example server, started as stdio children.
@@ -162,6 +164,9 @@ pub struct UpstreamConfig {
     /// it is refused with an error naming the upstream and its state.
     pub start_wait: Duration,
     pub health: HealthConfig,
+    /// Which of its items are exposed, and how (the same for every client).
+    /// A reload that changes only this does not restart the upstream.
+    pub shape: ShapeConfig,
 }
 
 /// How the gateway notices an upstream that is up but does not answer.

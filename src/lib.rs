@@ -95,6 +95,7 @@ impl Gateway {
                 u.namespace_uris,
             )
         })));
+        catalog.set_shapes(config.upstreams.iter().map(|u| (u.name.as_str(), &u.shape)));
         let upstreams = Arc::new(UpstreamSet::default());
         let views = Arc::new(policy::Views::new(catalog.clone(), config.policy.as_ref()));
         let hub = Arc::new(NotifyHub::with_views(upstreams.clone(), views));
@@ -128,6 +129,9 @@ impl Gateway {
             connections: std::sync::OnceLock::new(),
         });
         spawn_forgetting(state.clone(), upstream_shutdown.clone(), &tracker);
+        if config.policy.is_some() && config.auth == config::AuthConfig::Off {
+            tracing::warn!("a policy is configured but authentication is off: clients have no identity, so the policy restricts nobody");
+        }
         Gateway {
             config,
             manager,

@@ -153,7 +153,7 @@ impl NotifyHub {
     }
 
     /// A hub that filters each subscriber's notifications by its view.
-    pub fn with_views(upstreams: Arc<UpstreamSet>, views: Arc<Views>) -> Self {
+    pub(crate) fn with_views(upstreams: Arc<UpstreamSet>, views: Arc<Views>) -> Self {
         Self::build(upstreams, Some(views))
     }
 
@@ -171,7 +171,7 @@ impl NotifyHub {
     }
 
     /// The policy views, when the hub has them.
-    pub fn views(&self) -> Option<&Arc<Views>> {
+    pub(crate) fn views(&self) -> Option<&Arc<Views>> {
         self.views.as_ref()
     }
 
@@ -219,7 +219,7 @@ impl NotifyHub {
 
     /// Says whose a subscriber is (once; a later call is ignored). From
     /// then on it hears only of what the policy lets that client see.
-    pub fn bind_identity(&self, subscriber: &Subscriber, identity: Arc<Identity>) {
+    pub(crate) fn bind_identity(&self, subscriber: &Subscriber, identity: Arc<Identity>) {
         if subscriber.identity.set(identity).is_ok()
             && let (Some(views), Some(identity)) = (&self.views, subscriber.identity())
         {
@@ -228,7 +228,7 @@ impl NotifyHub {
     }
 
     /// The identity of subscriber `id`, if it has one.
-    pub fn identity_of(&self, id: SubscriberId) -> Option<Arc<Identity>> {
+    pub(crate) fn identity_of(&self, id: SubscriberId) -> Option<Arc<Identity>> {
         self.subscribers.get(&id)?.identity().cloned()
     }
 
@@ -322,7 +322,7 @@ impl NotifyHub {
 
     /// A new policy is in force (a reload): subscribers whose view changed
     /// get `list_changed`, and lose subscriptions to URIs it does not allow.
-    pub fn policy_changed(&self) {
+    pub(crate) fn policy_changed(&self) {
         let Some(views) = &self.views else { return };
         let mut fanout = views.fanout();
         for subscriber in &self.subscribers {

@@ -21,8 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use arc_swap::ArcSwapOption;
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
-pub(crate) use fanout::Fanout;
-pub(crate) use fanout::Seen;
+pub(crate) use fanout::{Fanout, Seen};
 
 use crate::auth::Identity;
 use crate::catalog::{Catalog, CatalogStore, ListKind, Subset};
@@ -41,10 +40,10 @@ pub(crate) fn glob(pattern: &str) -> Result<Glob, globset::Error> {
         .build()
 }
 
-/// A glob set that matches nothing, or, when a pattern cannot be compiled
-/// (validation makes that impossible), everything: a broken deny fails
-/// closed.
-fn glob_set(patterns: &[String], broken: &'static str) -> GlobSet {
+/// The glob set of `patterns`. Should one not compile (validation makes
+/// that impossible), the set fails closed: an allow set then matches
+/// nothing, a deny set everything.
+fn glob_set(patterns: &[String], deny: bool) -> GlobSet {
     let mut builder = GlobSetBuilder::new();
     for pattern in patterns {
         match glob(pattern) {
@@ -52,21 +51,20 @@ fn glob_set(patterns: &[String], broken: &'static str) -> GlobSet {
                 builder.add(g);
             }
             Err(e) => {
-                tracing::error!(pattern = %pattern, error = %e, "policy glob does not compile; {broken}");
-                return fail_closed(broken);
+                tracing::error!(pattern = %pattern, error = %e, deny, "policy glob does not compile; failing closed");
+                return fail_closed(deny);
             }
         }
     }
     builder.build().unwrap_or_else(|e| {
-        tracing::error!(error = %e, "policy globs do not compile; {broken}");
-        fail_closed(broken)
+        tracing::error!(error = %e, deny, "policy globs do not compile; failing closed");
+        fail_closed(deny)
     })
 }
 
-fn fail_closed(broken: &str) -> GlobSet {
-    let pattern = if broken.starts_with("deny") { "*" } else { "" };
+fn fail_closed(deny: bool) -> GlobSet {
     let mut builder = GlobSetBuilder::new();
-    if let Ok(g) = glob(pattern) {
+    if let Ok(g) = glob(if deny { "*" } else { "" }) {
         builder.add(g);
     }
     builder.build().unwrap_or_else(|_| GlobSet::empty())
@@ -83,9 +81,9 @@ struct Rule {
 impl Rule {
     fn new(config: &RuleConfig) -> Rule {
         Rule {
-            allow: glob_set(&config.allow, "allowing nothing by it"),
+            allow: glob_set(&config.allow, false),
             allows_some: !config.allow.is_empty(),
-            deny: glob_set(&config.deny, "denying everything by it"),
+            deny: glob_set(&config.deny, true),
         }
     }
 }
@@ -332,11 +330,6 @@ impl Views {
             catalog,
             policy: ArcSwapOption::new(config.map(|c| Arc::new(Policy::new(c)))),
         }
-    }
-
-    /// Whether a `policy` section is in force.
-    pub fn is_active(&self) -> bool {
-        self.policy.load().is_some()
     }
 
     /// The grant a request from `identity` is served under; none (the whole

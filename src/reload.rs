@@ -5,7 +5,8 @@
 //! logged (every problem with its line and column) and changes nothing.
 //! A valid one is applied as a diff of upstreams by name: added ones start,
 //! removed ones stop (their children are stopped and reaped), changed ones
-//! restart, unchanged ones are not touched, and downstream sessions stay
+//! restart (a change of shaping alone is applied to the catalog without
+//! one), unchanged ones are not touched, and downstream sessions stay
 //! open. The catalog is rebuilt once, so each session gets at most one
 //! `list_changed` per kind. A changed `policy` is swapped in whole (see
 //! [`crate::policy`]). Other settings need a restart; a reload that
@@ -35,11 +36,17 @@ pub struct Diff {
     pub added: Vec<String>,
     pub removed: Vec<String>,
     pub changed: Vec<String>,
+    /// Upstreams whose shaping (`tools`, `prompts`, `resources`) alone
+    /// changed: applied to the catalog without a restart.
+    pub reshaped: Vec<String>,
 }
 
 impl Diff {
     pub fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+        self.added.is_empty()
+            && self.removed.is_empty()
+            && self.changed.is_empty()
+            && self.reshaped.is_empty()
     }
 }
 
@@ -136,9 +143,12 @@ impl UpstreamManager {
                     diff.removed.push(name.clone());
                     stopping.push(running.shift_remove(&name).expect("present"));
                 }
-                Some(new) if running[&name].config != **new => {
+                Some(new) if needs_restart(&running[&name].config, new) => {
                     diff.changed.push(name.clone());
                     stopping.push(running.shift_remove(&name).expect("present"));
+                }
+                Some(new) if running[&name].config.shape != new.shape => {
+                    diff.reshaped.push(name.clone());
                 }
                 Some(_) => {}
             }
@@ -153,13 +163,25 @@ impl UpstreamManager {
         for name in &diff.removed {
             self.set.remove(name);
         }
-        let changed_kinds = self.catalog.set_upstreams(Self::catalog_order(configs));
+        let mut changed_kinds = self.catalog.set_upstreams(Self::catalog_order(configs));
+        // Shaping applies without a restart.
+        for kind in self
+            .catalog
+            .set_shapes(configs.iter().map(|c| (c.name.as_str(), &c.shape)))
+        {
+            if !changed_kinds.contains(&kind) {
+                changed_kinds.push(kind);
+            }
+        }
         self.hub.lists_changed(&changed_kinds);
         // Restart changed ones and start added ones, keeping config order.
         let mut next = IndexMap::new();
         for config in configs {
             let entry = match running.shift_remove(&config.name) {
-                Some(unchanged) => unchanged,
+                Some(mut unchanged) => {
+                    unchanged.config = config.clone();
+                    unchanged
+                }
                 None => {
                     if !diff.changed.contains(&config.name) {
                         diff.added.push(config.name.clone());
@@ -178,7 +200,7 @@ impl UpstreamManager {
     /// Puts a reloaded `policy` in force: each running session's and listen
     /// stream's rights follow it from its next request, and those whose
     /// view changed get `list_changed`. Returns whether it changed.
-    pub fn apply_policy(&self, policy: Option<&crate::config::PolicyConfig>) -> bool {
+    pub(crate) fn apply_policy(&self, policy: Option<&crate::config::PolicyConfig>) -> bool {
         if !self.hub.views().is_some_and(|v| v.replace(policy)) {
             return false;
         }
@@ -186,6 +208,15 @@ impl UpstreamManager {
         tracing::info!(policy = policy.is_some(), "policy reloaded");
         true
     }
+}
+
+/// Whether a changed upstream config needs its upstream restarted: any
+/// difference but in its shaping (`tools`, `prompts`, `resources`), which
+/// the catalog applies on its own.
+fn needs_restart(old: &UpstreamConfig, new: &UpstreamConfig) -> bool {
+    let mut old = old.clone();
+    old.shape = new.shape.clone();
+    old != *new
 }
 
 /// Reloads `path` when its content changes or on SIGHUP, until `stop`.
@@ -244,7 +275,7 @@ pub async fn watch(
             edge.apply_edge(&next, &stop);
             tracing::info!("authentication and rate limits reloaded");
         }
-        tracing::info!(added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed, "config reloaded");
+        tracing::info!(added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed, reshaped = ?diff.reshaped, "config reloaded");
         current = next;
     }
 }

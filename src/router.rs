@@ -331,7 +331,7 @@ impl Router {
     }
 
     /// The merged `instructions` of the upstreams `identity` sees something of.
-    pub fn instructions(&self, identity: Option<&Identity>) -> Option<String> {
+    pub(crate) fn instructions(&self, identity: Option<&Identity>) -> Option<String> {
         match self.hub.views() {
             Some(views) => views.instructions(identity),
             None => self.catalog.load().instructions().map(str::to_owned),
@@ -345,7 +345,7 @@ impl Router {
     }
 
     /// Whether `identity` is served a view filtered by the policy.
-    pub fn filters(&self, identity: Option<&Identity>) -> bool {
+    pub(crate) fn filters(&self, identity: Option<&Identity>) -> bool {
         self.hub
             .views()
             .is_some_and(|views| views.grant(identity).is_some())

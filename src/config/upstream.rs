@@ -11,7 +11,7 @@ use serde_saphyr::Spanned;
 
 use super::{
     EraChoice, HealthConfig, InheritEnv, Lookup, Problems, RemoteConfig, RemoteMode, Secret,
-    StdioConfig, Transport, UpstreamConfig, check_upstream_name,
+    ShapeConfig, StdioConfig, Transport, UpstreamConfig, check_upstream_name,
 };
 
 #[derive(Debug, Deserialize)]
@@ -47,6 +47,12 @@ pub(super) struct RawUpstream {
     start_wait: Option<Spanned<String>>,
     #[serde(default)]
     health: Option<RawHealth>,
+    #[serde(default)]
+    tools: Option<super::shape::RawListShape>,
+    #[serde(default)]
+    prompts: Option<super::shape::RawListShape>,
+    #[serde(default)]
+    resources: Option<bool>,
 }
 
 /// `inherit_env: all`, or a list of names.
@@ -143,6 +149,16 @@ impl RawUpstream {
             || Some(HealthConfig::default()),
             |h| h.validate(&label, lookup, p),
         );
+        let list_shape = |raw: &Option<super::shape::RawListShape>, key: &str, p: &mut Problems| {
+            raw.as_ref()
+                .map(|r| r.validate(&format!("{label}.{key}"), key == "tools", p))
+                .unwrap_or_default()
+        };
+        let shape = ShapeConfig {
+            tools: list_shape(&self.tools, "tools", p),
+            prompts: list_shape(&self.prompts, "prompts", p),
+            resources: self.resources.unwrap_or(true),
+        };
 
         if p.issues.len() != before {
             return None;
@@ -181,6 +197,7 @@ impl RawUpstream {
             required: self.required.unwrap_or(true),
             start_wait: start_wait?,
             health: health?,
+            shape,
         })
     }
 

@@ -16,4 +16,5 @@ mod ops;
 mod policy;
 mod remote;
 mod resume;
+mod shaping;
 mod support;
