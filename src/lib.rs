@@ -130,7 +130,9 @@ impl Gateway {
         });
         spawn_forgetting(state.clone(), upstream_shutdown.clone(), &tracker);
         if config.policy.is_some() && config.auth == config::AuthConfig::Off {
-            tracing::warn!("a policy is configured but authentication is off: clients have no identity, so the policy restricts nobody");
+            tracing::warn!(
+                "a policy is configured but authentication is off: clients have no identity, so the policy restricts nobody"
+            );
         }
         Gateway {
             config,

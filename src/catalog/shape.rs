@@ -146,7 +146,9 @@ mod tests {
     use crate::config::{Config, Lookup, ShapeConfig};
 
     fn parse(upstream_yaml: &str) -> Result<Config, Vec<String>> {
-        let text = format!("upstreams:\n  weather:\n    command: srv\n{upstream_yaml}");
+        let text = format!(
+            "upstreams:\n  weather:\n    command: srv\n{upstream_yaml}\nauth: {{ mode: off }}\n"
+        );
         Config::parse(&text, "test.yaml", &Lookup::from_pairs([("UNUSED", "")]))
             .map_err(|e| e.lines())
     }

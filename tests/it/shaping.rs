@@ -126,7 +126,7 @@ async fn shaping_applies_to_everyone_and_reloads_without_a_restart() {
 
     // A reload that changes only shaping restarts nothing.
     let reshaped = Config::parse(
-        &config(record_path, RESHAPED, true),
+        &crate::support::gateway::with_auth_off(&config(record_path, RESHAPED, true)),
         "reload.yaml",
         &Lookup::from_process(),
     )
