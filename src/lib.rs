@@ -37,7 +37,6 @@ pub mod protocol;
 pub mod reload;
 pub mod router;
 pub mod sse;
-pub mod subscriptions;
 pub mod upstream;
 pub mod xheader;
 
@@ -98,11 +97,13 @@ impl Gateway {
         catalog.set_shapes(config.upstreams.iter().map(|u| (u.name.as_str(), &u.shape)));
         let upstreams = Arc::new(UpstreamSet::default());
         let views = Arc::new(policy::Views::new(catalog.clone(), config.policy.as_ref()));
-        let hub = Arc::new(NotifyHub::with_views(upstreams.clone(), views));
+        let interest = Arc::new(upstream::Interest::new(upstreams.clone()));
+        let hub = Arc::new(NotifyHub::with_views(interest.clone(), views));
         let manager = Arc::new(reload::UpstreamManager::new(
             catalog.clone(),
             upstreams.clone(),
             hub.clone(),
+            interest,
             upstream_shutdown.clone(),
             tracker.clone(),
         ));

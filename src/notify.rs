@@ -6,9 +6,9 @@
 //! `list_changed` goes to every subscriber, `resources/updated` only to the
 //! subscribers of that URI (looked up in the [`SubscriptionTable`]), and
 //! `notifications/message` only to subscribers whose log level admits it.
-//! The hub also asks each upstream for the most verbose log level any
-//! subscriber wants, and tells upstreams to unsubscribe when the last
-//! subscriber of a URI goes away. Under a `policy` ([`Views`]), a
+//! Which URIs have subscribers, and which log level upstreams are asked
+//! for, belongs to [`Interest`] (in `upstream`): the hub reads who watches
+//! a URI there, and tells it when a subscriber leaves or changes its level. Under a `policy` ([`Views`]), a
 //! subscriber with an identity hears only of its own view: `list_changed`
 //! when its view of a kind changed, `resources/updated` for URIs it may
 //! read, log messages from upstreams it sees something of.
@@ -17,67 +17,20 @@ pub mod outbox;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use dashmap::DashMap;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 pub use outbox::Outbox;
 
 use crate::auth::Identity;
-use crate::catalog::{ListKind, naming};
+use crate::catalog::ListKind;
 use crate::policy::{Seen, Views};
-use crate::subscriptions::{SubscriberId, SubscriptionTable, UpstreamChange};
-use crate::upstream::{Connection, ServerHello, UpstreamSet};
+use crate::upstream::{Interest, SubscriberId, SubscriptionTable, UpstreamEvents};
 
-/// MCP log levels, least to most severe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    Debug = 1,
-    Info,
-    Notice,
-    Warning,
-    Error,
-    Critical,
-    Alert,
-    Emergency,
-}
-
-impl LogLevel {
-    const ALL: [LogLevel; 8] = [
-        Self::Debug,
-        Self::Info,
-        Self::Notice,
-        Self::Warning,
-        Self::Error,
-        Self::Critical,
-        Self::Alert,
-        Self::Emergency,
-    ];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|l| l.as_str() == s)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Debug => "debug",
-            Self::Info => "info",
-            Self::Notice => "notice",
-            Self::Warning => "warning",
-            Self::Error => "error",
-            Self::Critical => "critical",
-            Self::Alert => "alert",
-            Self::Emergency => "emergency",
-        }
-    }
-
-    fn from_u8(v: u8) -> Option<Self> {
-        Self::ALL.into_iter().find(|l| *l as u8 == v)
-    }
-}
+pub use crate::protocol::LogLevel;
 
 /// One downstream receiver of notifications.
 pub struct Subscriber {
@@ -138,36 +91,39 @@ pub struct NotifyHub {
     counts: Arc<crate::metrics::NotificationCounts>,
     /// Open modern listen streams.
     listeners: std::sync::atomic::AtomicUsize,
-    subscriptions: SubscriptionTable,
-    upstreams: Arc<UpstreamSet>,
+    /// Subscriptions and the log level upstreams are asked for: the hub
+    /// reads who watches what, and tells it when a subscriber leaves or
+    /// changes its level.
+    interest: Arc<Interest>,
     next_id: AtomicU64,
-    /// The level last sent to upstreams; changed only under this lock.
-    upstream_level: Mutex<Option<LogLevel>>,
     /// The policy and the catalog it filters; none: no policy machinery.
     views: Option<Arc<Views>>,
 }
 
 impl NotifyHub {
-    pub fn new(upstreams: Arc<UpstreamSet>) -> Self {
-        Self::build(upstreams, None)
+    pub fn new(interest: Arc<Interest>) -> Self {
+        Self::build(interest, None)
     }
 
     /// A hub that filters each subscriber's notifications by its view.
-    pub(crate) fn with_views(upstreams: Arc<UpstreamSet>, views: Arc<Views>) -> Self {
-        Self::build(upstreams, Some(views))
+    pub(crate) fn with_views(interest: Arc<Interest>, views: Arc<Views>) -> Self {
+        Self::build(interest, Some(views))
     }
 
-    fn build(upstreams: Arc<UpstreamSet>, views: Option<Arc<Views>>) -> Self {
+    fn build(interest: Arc<Interest>, views: Option<Arc<Views>>) -> Self {
         Self {
             subscribers: DashMap::new(),
             counts: Arc::default(),
             listeners: std::sync::atomic::AtomicUsize::new(0),
-            subscriptions: SubscriptionTable::default(),
-            upstreams,
+            interest,
             next_id: AtomicU64::new(1),
-            upstream_level: Mutex::new(None),
             views,
         }
+    }
+
+    /// What clients want of upstreams (subscriptions, log level).
+    pub(crate) fn interest(&self) -> &Arc<Interest> {
+        &self.interest
     }
 
     /// The policy views, when the hub has them.
@@ -176,7 +132,7 @@ impl NotifyHub {
     }
 
     pub fn subscriptions(&self) -> &SubscriptionTable {
-        &self.subscriptions
+        self.interest.table()
     }
 
     pub fn subscriber_count(&self) -> usize {
@@ -272,30 +228,9 @@ impl NotifyHub {
             self.listeners.fetch_sub(1, Ordering::Relaxed);
         }
         let had_level = removed.is_some_and(|s| s.log_level().is_some());
-        for change in self.subscriptions.remove_subscriber(id) {
-            self.unsubscribe_upstream(&change);
-        }
+        self.interest.forget_subscriber(id);
         if had_level {
-            self.update_upstream_level();
-        }
-    }
-
-    /// Tells the upstream that nobody watches a URI any more (best effort).
-    pub fn unsubscribe_upstream(&self, change: &UpstreamChange) {
-        let Some(handle) = self.upstreams.get(&change.upstream) else {
-            return;
-        };
-        if handle.is_modern() {
-            // A modern upstream watches URIs through its listen stream.
-            handle.watch_set_changed();
-            return;
-        }
-        let Ok(conn) = handle.connection() else {
-            return;
-        };
-        let params = json!({ "uri": &*change.original }).to_string();
-        if !conn.send_detached("resources/unsubscribe", Some(&params)) {
-            tracing::debug!(upstream = %change.upstream, uri = %change.original, "could not queue resources/unsubscribe");
+            self.interest.want_level(|| self.wanted_level());
         }
     }
 
@@ -336,11 +271,9 @@ impl NotifyHub {
                     subscriber.outbox.mark_list_changed(kind);
                 }
             }
-            for uri in self.subscriptions.uris_of(subscriber.id) {
-                if !views.allows(Some(identity), &uri)
-                    && let Some(last) = self.subscriptions.unsubscribe(subscriber.id, &uri)
-                {
-                    self.unsubscribe_upstream(&last);
+            for uri in self.interest.table().uris_of(subscriber.id) {
+                if !views.allows(Some(identity), &uri) {
+                    self.interest.unsubscribe(subscriber.id, &uri);
                 }
             }
         }
@@ -355,15 +288,8 @@ impl NotifyHub {
 
     /// An upstream resource changed: tell exactly its subscribers.
     pub fn resource_updated(&self, upstream: &str, original_uri: &str) {
-        let plain = self
-            .upstreams
-            .get(upstream)
-            .is_some_and(|h| !h.namespaces_uris());
-        let uri: Arc<str> = match plain {
-            true => original_uri.into(),
-            false => naming::namespaced_uri(upstream, original_uri).into(),
-        };
-        for id in self.subscriptions.subscribers(&uri) {
+        let uri = self.interest.exposed_uri(upstream, original_uri);
+        for id in self.interest.table().subscribers(&uri) {
             if let Some(subscriber) = self.subscribers.get(&id)
                 && self.may_see(&subscriber, &uri)
             {
@@ -419,92 +345,12 @@ impl NotifyHub {
     /// Records a subscriber's `logging/setLevel` and updates upstreams.
     pub fn set_log_level(&self, subscriber: &Subscriber, level: LogLevel) {
         subscriber.log_level.store(level as u8, Ordering::Relaxed);
-        self.update_upstream_level();
+        self.interest.want_level(|| self.wanted_level());
     }
 
     /// The most verbose level any subscriber wants.
     pub fn wanted_level(&self) -> Option<LogLevel> {
         self.subscribers.iter().filter_map(|s| s.log_level()).min()
-    }
-
-    /// Sends `logging/setLevel` to every connected upstream when the wanted
-    /// level changed. Once nobody wants logs, upstreams are asked for
-    /// `emergency` only.
-    fn update_upstream_level(&self) {
-        let mut sent = self
-            .upstream_level
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let wanted = self.wanted_level();
-        let target = wanted.or(sent.map(|_| LogLevel::Emergency));
-        if target == *sent || target.is_none() {
-            return;
-        }
-        *sent = target;
-        let Some(level) = target else { return };
-        for handle in self.upstreams.all() {
-            let (Ok(conn), Some(hello)) = (handle.connection(), handle.hello()) else {
-                continue;
-            };
-            if hello.has("logging") && !hello.modern {
-                let params = json!({ "level": level.as_str() }).to_string();
-                conn.send_detached("logging/setLevel", Some(&params));
-            }
-        }
-    }
-
-    /// Re-establishes what downstream clients hold on a freshly (re)connected
-    /// upstream: every subscribed URI, and the log level.
-    pub async fn restore_upstream(
-        &self,
-        upstream: &str,
-        conn: &Connection,
-        hello: &ServerHello,
-        timeout: Duration,
-    ) {
-        // A modern upstream gets its URIs through the listen stream its
-        // supervisor opens, and has no session-wide log level.
-        if hello.modern {
-            return;
-        }
-        if hello.can_subscribe() {
-            let uris = self.subscriptions.originals_of_upstream(upstream);
-            let subscribes = uris.iter().map(|uri| {
-                let params = json!({ "uri": &**uri }).to_string();
-                async move {
-                    (
-                        uri,
-                        conn.request("resources/subscribe", Some(&params), timeout)
-                            .await,
-                    )
-                }
-            });
-            let mut restored = 0;
-            for (uri, outcome) in futures_util::future::join_all(subscribes).await {
-                match outcome {
-                    Ok(_) => restored += 1,
-                    Err(e) => {
-                        tracing::warn!(uri = %uri, error = %e, "could not re-subscribe after reconnect")
-                    }
-                }
-            }
-            if restored > 0 {
-                tracing::info!(restored, "re-subscribed resources");
-            }
-        }
-        let level = *self
-            .upstream_level
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(level) = level.filter(|_| hello.has("logging")) {
-            let params = json!({ "level": level.as_str() }).to_string();
-            if let Err(e) = conn
-                .request("logging/setLevel", Some(&params), timeout)
-                .await
-            {
-                tracing::warn!(error = %e, "could not restore the log level");
-            }
-        }
     }
 
     /// Notification counts, for `/metrics`.
@@ -523,5 +369,20 @@ impl NotifyHub {
             .iter()
             .map(|s| (s.id, s.outbox.backlog()))
             .collect()
+    }
+}
+
+/// What upstreams announce reaches subscribers through the hub.
+impl UpstreamEvents for NotifyHub {
+    fn resource_updated(&self, upstream: &str, original_uri: &str) {
+        NotifyHub::resource_updated(self, upstream, original_uri);
+    }
+
+    fn log_message(&self, upstream: &str, params: Option<&RawValue>) {
+        NotifyHub::log_message(self, upstream, params);
+    }
+
+    fn lists_changed(&self, kinds: &[ListKind]) {
+        NotifyHub::lists_changed(self, kinds);
     }
 }

@@ -308,25 +308,56 @@ pub fn push_json_string(out: &mut String, s: &str) {
 }
 
 /// MCP method names the gateway treats specially.
-pub mod method {
-    pub const INITIALIZE: &str = "initialize";
-    pub const INITIALIZED: &str = "notifications/initialized";
-    pub const PING: &str = "ping";
-    pub const TOOLS_LIST: &str = "tools/list";
-    pub const TOOLS_CALL: &str = "tools/call";
-    pub const PROMPTS_LIST: &str = "prompts/list";
-    pub const PROMPTS_GET: &str = "prompts/get";
-    pub const RESOURCES_LIST: &str = "resources/list";
-    pub const RESOURCES_READ: &str = "resources/read";
-    pub const TEMPLATES_LIST: &str = "resources/templates/list";
-    pub const COMPLETE: &str = "completion/complete";
-    pub const CANCELLED: &str = "notifications/cancelled";
-    pub const PROGRESS: &str = "notifications/progress";
-    pub const SUBSCRIBE: &str = "resources/subscribe";
-    pub const UNSUBSCRIBE: &str = "resources/unsubscribe";
-    pub const SET_LEVEL: &str = "logging/setLevel";
-    pub const DISCOVER: &str = "server/discover";
-    pub const LISTEN: &str = "subscriptions/listen";
+pub mod method;
+
+pub use method::Method;
+
+/// MCP log levels, least to most severe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Debug = 1,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    const ALL: [LogLevel; 8] = [
+        Self::Debug,
+        Self::Info,
+        Self::Notice,
+        Self::Warning,
+        Self::Error,
+        Self::Critical,
+        Self::Alert,
+        Self::Emergency,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.as_str() == s)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Notice => "notice",
+            Self::Warning => "warning",
+            Self::Error => "error",
+            Self::Critical => "critical",
+            Self::Alert => "alert",
+            Self::Emergency => "emergency",
+        }
+    }
+
+    /// The level stored as `level as u8` (0: none).
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| *l as u8 == v)
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use tokio_util::task::TaskTracker;
 use crate::catalog::CatalogStore;
 use crate::config::{Config, Lookup, UpstreamConfig};
 use crate::notify::NotifyHub;
-use crate::upstream::{self, UpstreamSet};
+use crate::upstream::{self, Interest, UpstreamSet};
 
 /// How often the watcher looks at the config file.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
@@ -62,6 +62,8 @@ pub struct UpstreamManager {
     catalog: Arc<CatalogStore>,
     set: Arc<UpstreamSet>,
     hub: Arc<NotifyHub>,
+    /// What clients want of upstreams, restored on each (re)start.
+    interest: Arc<Interest>,
     /// Parent of every supervisor's stop token (gateway shutdown).
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -75,6 +77,7 @@ impl UpstreamManager {
         catalog: Arc<CatalogStore>,
         set: Arc<UpstreamSet>,
         hub: Arc<NotifyHub>,
+        interest: Arc<Interest>,
         shutdown: CancellationToken,
         tracker: TaskTracker,
     ) -> Self {
@@ -82,6 +85,7 @@ impl UpstreamManager {
             catalog,
             set,
             hub,
+            interest,
             shutdown,
             tracker,
             running: Mutex::new(IndexMap::new()),
@@ -94,6 +98,7 @@ impl UpstreamManager {
             config.clone(),
             self.catalog.clone(),
             self.hub.clone(),
+            self.interest.clone(),
             stop.clone(),
             &self.tracker,
         );

@@ -24,8 +24,8 @@ use crate::catalog::{CatalogStore, CursorError, ListKind};
 use crate::metrics::{Metrics, Outcome};
 use crate::notify::{LogLevel, NotifyHub, Subscriber};
 use crate::policy::Grant;
-use crate::protocol::{self, Era, RpcError, code, method};
-use crate::subscriptions::SubscriberId;
+use crate::protocol::{self, Era, Method, RpcError, code};
+use crate::upstream::{SubscriberId, Subscribed};
 use crate::upstream::{UpstreamError, UpstreamSet};
 use rewrite::{Params, json_string};
 
@@ -376,30 +376,21 @@ impl Router {
         }
         let grant = self.grant(ctx);
         let grant = grant.as_deref();
-        let outcome = match method {
-            method::PING => Ok("{}".to_owned()),
-            method::TOOLS_LIST => self.list(grant, ListKind::Tools, params),
-            method::PROMPTS_LIST => self.list(grant, ListKind::Prompts, params),
-            method::RESOURCES_LIST => self.list(grant, ListKind::Resources, params),
-            method::TEMPLATES_LIST => self.list(grant, ListKind::Templates, params),
-            method::SUBSCRIBE => self.subscribe(ctx, grant, params).await,
-            method::UNSUBSCRIBE => self.unsubscribe(ctx, params),
-            method::SET_LEVEL => self.set_level(ctx, params),
-            method::TOOLS_CALL
-            | method::PROMPTS_GET
-            | method::RESOURCES_READ
-            | method::COMPLETE => {
-                let method = [
-                    method::TOOLS_CALL,
-                    method::PROMPTS_GET,
-                    method::RESOURCES_READ,
-                    method::COMPLETE,
-                ]
-                .into_iter()
-                .find(|m| *m == method)
-                .unwrap_or(method::COMPLETE);
+        let outcome = match Method::from_name(method) {
+            Method::Ping => Ok("{}".to_owned()),
+            Method::ToolsList => self.list(grant, ListKind::Tools, params),
+            Method::PromptsList => self.list(grant, ListKind::Prompts, params),
+            Method::ResourcesList => self.list(grant, ListKind::Resources, params),
+            Method::TemplatesList => self.list(grant, ListKind::Templates, params),
+            Method::Subscribe => self.subscribe(ctx, grant, params).await,
+            Method::Unsubscribe => self.unsubscribe(ctx, params),
+            Method::SetLevel => self.set_level(ctx, params),
+            call @ (Method::ToolsCall
+            | Method::PromptsGet
+            | Method::ResourcesRead
+            | Method::Complete) => {
                 let mut prepared =
-                    self.prepare_call(method, params, grant, ctx.identity.as_deref());
+                    self.prepare_call(call.clone(), params, grant, ctx.identity.as_deref());
                 if let Err(RouteError::UnknownTool(name) | RouteError::UnknownPrompt(name)) =
                     &prepared
                     && grant.is_none_or(|g| g.allows(name))
@@ -408,7 +399,7 @@ impl Router {
                     // Its items are missing because it is not up: say so,
                     // after a short wait if it is starting.
                     prepared = match owner.wait_started().await {
-                        true => self.prepare_call(method, params, grant, ctx.identity.as_deref()),
+                        true => self.prepare_call(call, params, grant, ctx.identity.as_deref()),
                         false => Err(RouteError::Upstream(owner.unavailable())),
                     };
                 }
@@ -431,7 +422,7 @@ impl Router {
                     }
                 };
             }
-            other => Err(RouteError::MethodNotFound(other.to_owned())),
+            _ => Err(RouteError::MethodNotFound(method.to_owned())),
         };
         let measured = match &outcome {
             Ok(_) => Outcome::Ok,
@@ -452,7 +443,7 @@ impl Router {
 
     /// Handles a client notification.
     pub fn notification(&self, ctx: &RequestContext, method: &str, params: Option<&RawValue>) {
-        if method == method::CANCELLED {
+        if Method::from_name(method) == Method::Cancelled {
             forward::cancel(ctx, params);
         }
     }
@@ -495,7 +486,9 @@ impl Router {
         if grant.is_some_and(|g| !g.allows(&uri)) {
             return Err(RouteError::ResourceNotFound(uri));
         }
-        if let Some(modern) = self.subscribe_uri(subscriber(ctx)?.id, &uri).await? {
+        if let Subscribed::WatchSetChanged(modern) =
+            self.subscribe_uri(subscriber(ctx)?.id, &uri).await?
+        {
             modern.watch_set_changed_and_applied(modern.timeout()).await;
         }
         Ok("{}".to_owned())
@@ -503,14 +496,13 @@ impl Router {
 
     /// Adds `subscriber` to the watchers of a namespaced URI, shared by
     /// legacy sessions and modern listen streams alike. A session-based
-    /// upstream is subscribed at once; for a modern one the returned handle
-    /// must be told the URIs it watches changed (a caller adding several
-    /// URIs tells it once).
-    pub async fn subscribe_uri(
+    /// upstream is subscribed at once; a modern one must be told the URIs it
+    /// watches changed (a caller adding several URIs tells it once).
+    pub(crate) async fn subscribe_uri(
         &self,
         subscriber: SubscriberId,
         uri: &str,
-    ) -> Result<Option<crate::upstream::UpstreamHandle>, RouteError> {
+    ) -> Result<Subscribed, RouteError> {
         // A URI its client may not read is answered like an unknown one.
         if !self.allows(self.hub.identity_of(subscriber).as_deref(), uri) {
             return Err(RouteError::ResourceNotFound(uri.to_owned()));
@@ -525,25 +517,10 @@ impl Router {
                 feature: "resources/subscribe",
             });
         }
-        let table = self.hub.subscriptions();
-        let first = table
-            .subscribe(subscriber, uri, handle.name(), original)
-            .is_some();
-        if first && handle.is_modern() {
-            // A modern upstream watches URIs through its listen stream.
-            return Ok(Some(handle));
-        }
-        if first && let Ok(conn) = handle.connection() {
-            let upstream_params = json!({ "uri": original }).to_string();
-            if let Err(e) = conn
-                .request(method::SUBSCRIBE, Some(&upstream_params), handle.timeout())
-                .await
-            {
-                table.unsubscribe(subscriber, uri);
-                return Err(e.into());
-            }
-        }
-        Ok(None)
+        let interest = self.hub.interest();
+        Ok(interest
+            .subscribe(subscriber, uri, &handle, original)
+            .await?)
     }
 
     /// `resources/unsubscribe`: the last subscriber leaving unsubscribes upstream.
@@ -554,13 +531,9 @@ impl Router {
     ) -> Result<String, RouteError> {
         let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
-        if let Some(change) = self
-            .hub
-            .subscriptions()
-            .unsubscribe(subscriber(ctx)?.id, &uri)
-        {
-            self.hub.unsubscribe_upstream(&change);
-        }
+        self.hub
+            .interest()
+            .unsubscribe(subscriber(ctx)?.id, &uri);
         Ok("{}".to_owned())
     }
 
@@ -605,7 +578,7 @@ impl Router {
     /// before anything else is looked up.
     fn prepare_call<'p>(
         &self,
-        method: &'static str,
+        method: Method,
         raw: Option<&'p RawValue>,
         grant: Option<&Grant>,
         identity: Option<&crate::auth::Identity>,
@@ -625,34 +598,37 @@ impl Router {
             }
             hidden
         };
+        let mut target: Option<Arc<str>> = None;
         let (upstream, key, value) = match method {
-            method::TOOLS_CALL => {
+            Method::ToolsCall => {
                 let name = params.string("name").map_err(RouteError::InvalidParams)?;
                 if hidden(&name) {
                     return Err(RouteError::UnknownTool(name));
                 }
-                let target = catalog.tool(&name).ok_or(RouteError::UnknownTool(name))?;
+                let tool = catalog.tool(&name).ok_or(RouteError::UnknownTool(name))?;
+                target = Some(Arc::from(&*tool.original));
                 (
-                    target.upstream.to_string(),
+                    tool.upstream.to_string(),
                     "name",
-                    json_string(&target.original),
+                    json_string(&tool.original),
                 )
             }
-            method::PROMPTS_GET => {
+            Method::PromptsGet => {
                 let name = params.string("name").map_err(RouteError::InvalidParams)?;
                 if hidden(&name) {
                     return Err(RouteError::UnknownPrompt(name));
                 }
-                let target = catalog
+                let prompt = catalog
                     .prompt(&name)
                     .ok_or(RouteError::UnknownPrompt(name))?;
+                target = Some(Arc::from(&*prompt.original));
                 (
-                    target.upstream.to_string(),
+                    prompt.upstream.to_string(),
                     "name",
-                    json_string(&target.original),
+                    json_string(&prompt.original),
                 )
             }
-            method::RESOURCES_READ => {
+            Method::ResourcesRead => {
                 let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
                 if hidden(&uri) {
                     return Err(RouteError::ResourceNotFound(uri));
@@ -660,6 +636,7 @@ impl Router {
                 let (upstream, original) = self
                     .split_uri(&uri)
                     .ok_or(RouteError::ResourceNotFound(uri.clone()))?;
+                target = Some(Arc::from(original));
                 (upstream, "uri", json_string(original))
             }
             _ => {
@@ -712,6 +689,7 @@ impl Router {
             key,
             value,
             item: item.unwrap_or_default(),
+            target,
         })
     }
 

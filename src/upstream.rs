@@ -10,13 +10,18 @@
 //! exponential backoff and jitter. Shutdown never triggers a restart.
 
 pub mod connection;
+mod events;
 pub mod handshake;
 pub mod http;
+mod interest;
 mod legacy_sse;
 pub mod link;
 mod listen;
+mod message;
 pub mod noise;
+mod remote;
 pub mod stdio;
+mod subscriptions;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,12 +34,18 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use connection::{Answer, Connection, ProgressRoute, UpstreamNotification};
+pub use connection::{Answer, Connection, ListsChanged, ProgressRoute};
+pub(crate) use connection::Request;
+pub use events::UpstreamEvents;
 pub use handshake::ServerHello;
+pub(crate) use interest::Subscribed;
+pub use interest::Interest;
+pub(crate) use message::Origin;
+pub use subscriptions::{SubscriberId, SubscriptionTable, UpstreamChange};
 
 use crate::catalog::{CatalogStore, ListKind, UpstreamView};
 use crate::config::{EraChoice, UpstreamConfig};
-use crate::notify::NotifyHub;
+use crate::protocol::Method;
 use link::Link;
 
 /// Notifications queued from one upstream to its supervisor. When full,
@@ -47,8 +58,6 @@ const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// A listen stream that lived this long counts as healthy when it ends.
 const STABLE_LISTEN: Duration = Duration::from_secs(5);
-/// Internal marker: refetch every list (a modern listen stream was lost).
-const REFETCH_ALL: &str = "mcpmux/refetch-all";
 /// How long the `server/discover` probe may take before `initialize` is tried.
 const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -438,11 +447,13 @@ impl UpstreamSet {
     }
 }
 
-/// Starts the supervisor for one upstream on `tracker`.
+/// Starts the supervisor for one upstream on `tracker`: its events go to
+/// `events`, and `interest` is what clients want of it.
 pub fn spawn(
     config: UpstreamConfig,
     catalog: Arc<CatalogStore>,
-    hub: Arc<NotifyHub>,
+    events: Arc<dyn UpstreamEvents>,
+    interest: Arc<Interest>,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
 ) -> (UpstreamHandle, tokio::task::JoinHandle<()>) {
@@ -482,8 +493,10 @@ pub fn spawn(
         handle: handle.clone(),
         config,
         catalog,
-        hub,
+        events,
+        interest,
         shutdown,
+        tasks: tracker.clone(),
     };
     let span = tracing::info_span!("upstream", upstream = %name);
     let task = tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
@@ -494,8 +507,15 @@ struct Supervisor {
     handle: UpstreamHandle,
     config: UpstreamConfig,
     catalog: Arc<CatalogStore>,
-    hub: Arc<NotifyHub>,
+    /// Where its resource updates, log messages and list changes go.
+    events: Arc<dyn UpstreamEvents>,
+    /// The subscriptions and log level to restore and watch.
+    interest: Arc<Interest>,
+    /// A child of the gateway's upstream token: cancelled at shutdown or
+    /// when a reload removes the upstream.
     shutdown: CancellationToken,
+    /// The gateway's tracker, for the transport's I/O tasks.
+    tasks: TaskTracker,
 }
 
 impl Supervisor {
@@ -546,7 +566,7 @@ impl Supervisor {
             name.clone(),
             out_tx,
             note_tx,
-            self.hub.clone(),
+            self.events.clone(),
             noise.clone(),
         ));
         let mut child = match Link::start(
@@ -555,9 +575,10 @@ impl Supervisor {
             conn.clone(),
             out_rx,
             noise,
+            &self.tasks,
         ) {
             Ok(link) => link,
-            Err(e) => return (e, false),
+            Err(e) => return (e.to_string(), false),
         };
         self.handle
             .shared
@@ -583,7 +604,7 @@ impl Supervisor {
                     // the upstream counts as ready. The connection is visible
                     // first, so a subscription made meanwhile goes straight to
                     // it rather than into a gap.
-                    self.hub.restore_upstream(&name, &conn, &hello, timeout).await;
+                    self.interest.restore(&name, &conn, &hello, timeout).await;
                     self.publish(Some(&view));
                     self.handle.set_state(UpstreamState::Ready);
                     self.serve(&conn, &hello, view, &mut child, &mut note_rx).await
@@ -648,12 +669,12 @@ impl Supervisor {
         hello: &ServerHello,
         mut view: UpstreamView,
         child: &mut Link,
-        notes: &mut mpsc::Receiver<UpstreamNotification>,
+        notes: &mut mpsc::Receiver<ListsChanged>,
     ) -> String {
-        let table = self.hub.subscriptions();
+        let watched = || self.interest.watched_on(conn.upstream());
         let mut listen_failures: u32 = 0;
         let mut listening = match hello.modern {
-            true => listen::open(conn, hello, table).await,
+            true => listen::open(conn, hello, watched()).await,
             false => None,
         };
         let mut health = Health::new(&self.config.health);
@@ -677,12 +698,12 @@ impl Supervisor {
                 ended = child.wait_ended() => return ended,
                 () = self.shutdown.cancelled() => return "the gateway is shutting down".into(),
                 () = tokio::time::sleep_until(health.next_ping), if !pinging => {
-                    health.ping = Some(Box::pin(conn.request(crate::protocol::method::PING, None, self.config.health.ping_timeout)));
+                    health.ping = Some(Box::pin(conn.request(Method::Ping, None, self.config.health.ping_timeout)));
                     continue;
                 }
                 () = self.handle.shared.ping_now.notified(), if !pinging => {
                     tracing::info!("calls keep timing out; pinging the upstream now");
-                    health.ping = Some(Box::pin(conn.request(crate::protocol::method::PING, None, self.config.health.ping_timeout)));
+                    health.ping = Some(Box::pin(conn.request(Method::Ping, None, self.config.health.ping_timeout)));
                     continue;
                 }
                 answer = ping_answered => {
@@ -694,7 +715,7 @@ impl Supervisor {
                 }
                 () = self.handle.shared.listen_changed.notified(), if hello.modern => {
                     // New stream first, acknowledged, then drop the old one: no gap.
-                    let mut next = listen::open(conn, hello, table).await;
+                    let mut next = listen::open(conn, hello, watched()).await;
                     if let Some(new) = next.as_mut()
                         && tokio::time::timeout(self.config.timeout, &mut new.acknowledged)
                             .await
@@ -724,8 +745,8 @@ impl Supervisor {
                     if let Some(old) = &listening {
                         conn.forget_ack(old.id);
                     }
-                    listening = listen::open(conn, hello, table).await;
-                    UpstreamNotification { method: REFETCH_ALL.into() }
+                    listening = listen::open(conn, hello, watched()).await;
+                    ListsChanged::ALL
                 }
                 note = notes.recv() => match note {
                     Some(note) => note,
@@ -816,7 +837,7 @@ impl Supervisor {
         let changed = self
             .catalog
             .publish(self.handle.name(), view.map(|v| Arc::new(v.clone())));
-        self.hub.lists_changed(&changed);
+        self.events.lists_changed(&changed);
     }
 }
 
@@ -840,16 +861,9 @@ impl Health<'_> {
     }
 }
 
-/// The list kinds a notification says are out of date.
-fn collect_stale(note: &UpstreamNotification, out: &mut Vec<ListKind>) {
-    let kinds: &[ListKind] = match note.method.as_str() {
-        "notifications/tools/list_changed" => &[ListKind::Tools],
-        "notifications/prompts/list_changed" => &[ListKind::Prompts],
-        "notifications/resources/list_changed" => &[ListKind::Resources, ListKind::Templates],
-        REFETCH_ALL => &ListKind::ALL,
-        _ => &[],
-    };
-    for kind in kinds {
+/// Adds the list kinds a notification says are out of date.
+fn collect_stale(note: &ListsChanged, out: &mut Vec<ListKind>) {
+    for kind in note.0 {
         if !out.contains(kind) {
             out.push(*kind);
         }

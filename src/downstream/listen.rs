@@ -82,9 +82,9 @@ pub async fn open(
             .subscribe_uri(listening.subscriber.id, &uri)
             .await
         {
-            Ok(modern) => {
+            Ok(subscribed) => {
                 honoured.push(uri);
-                if let Some(handle) = modern
+                if let crate::upstream::Subscribed::WatchSetChanged(handle) = subscribed
                     && !modern_upstreams.iter().any(|h| h.name() == handle.name())
                 {
                     modern_upstreams.push(handle);

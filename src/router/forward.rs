@@ -14,7 +14,10 @@ use super::rewrite::{self, Params};
 use super::{Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
 use crate::protocol::{self, Era, RpcError, code};
-use crate::upstream::{Answer, Connection, ProgressRoute, UpstreamError, UpstreamHandle};
+use crate::protocol::Method;
+use crate::upstream::{
+    Answer, Connection, Origin, ProgressRoute, Request, UpstreamError, UpstreamHandle,
+};
 
 /// Frames buffered for a streaming reply. Progress beyond this is dropped
 /// (see [`ProgressRoute::sink`]); the final response always gets through.
@@ -22,7 +25,7 @@ const STREAM_CAPACITY: usize = 64;
 
 /// A call resolved to its upstream, ready to send.
 pub(super) struct Call<'p> {
-    pub method: &'static str,
+    pub method: Method,
     pub handle: UpstreamHandle,
     pub params: Params<'p>,
     /// The params member that changes (`name`, `uri` or `ref`) and its new JSON.
@@ -30,6 +33,8 @@ pub(super) struct Call<'p> {
     pub value: String,
     /// What the client asked for (its name, URI or reference), for the audit log.
     pub item: String,
+    /// The tool or prompt name, or the URI, as the upstream knows it.
+    pub target: Option<Arc<str>>,
 }
 
 /// Where a client's in-flight request went upstream.
@@ -106,7 +111,7 @@ pub(super) async fn run(
         Err(e) => {
             let e = RouteError::from(e);
             metrics.observe(
-                call.method,
+                call.method.name(),
                 call.handle.name(),
                 e.outcome(),
                 asked.elapsed(),
@@ -156,8 +161,14 @@ pub(super) async fn run(
         cancel_on_drop: ctx.era == Era::Modern,
     };
 
+    let origin = Origin::Client {
+        session: ctx.subscriber.as_ref().map(|s| s.id),
+        request: id.get().into(),
+    };
     let mut exchange = Exchange {
         method: call.method,
+        target: call.target,
+        origin,
         timeout: call.handle.timeout(),
         handle: call.handle,
         params,
@@ -205,7 +216,11 @@ pub(super) async fn run(
 
 /// The bookkeeping of one forwarded request while it waits.
 struct Exchange {
-    method: &'static str,
+    method: Method,
+    /// What the request names, as the upstream knows it.
+    target: Option<Arc<str>>,
+    /// The session and request that caused it.
+    origin: Origin,
     handle: UpstreamHandle,
     /// The params as sent upstream (with the first attempt's progress token).
     params: String,
@@ -268,7 +283,14 @@ impl Exchange {
         route: Option<ProgressRoute>,
     ) -> Result<oneshot::Receiver<Answer>, UpstreamError> {
         let deadline = self.started + self.timeout;
-        let queued = conn.send_request(upstream_id, self.method, Some(params), route);
+        let request = Request {
+            method: self.method.clone(),
+            params: Some(params),
+            target: self.target.clone(),
+            origin: self.origin.clone(),
+            progress: route,
+        };
+        let queued = conn.send_request(upstream_id, request);
         match tokio::time::timeout_at(deadline.into(), queued).await {
             Ok(rx) => rx,
             Err(_) => {
@@ -319,14 +341,14 @@ impl Exchange {
             Err(e) => e.outcome(),
         };
         self.metrics.observe(
-            self.method,
+            self.method.name(),
             self.handle.name(),
             outcome,
             self.started.elapsed(),
         );
         audit(
             self.client.as_deref(),
-            self.method,
+            self.method.name(),
             self.handle.name(),
             &self.item,
             outcome,
@@ -341,14 +363,14 @@ impl Exchange {
             Ok(result) => {
                 let upstream = self.handle.name();
                 let body = match self.handle.namespaces_uris() {
-                    true => rewrite::namespace_result(self.method, upstream, &result),
+                    true => rewrite::namespace_result(self.method.name(), upstream, &result),
                     false => std::borrow::Cow::Borrowed(result.get()),
                 };
                 match self.era {
                     Era::Legacy => protocol::response_frame(&self.client_id, &body),
                     Era::Modern => protocol::response_frame(
                         &self.client_id,
-                        &rewrite::modern_result(self.method, &body),
+                        &rewrite::modern_result(self.method.name(), &body),
                     ),
                 }
             }
@@ -383,7 +405,7 @@ impl Exchange {
             None => self.params.clone(),
         };
         guard.retarget(&conn, upstream_id);
-        tracing::info!(upstream = %self.handle.name(), method = self.method, "retrying once after re-initializing the upstream");
+        tracing::info!(upstream = %self.handle.name(), method = self.method.name(), "retrying once after re-initializing the upstream");
         let rx = self.send(&conn, upstream_id, &params, self.route()).await;
         self.answer(&conn, upstream_id, rx).await
     }

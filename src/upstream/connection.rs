@@ -1,11 +1,12 @@
 //! One live MCP client connection to an upstream: request ids, the pending
 //! table, and dispatch of everything the upstream sends.
 //!
-//! A transport task (stdio today) feeds each received line to
-//! [`Connection::dispatch`] and drains [`Connection`]'s outbound queue. Many
-//! requests run concurrently: each gets a fresh numeric id and waits on a
-//! oneshot keyed by it. When the transport ends, [`Connection::close`] fails
-//! every pending request at once with the reason.
+//! A transport (a stdio child or an HTTP session) feeds each received
+//! message to [`Connection::dispatch`] and drains the connection's outbound
+//! queue of typed [`Outgoing`] messages. Many requests run concurrently:
+//! each gets a fresh numeric id and waits on a oneshot keyed by it, with
+//! the [`Origin`] that caused it. When the transport ends,
+//! [`Connection::close`] fails every pending request at once with the reason.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -18,8 +19,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::UpstreamError;
-use crate::notify::NotifyHub;
-use crate::protocol::{self, Envelope, MessageKind, method};
+use super::events::UpstreamEvents;
+use super::message::{Origin, Outgoing};
+use crate::catalog::ListKind;
+use crate::protocol::{self, Envelope, MessageKind, Method};
 
 /// Outbound frames waiting for the transport's writer. When full, senders
 /// wait: a stalled upstream slows only the callers of that upstream.
@@ -45,19 +48,60 @@ pub struct ProgressRoute {
 struct Pending {
     reply: oneshot::Sender<Answer>,
     progress: Option<ProgressRoute>,
+    /// Who caused the request.
+    origin: Origin,
 }
 
-/// A `list_changed` notification, for the supervisor to refresh lists.
-#[derive(Debug, Clone)]
-pub struct UpstreamNotification {
-    pub method: String,
+/// The lists a `list_changed` (or a lost listen stream) says are out of
+/// date, for the supervisor to refetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListsChanged(pub &'static [ListKind]);
+
+impl ListsChanged {
+    /// Every list: a modern upstream's listen stream was lost.
+    pub const ALL: ListsChanged = ListsChanged(&ListKind::ALL);
+
+    /// The lists an upstream's `list_changed` notification names.
+    fn of(method: &Method) -> Option<ListsChanged> {
+        let kinds: &'static [ListKind] = match method {
+            Method::ToolsListChanged => &[ListKind::Tools],
+            Method::PromptsListChanged => &[ListKind::Prompts],
+            Method::ResourcesListChanged => &[ListKind::Resources, ListKind::Templates],
+            _ => return None,
+        };
+        Some(ListsChanged(kinds))
+    }
+}
+
+/// A request for [`Connection::send_request`].
+pub(crate) struct Request<'a> {
+    pub(crate) method: Method,
+    /// The params object as JSON text.
+    pub(crate) params: Option<&'a str>,
+    /// The tool or prompt name, or the URI, as the upstream knows it.
+    pub(crate) target: Option<Arc<str>>,
+    pub(crate) origin: Origin,
+    pub(crate) progress: Option<ProgressRoute>,
+}
+
+impl<'a> Request<'a> {
+    /// The gateway's own request, about nothing in particular.
+    pub(crate) fn new(method: Method, params: Option<&'a str>) -> Self {
+        Self {
+            method,
+            params,
+            target: None,
+            origin: Origin::Gateway,
+            progress: None,
+        }
+    }
 }
 
 /// The gateway's client state for one upstream transport session.
 pub struct Connection {
     upstream: Arc<str>,
     /// Drained by the transport's writer task.
-    outbound: mpsc::Sender<String>,
+    outbound: mpsc::Sender<Outgoing>,
     pending: DashMap<u64, Pending>,
     next_id: AtomicU64,
     closed: CancellationToken,
@@ -76,19 +120,19 @@ pub struct Connection {
     acks: DashMap<u64, oneshot::Sender<()>>,
     /// `list_changed` notifications for the supervisor; when full they are
     /// dropped with a warning (the refresh already queued covers them).
-    list_changes: mpsc::Sender<UpstreamNotification>,
-    /// Resource updates and log messages go straight to the hub.
-    hub: Arc<NotifyHub>,
+    list_changes: mpsc::Sender<ListsChanged>,
+    /// Resource updates and log messages go straight to whoever listens.
+    events: Arc<dyn UpstreamEvents>,
     /// Rate limit of the warnings about lines that are not JSON-RPC.
     noise: Arc<super::noise::NoiseFilter>,
 }
 
 impl Connection {
-    pub fn new(
+    pub(crate) fn new(
         upstream: Arc<str>,
-        outbound: mpsc::Sender<String>,
-        list_changes: mpsc::Sender<UpstreamNotification>,
-        hub: Arc<NotifyHub>,
+        outbound: mpsc::Sender<Outgoing>,
+        list_changes: mpsc::Sender<ListsChanged>,
+        events: Arc<dyn UpstreamEvents>,
         noise: Arc<super::noise::NoiseFilter>,
     ) -> Self {
         Self {
@@ -103,7 +147,7 @@ impl Connection {
             acks: DashMap::new(),
             tool_headers: Default::default(),
             list_changes,
-            hub,
+            events,
             noise,
         }
     }
@@ -157,10 +201,21 @@ impl Connection {
         self.modern_meta.get().is_some()
     }
 
-    /// `params` with the modern `_meta` merged in (keys the caller set win).
-    fn with_modern_meta<'p>(&self, params: Option<&'p str>) -> Option<std::borrow::Cow<'p, str>> {
+    /// The message for one request (`id`) or notification: the frame,
+    /// with the modern `_meta` merged into its params (keys the caller set
+    /// win), and what the transports need to know of it.
+    fn outgoing(&self, id: Option<u64>, method: Method, params: Option<&str>) -> Outgoing {
         let Some(meta) = self.modern_meta.get() else {
-            return params.map(std::borrow::Cow::Borrowed);
+            let frame = match id {
+                Some(id) => protocol::request_frame(id, method.name(), params),
+                None => protocol::notification_frame(method.name(), params),
+            };
+            // The discover probe speaks the modern era before the upstream does.
+            let version = (method == Method::Discover).then(|| protocol::MODERN_VERSION.into());
+            let mut message = Outgoing::new(Some(method), frame);
+            message.id = id;
+            message.version = version;
+            return message;
         };
         let mut object: Map<String, Value> = params
             .and_then(|p| serde_json::from_str(p).ok())
@@ -168,29 +223,70 @@ impl Connection {
         let slot = object
             .entry("_meta")
             .or_insert_with(|| Value::Object(Map::new()));
+        let mut version = None;
         if let Value::Object(existing) = slot {
             for (key, value) in meta {
                 existing.entry(key.clone()).or_insert_with(|| value.clone());
             }
+            version = existing
+                .get(protocol::meta::PROTOCOL_VERSION)
+                .and_then(Value::as_str)
+                .map(Arc::from);
         }
-        Some(std::borrow::Cow::Owned(Value::Object(object).to_string()))
+        let name_key = match method {
+            Method::ToolsCall | Method::PromptsGet => Some("name"),
+            Method::ResourcesRead => Some("uri"),
+            _ => None,
+        };
+        let target: Option<Arc<str>> = name_key
+            .and_then(|key| object.get(key))
+            .and_then(Value::as_str)
+            .map(Arc::from);
+        // Tool parameters the upstream wants mirrored into headers.
+        let mirrored = match (&method, &target) {
+            (Method::ToolsCall, Some(tool)) => self
+                .tool_headers(tool)
+                .map(|params| {
+                    let arguments = object.get("arguments").unwrap_or(&Value::Null);
+                    crate::xheader::headers_for(&params, arguments)
+                })
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let params = Value::Object(object).to_string();
+        let frame = match id {
+            Some(id) => protocol::request_frame(id, method.name(), Some(&params)),
+            None => protocol::notification_frame(method.name(), Some(&params)),
+        };
+        let mut message = Outgoing::new(Some(method), frame);
+        message.id = id;
+        message.version = version;
+        message.target = target;
+        message.mirrored = mirrored;
+        message
     }
 
     /// Sends request `id` and returns the receiver for its answer. The
     /// pending entry is removed by the answer, by [`Self::forget`], or by close.
-    pub async fn send_request(
+    pub(crate) async fn send_request(
         &self,
         id: u64,
-        method: &str,
-        params: Option<&str>,
-        progress: Option<ProgressRoute>,
+        request: Request<'_>,
     ) -> Result<oneshot::Receiver<Answer>, UpstreamError> {
+        let Request {
+            method,
+            params,
+            target,
+            origin,
+            progress,
+        } = request;
         let (tx, rx) = oneshot::channel();
         self.pending.insert(
             id,
             Pending {
                 reply: tx,
                 progress,
+                origin: origin.clone(),
             },
         );
         // Close cancels first and drains second, so either we see it here or
@@ -199,9 +295,12 @@ impl Connection {
             self.pending.remove(&id);
             return Err(self.unavailable());
         }
-        let params = self.with_modern_meta(params);
-        let frame = protocol::request_frame(id, method, params.as_deref());
-        if self.outbound.send(frame).await.is_err() {
+        let mut message = self.outgoing(Some(id), method, params);
+        message.origin = origin;
+        if target.is_some() {
+            message.target = target;
+        }
+        if self.outbound.send(message).await.is_err() {
             self.pending.remove(&id);
             return Err(self.unavailable());
         }
@@ -211,12 +310,12 @@ impl Connection {
     /// Sends a request and waits for its answer, up to `timeout`.
     pub async fn request(
         &self,
-        method: &str,
+        method: Method,
         params: Option<&str>,
         timeout: std::time::Duration,
     ) -> Answer {
         let id = self.next_id();
-        let rx = self.send_request(id, method, params, None).await?;
+        let rx = self.send_request(id, Request::new(method, params)).await?;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(self.unavailable()),
@@ -231,10 +330,10 @@ impl Connection {
     }
 
     /// Sends a notification; errors only if the connection is gone.
-    pub async fn notify(&self, method: &str, params: Option<&str>) -> Result<(), UpstreamError> {
-        let frame = protocol::notification_frame(method, params);
+    pub async fn notify(&self, method: Method, params: Option<&str>) -> Result<(), UpstreamError> {
+        let message = self.outgoing(None, method, params);
         self.outbound
-            .send(frame)
+            .send(message)
             .await
             .map_err(|_| self.unavailable())
     }
@@ -242,10 +341,9 @@ impl Connection {
     /// Queues a request whose answer nobody waits for (the reader drops
     /// it as unknown). Keeps its place in line with later requests, so it
     /// reaches the upstream before them. False if the queue is full or closed.
-    pub fn send_detached(&self, method: &str, params: Option<&str>) -> bool {
-        let params = self.with_modern_meta(params);
-        let frame = protocol::request_frame(self.next_id(), method, params.as_deref());
-        self.outbound.try_send(frame).is_ok()
+    pub fn send_detached(&self, method: Method, params: Option<&str>) -> bool {
+        let message = self.outgoing(Some(self.next_id()), method, params);
+        self.outbound.try_send(message).is_ok()
     }
 
     /// Marks the upstream session as forgotten by the server; pending and
@@ -313,9 +411,11 @@ impl Connection {
             reason: reason.to_owned(),
         }));
         let params = serde_json::json!({ "requestId": id, "reason": reason }).to_string();
-        let frame = protocol::notification_frame(method::CANCELLED, Some(&params));
+        let mut message = self.outgoing(None, Method::Cancelled, Some(&params));
+        message.cancels = Some(id);
+        message.origin = pending.origin;
         // Best effort: a full queue means the upstream is stalled anyway.
-        if self.outbound.try_send(frame).is_err() {
+        if self.outbound.try_send(message).is_err() {
             tracing::debug!(upstream = %self.upstream, id, "could not queue cancellation");
         }
         true
@@ -378,20 +478,20 @@ impl Connection {
     }
 
     fn on_notification(&self, envelope: &Envelope<'_>) {
-        let method = envelope.method.as_deref().unwrap_or_default();
-        match method {
-            method::PROGRESS => self.on_progress(envelope.params),
-            "notifications/resources/updated" => {
+        let method = Method::from_name(envelope.method.as_deref().unwrap_or_default());
+        match &method {
+            Method::Progress => self.on_progress(envelope.params),
+            Method::ResourceUpdated => {
                 let uri = envelope
                     .params
                     .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
                     .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_owned));
                 if let Some(uri) = uri {
-                    self.hub.resource_updated(&self.upstream, &uri);
+                    self.events.resource_updated(&self.upstream, &uri);
                 }
             }
-            "notifications/message" => self.hub.log_message(&self.upstream, envelope.params),
-            "notifications/subscriptions/acknowledged" => {
+            Method::LogMessage => self.events.log_message(&self.upstream, envelope.params),
+            Method::ListenAcknowledged => {
                 let id = envelope
                     .params
                     .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
@@ -403,17 +503,16 @@ impl Connection {
                     let _ = ack.send(());
                 }
             }
-            "notifications/tools/list_changed"
-            | "notifications/prompts/list_changed"
-            | "notifications/resources/list_changed" => {
-                let note = UpstreamNotification {
-                    method: method.to_owned(),
-                };
-                if let Err(e) = self.list_changes.try_send(note) {
-                    tracing::warn!(upstream = %self.upstream, method, error = %e, "list change queue full; dropped");
+            _ => match ListsChanged::of(&method) {
+                Some(note) => {
+                    if let Err(e) = self.list_changes.try_send(note) {
+                        tracing::warn!(upstream = %self.upstream, method = method.name(), error = %e, "list change queue full; dropped");
+                    }
                 }
-            }
-            _ => tracing::debug!(upstream = %self.upstream, method, "notification not relayed"),
+                None => {
+                    tracing::debug!(upstream = %self.upstream, method = method.name(), "notification not relayed")
+                }
+            },
         }
     }
 
@@ -439,7 +538,7 @@ impl Connection {
         let elapsed = u64::try_from(route.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         route.last_progress.store(elapsed, Ordering::Relaxed);
         let frame = protocol::notification_frame(
-            method::PROGRESS,
+            protocol::method::PROGRESS,
             Some(&Value::Object(params).to_string()),
         );
         if route.sink.try_send(frame).is_err() {
@@ -450,22 +549,25 @@ impl Connection {
     /// Answers the server-to-client requests the gateway handles itself.
     fn on_request(&self, envelope: &Envelope<'_>) {
         let id = envelope.id.map_or("null", RawValue::get);
-        let method = envelope.method.as_deref().unwrap_or_default();
-        let frame = match method {
-            method::PING => protocol::response_frame(id, "{}"),
-            "roots/list" => protocol::response_frame(id, r#"{"roots":[]}"#),
-            _ => protocol::error_frame(
+        let method = Method::from_name(envelope.method.as_deref().unwrap_or_default());
+        let frame = match &method {
+            Method::Ping => protocol::response_frame(id, "{}"),
+            Method::RootsList => protocol::response_frame(id, r#"{"roots":[]}"#),
+            other => protocol::error_frame(
                 Some(id),
                 &protocol::RpcError::new(
                     protocol::code::METHOD_NOT_FOUND,
-                    format!("mcpmux does not relay server-to-client request {method:?}"),
+                    format!(
+                        "mcpmux does not relay server-to-client request {:?}",
+                        other.name()
+                    ),
                 ),
             ),
         };
         // Never block the reader: a full queue means the upstream is not
         // reading its input, and a ping it cannot read needs no answer.
-        if self.outbound.try_send(frame).is_err() {
-            tracing::debug!(upstream = %self.upstream, method, "outbound queue full; reply dropped");
+        if self.outbound.try_send(Outgoing::new(None, frame)).is_err() {
+            tracing::debug!(upstream = %self.upstream, method = method.name(), "outbound queue full; reply dropped");
         }
     }
 }

@@ -70,7 +70,7 @@ pub async fn initialize(
     })
     .to_string();
     let raw = conn
-        .request(protocol::method::INITIALIZE, Some(&params), timeout)
+        .request(protocol::Method::Initialize, Some(&params), timeout)
         .await?;
     let result: InitializeResult =
         serde_json::from_str(raw.get()).map_err(|e| UpstreamError::Protocol {
@@ -87,7 +87,7 @@ pub async fn initialize(
             ),
         });
     }
-    conn.notify(protocol::method::INITIALIZED, None).await?;
+    conn.notify(protocol::Method::Initialized, None).await?;
     Ok(ServerHello {
         protocol_version: result.protocol_version,
         modern: false,
@@ -135,7 +135,7 @@ pub async fn discover(conn: &Connection, timeout: Duration) -> Option<ServerHell
     )]))
     .to_string();
     let raw = match conn
-        .request(protocol::method::DISCOVER, Some(&params), timeout)
+        .request(protocol::Method::Discover, Some(&params), timeout)
         .await
     {
         Ok(raw) => raw,
@@ -213,7 +213,7 @@ pub async fn fetch_list(
             .as_ref()
             .map(|c| serde_json::json!({ "cursor": c }).to_string());
         let raw = conn
-            .request(kind.method(), params.as_deref(), timeout)
+            .request(protocol::Method::from_name(kind.method()), params.as_deref(), timeout)
             .await?;
         let mut page: Map<String, Value> = serde_json::from_str(raw.get())
             .map_err(|e| protocol_error(format!("invalid {} result: {e}", kind.method())))?;

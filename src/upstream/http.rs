@@ -24,12 +24,16 @@ use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::UpstreamError;
 use super::connection::Connection;
+use super::remote::{Mode, RemoteSession};
 use super::legacy_sse;
+use super::link::LinkError;
+use super::message::Outgoing;
 use crate::config::{RemoteConfig, RemoteMode};
-use crate::protocol::Envelope;
+use crate::protocol::Method;
 use crate::sse::SseParser;
 
 /// POSTs in flight at once per upstream; more wait for a slot.
@@ -42,57 +46,29 @@ const MAX_RESUMES: usize = 3;
 const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
-/// Which wire the link speaks; decided by the first (initialize) POST.
-#[derive(Debug, Clone)]
-enum Mode {
-    Detect,
-    Streamable,
-    Sse { post_url: Url },
-}
-
 /// One session with a remote upstream.
 pub struct HttpLink {
-    shared: Arc<Shared>,
+    shared: Arc<RemoteSession>,
     writer: JoinHandle<()>,
 }
 
-pub(super) struct Shared {
-    pub(super) upstream: Arc<str>,
-    pub(super) client: reqwest::Client,
-    pub(super) url: Url,
-    /// Configured headers (credentials marked sensitive).
-    pub(super) headers: HeaderMap,
-    mode: Mutex<Mode>,
-    session_id: Mutex<Option<HeaderValue>>,
-    version: Mutex<Option<HeaderValue>>,
-    pub(super) conn: Arc<Connection>,
-    /// Cancelled when the link ends; `end_reason` says why.
-    pub(super) ended: CancellationToken,
-    end_reason: Mutex<Option<String>>,
-    listening: AtomicBool,
-    /// Set once a request carrying our session id succeeded: from then on
-    /// a 400 that does not answer the request means the session is gone
-    /// (real servers answer a lost session with 400 as well as 404).
-    session_confirmed: AtomicBool,
-    last_event_id: Mutex<Option<String>>,
-    /// Requests whose POST is in flight, so a modern cancellation can close
-    /// the response stream. Entries leave when the POST ends.
-    posts: dashmap::DashMap<u64, tokio::task::AbortHandle>,
-}
 
 impl HttpLink {
     /// Starts the writer; nothing is sent until the handshake's first frame.
-    pub fn start(
+    pub(crate) fn start(
         upstream: Arc<str>,
         cfg: &RemoteConfig,
         conn: Arc<Connection>,
-        outbound: mpsc::Receiver<String>,
-    ) -> Result<HttpLink, String> {
-        let url = Url::parse(&cfg.url).map_err(|e| format!("invalid url: {e}"))?;
+        outbound: mpsc::Receiver<Outgoing>,
+        tasks: &TaskTracker,
+    ) -> Result<HttpLink, LinkError> {
+        let url = Url::parse(&cfg.url).map_err(|e| LinkError::Url(e.to_string()))?;
         let mut headers = HeaderMap::new();
         for (name, value) in &cfg.headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?;
-            let mut value = HeaderValue::from_str(value.expose()).map_err(|e| e.to_string())?;
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|e| LinkError::Header(e.to_string()))?;
+            let mut value = HeaderValue::from_str(value.expose())
+                .map_err(|e| LinkError::Header(e.to_string()))?;
             value.set_sensitive(true);
             headers.insert(name, value);
         }
@@ -100,14 +76,14 @@ impl HttpLink {
             .connect_timeout(CONNECT_TIMEOUT)
             .pool_idle_timeout(Duration::from_secs(90))
             .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            .map_err(LinkError::Client)?;
         let mode = match cfg.mode {
             RemoteMode::Auto => Mode::Detect,
             RemoteMode::StreamableHttp => Mode::Streamable,
             // The endpoint is learned from the SSE stream at the first POST.
             RemoteMode::Sse => Mode::Detect,
         };
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(RemoteSession {
             upstream,
             client,
             url,
@@ -122,8 +98,11 @@ impl HttpLink {
             session_confirmed: AtomicBool::new(false),
             last_event_id: Mutex::new(None),
             posts: dashmap::DashMap::new(),
+            tasks: tasks.clone(),
+            span: tracing::Span::current(),
         });
-        let writer = tokio::spawn(write_loop(shared.clone(), outbound, cfg.mode));
+        // Aborted by `stop`; the tracker still sees it end.
+        let writer = shared.spawn(write_loop(shared.clone(), outbound, cfg.mode));
         Ok(HttpLink { shared, writer })
     }
 
@@ -162,29 +141,32 @@ impl HttpLink {
     }
 }
 
-async fn write_loop(shared: Arc<Shared>, mut outbound: mpsc::Receiver<String>, mode: RemoteMode) {
+async fn write_loop(
+    shared: Arc<RemoteSession>,
+    mut outbound: mpsc::Receiver<Outgoing>,
+    mode: RemoteMode,
+) {
     let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_POSTS));
     let mut detected = mode == RemoteMode::StreamableHttp;
     loop {
-        let frame = tokio::select! {
+        let message = tokio::select! {
             () = shared.ended.cancelled() => return,
-            frame = outbound.recv() => match frame {
-                Some(f) => f,
+            message = outbound.recv() => match message {
+                Some(m) => m,
                 None => return,
             },
         };
-        let (sent, cancelled) = inspect(&frame);
-        if !detected && sent.method.as_deref() == Some("initialize") {
+        if !detected && message.is(&Method::Initialize) {
             // The initialize POST decides the transport; nothing else is in flight.
             detected = true;
             shared
-                .detect_and_send(frame, sent, mode == RemoteMode::Sse)
+                .detect_and_send(message, mode == RemoteMode::Sse)
                 .await;
             continue;
         }
         // A modern request is cancelled by closing its response stream.
-        if sent.method.as_deref() == Some("notifications/cancelled") && shared.conn.is_modern() {
-            if let Some((_, post)) = cancelled.and_then(|id| shared.posts.remove(&id)) {
+        if message.is(&Method::Cancelled) && shared.conn.is_modern() {
+            if let Some((_, post)) = message.cancels.and_then(|id| shared.posts.remove(&id)) {
                 post.abort();
             }
             continue;
@@ -192,12 +174,12 @@ async fn write_loop(shared: Arc<Shared>, mut outbound: mpsc::Receiver<String>, m
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let id = sent.id;
+        let id = message.id;
         let task_shared = shared.clone();
-        let post = tokio::spawn(async move {
+        let post = shared.spawn(async move {
             // A POST outlives neither the link nor its slot.
             tokio::select! {
-                () = task_shared.send(frame, sent) => {}
+                () = task_shared.send(message) => {}
                 () = task_shared.ended.cancelled() => {}
             }
             drop(slot);
@@ -212,95 +194,13 @@ async fn write_loop(shared: Arc<Shared>, mut outbound: mpsc::Receiver<String>, m
     }
 }
 
-/// What the gateway sent in one frame.
-struct Sent {
-    id: Option<u64>,
-    method: Option<String>,
-    /// The modern protocol version in `_meta`, for the mirrored headers.
-    version: Option<String>,
-    /// `params.name` or `params.uri`, mirrored as `Mcp-Name`.
-    name: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-struct SentParams {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    uri: Option<String>,
-    #[serde(default)]
-    #[serde(rename = "_meta")]
-    meta: Option<SentMeta>,
-    #[serde(default, rename = "requestId")]
-    request_id: Option<Value>,
-}
-
-#[derive(serde::Deserialize)]
-struct SentMeta {
-    #[serde(default, rename = "io.modelcontextprotocol/protocolVersion")]
-    version: Option<String>,
-}
-
-fn inspect(frame: &str) -> (Sent, Option<u64>) {
-    let Ok(envelope) = Envelope::parse(frame) else {
-        return (
-            Sent {
-                id: None,
-                method: None,
-                version: None,
-                name: None,
-            },
-            None,
-        );
-    };
-    let params = envelope
-        .params
-        .and_then(|p| serde_json::from_str::<SentParams>(p.get()).ok());
-    let method = envelope.method.map(|m| m.into_owned());
-    let name = match method.as_deref() {
-        Some("tools/call" | "prompts/get") => params.as_ref().and_then(|p| p.name.clone()),
-        Some("resources/read") => params.as_ref().and_then(|p| p.uri.clone()),
-        _ => None,
-    };
-    let cancelled = params
-        .as_ref()
-        .and_then(|p| p.request_id.as_ref())
-        .and_then(Value::as_u64);
-    let sent = Sent {
-        id: envelope.id.and_then(|id| id.get().parse().ok()),
-        method,
-        version: params.and_then(|p| p.meta).and_then(|m| m.version),
-        name,
-    };
-    (sent, cancelled)
-}
-
 /// A header value, with the spec's `=?base64?…?=` sentinel when needed.
 fn header_value(text: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(&crate::xheader::encode(text)).ok()
 }
 
-impl Shared {
-    pub(super) fn reason(&self) -> String {
-        self.end_reason
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .unwrap_or_else(|| "the link ended".into())
-    }
+impl RemoteSession {
 
-    /// Ends the link (first reason wins).
-    pub(super) fn end(&self, reason: impl Into<String>) {
-        let mut slot = self.end_reason.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            *slot = Some(reason.into());
-        }
-        let reason = slot.clone().unwrap_or_default();
-        drop(slot);
-        self.ended.cancel();
-        // Calls must not pick this connection up while the supervisor tears down.
-        self.conn.close(reason);
-    }
 
     fn expire_session(&self, status: StatusCode) {
         self.conn.mark_session_expired();
@@ -311,65 +211,35 @@ impl Shared {
 
     /// Whether `status` to a request that carried our session id means the
     /// server no longer knows the session.
-    fn lost_session(&self, status: StatusCode, had_session: bool, sent: &Sent) -> bool {
+    fn lost_session(&self, status: StatusCode, had_session: bool, sent: &Outgoing) -> bool {
         had_session
-            && sent.method.as_deref() != Some("initialize")
+            && !sent.is(&Method::Initialize)
             && (status == StatusCode::NOT_FOUND
                 || (status == StatusCode::BAD_REQUEST
                     && self.session_confirmed.load(Ordering::Relaxed)))
     }
 
-    fn fail(&self, sent: &Sent, error: UpstreamError) {
+    fn fail(&self, sent: &Outgoing, error: UpstreamError) {
         if let Some(id) = sent.id {
             self.posts.remove(&id);
         }
         match sent.id {
             Some(id) => self.conn.fail(id, error),
             None => {
-                tracing::warn!(upstream = %self.upstream, method = ?sent.method, error = %error, "could not deliver a notification")
+                let method = sent.method.as_ref().map(Method::name);
+                tracing::warn!(upstream = %self.upstream, method = ?method, error = %error, "could not deliver a notification")
             }
         }
     }
 
-    pub(super) fn unavailable(&self, reason: String) -> UpstreamError {
-        UpstreamError::Unavailable {
-            upstream: self.upstream.to_string(),
-            reason,
-        }
-    }
 
-    fn protocol(&self, detail: String) -> UpstreamError {
-        UpstreamError::Protocol {
-            upstream: self.upstream.to_string(),
-            detail,
-        }
-    }
 
-    /// Hands one received message to the connection, noting the protocol
-    /// version the initialize answer carries.
-    pub(super) async fn deliver(&self, message: &str) {
-        let unknown_version = self
-            .version
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none();
-        if unknown_version
-            && let Ok(value) = serde_json::from_str::<Value>(message)
-            && let Some(version) = value
-                .pointer("/result/protocolVersion")
-                .and_then(Value::as_str)
-            && let Ok(header) = HeaderValue::from_str(version)
-        {
-            *self.version.lock().unwrap_or_else(|e| e.into_inner()) = Some(header);
-        }
-        self.conn.dispatch(message).await;
-    }
 
     /// The first frame: try Streamable HTTP, fall back to legacy SSE when
     /// the server refuses the POST with 400, 404 or 405.
-    async fn detect_and_send(self: &Arc<Self>, frame: String, sent: Sent, force_sse: bool) {
+    async fn detect_and_send(self: &Arc<Self>, sent: Outgoing, force_sse: bool) {
         if !force_sse {
-            match self.post(&frame, &sent).await {
+            match self.post(&sent).await {
                 Ok(response) if matches!(response.status().as_u16(), 400 | 404 | 405) => {
                     tracing::info!(upstream = %self.upstream, status = %response.status(), "Streamable HTTP refused; trying the legacy HTTP+SSE transport");
                 }
@@ -384,25 +254,25 @@ impl Shared {
         match legacy_sse::open(self.clone()).await {
             Ok(post_url) => {
                 *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = Mode::Sse { post_url };
-                self.send(frame, sent).await;
+                self.send(sent).await;
             }
             Err(e) => {
-                self.fail(&sent, self.unavailable(e.clone()));
-                self.end(e);
+                self.fail(&sent, self.unavailable(e.to_string()));
+                self.end(e.to_string());
             }
         }
     }
 
-    /// Sends one frame in the link's mode and handles the answer.
-    async fn send(self: &Arc<Self>, frame: String, sent: Sent) {
+    /// Sends one message in the link's mode and handles the answer.
+    async fn send(self: &Arc<Self>, sent: Outgoing) {
         let mode = self.mode.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Mode::Sse { post_url } = mode {
-            if let Err(e) = legacy_sse::post(self, &post_url, frame).await {
+            if let Err(e) = legacy_sse::post(self, &post_url, sent.frame.clone()).await {
                 self.fail(&sent, e);
             }
             return;
         }
-        match self.post(&frame, &sent).await {
+        match self.post(&sent).await {
             Ok(response) => self.handle_response(&sent, response).await,
             Err(e) => self.fail(&sent, e),
         }
@@ -415,19 +285,18 @@ impl Shared {
     /// server that cannot be reached at all ends the link, so the upstream
     /// shows as down and is re-initialized with backoff; a stateless
     /// (modern) one keeps its link, since nothing is lost with the socket.
-    async fn post(&self, frame: &str, sent: &Sent) -> Result<Response, UpstreamError> {
+    async fn post(&self, sent: &Outgoing) -> Result<Response, UpstreamError> {
         let mut request = self
             .client
             .post(self.url.clone())
             .headers(self.headers.clone())
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "application/json, text/event-stream")
-            .body(frame.to_owned());
+            .body(sent.frame.clone());
         // The upstream's era decides, not the frame: a modern client's `_meta`
         // must not turn a call to a session-based upstream into a modern one.
         // The discover probe is modern by definition.
-        let modern = self.conn.is_modern()
-            || sent.method.as_deref() == Some(crate::protocol::method::DISCOVER);
+        let modern = self.conn.is_modern() || sent.is(&Method::Discover);
         let version = sent
             .version
             .as_deref()
@@ -437,25 +306,18 @@ impl Shared {
             // A modern request mirrors its body into headers and has no session.
             true => {
                 let mut request = request.header("mcp-protocol-version", version);
-                if let Some(method) = sent.method.as_deref().and_then(header_value) {
+                if let Some(method) = sent.method.as_ref().and_then(|m| header_value(m.name())) {
                     request = request.header("mcp-method", method);
                 }
-                if let Some(name) = sent.name.as_deref().and_then(header_value) {
+                let name = sent.target.as_deref().filter(|_| {
+                    sent.method.as_ref().is_some_and(Method::names_its_target)
+                });
+                if let Some(name) = name.and_then(header_value) {
                     request = request.header("mcp-name", name);
                 }
                 // Tool parameters the upstream wants mirrored into headers.
-                let mirrored = match (sent.method.as_deref(), sent.name.as_deref()) {
-                    (Some("tools/call"), Some(tool)) => self.conn.tool_headers(tool),
-                    _ => None,
-                };
-                if let Some(params) = mirrored {
-                    let arguments = serde_json::from_str::<Value>(frame)
-                        .ok()
-                        .and_then(|v| v.pointer("/params/arguments").cloned())
-                        .unwrap_or(Value::Null);
-                    for (name, value) in crate::xheader::headers_for(&params, &arguments) {
-                        request = request.header(name, value);
-                    }
+                for (name, value) in &sent.mirrored {
+                    request = request.header(name, value);
                 }
                 request
             }
@@ -491,7 +353,7 @@ impl Shared {
         request
     }
 
-    async fn handle_response(self: &Arc<Self>, sent: &Sent, response: Response) {
+    async fn handle_response(self: &Arc<Self>, sent: &Outgoing, response: Response) {
         if let Some(session) = response.headers().get("mcp-session-id") {
             *self.session_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
         }
@@ -528,10 +390,8 @@ impl Shared {
             let snippet: String = body.chars().take(200).collect();
             return self.fail(sent, self.protocol(format!("HTTP {status}: {snippet}")));
         }
-        if sent.method.as_deref() == Some("notifications/initialized")
-            && !self.listening.swap(true, Ordering::Relaxed)
-        {
-            tokio::spawn(self.clone().listen());
+        if sent.is(&Method::Initialized) && !self.listening.swap(true, Ordering::Relaxed) {
+            self.spawn(self.clone().listen());
         }
         let content_type = response
             .headers()
@@ -544,7 +404,7 @@ impl Shared {
         } else if content_type.starts_with("application/json") {
             match read_limited(response, MAX_BODY).await {
                 Ok(body) => self.deliver_json(&body).await,
-                Err(e) => self.fail(sent, self.protocol(e)),
+                Err(e) => self.fail(sent, self.protocol(e.to_string())),
             }
         } else if let Some(id) = sent.id {
             // 202 or an empty 200 to a request: the answer must come on a stream.
@@ -571,7 +431,7 @@ impl Shared {
 
     /// Reads a POST's SSE answer; resumes it with GET + `Last-Event-ID`
     /// when it ends before the request's answer arrived.
-    async fn post_stream(self: &Arc<Self>, sent: &Sent, response: Response) {
+    async fn post_stream(self: &Arc<Self>, sent: &Outgoing, response: Response) {
         let mut last_id = None;
         let mut retry = DEFAULT_RETRY;
         let mut response = response;
@@ -628,7 +488,7 @@ impl Shared {
         response: Response,
         last_id: &mut Option<String>,
         retry: &mut Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), BodyError> {
         let mut parser = SseParser::default();
         let mut body = response.bytes_stream();
         loop {
@@ -636,11 +496,11 @@ impl Shared {
                 () = self.ended.cancelled() => return Ok(()),
                 chunk = body.next() => match chunk {
                     Some(Ok(c)) => c,
-                    Some(Err(e)) => return Err(e.without_url().to_string()),
+                    Some(Err(e)) => return Err(BodyError::Read(e.without_url())),
                     None => return Ok(()),
                 },
             };
-            for event in parser.push(&chunk).map_err(|e| e.to_string())? {
+            for event in parser.push(&chunk)? {
                 if let Some(id) = event.id {
                     *last_id = Some(id);
                 }
@@ -703,16 +563,30 @@ impl Shared {
     }
 }
 
+/// Why a response body could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(super) enum BodyError {
+    #[error("{0}")]
+    Read(reqwest::Error),
+    #[error("response body larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("response body is not UTF-8")]
+    NotUtf8,
+    #[error(transparent)]
+    Events(#[from] crate::sse::LineTooLong),
+}
+
 /// Reads a body up to `limit` bytes.
-pub(super) async fn read_limited(response: Response, limit: usize) -> Result<String, String> {
+pub(super) async fn read_limited(response: Response, limit: usize) -> Result<String, BodyError> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| e.without_url().to_string())?;
+        let chunk = chunk.map_err(|e| BodyError::Read(e.without_url()))?;
         if body.len() + chunk.len() > limit {
-            return Err(format!("response body larger than {limit} bytes"));
+            return Err(BodyError::TooLarge(limit));
         }
         body.extend_from_slice(&chunk);
     }
-    String::from_utf8(body).map_err(|_| "response body is not UTF-8".to_owned())
+    String::from_utf8(body).map_err(|_| BodyError::NotUtf8)
 }

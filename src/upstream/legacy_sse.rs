@@ -15,15 +15,36 @@ use reqwest::header;
 use tokio::sync::oneshot;
 
 use super::UpstreamError;
-use super::http::Shared;
+use super::remote::RemoteSession;
 use crate::sse::SseParser;
 
 /// How long the server has to name its message endpoint.
 const ENDPOINT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why the legacy transport could not connect.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(super) enum SseConnectError {
+    #[error("cannot open the SSE stream: {0}")]
+    Open(reqwest::Error),
+    #[error("the SSE stream was refused: HTTP {0}")]
+    Refused(reqwest::StatusCode),
+    #[error("the SSE stream closed before naming its endpoint")]
+    ClosedEarly,
+    #[error("no endpoint event within {ENDPOINT_TIMEOUT:?}")]
+    NoEndpoint,
+    /// The link ended meanwhile, for this reason.
+    #[error("{0}")]
+    Ended(String),
+    #[error("invalid endpoint {endpoint:?}: {detail}")]
+    InvalidEndpoint { endpoint: String, detail: String },
+    #[error("the endpoint {0} is on another origin; refusing to send credentials there")]
+    OtherOrigin(Url),
+}
+
 /// Opens the SSE stream and returns the endpoint to POST to. The stream
 /// keeps being read by a task until it or the link ends.
-pub(super) async fn open(shared: Arc<Shared>) -> Result<Url, String> {
+pub(super) async fn open(shared: Arc<RemoteSession>) -> Result<Url, SseConnectError> {
     let response = shared
         .client
         .get(shared.url.clone())
@@ -31,38 +52,35 @@ pub(super) async fn open(shared: Arc<Shared>) -> Result<Url, String> {
         .header(header::ACCEPT, "text/event-stream")
         .send()
         .await
-        .map_err(|e| format!("cannot open the SSE stream: {}", e.without_url()))?;
+        .map_err(|e| SseConnectError::Open(e.without_url()))?;
     if !response.status().is_success() {
-        return Err(format!(
-            "the SSE stream was refused: HTTP {}",
-            response.status()
-        ));
+        return Err(SseConnectError::Refused(response.status()));
     }
     let (endpoint_tx, endpoint_rx) = oneshot::channel();
-    tokio::spawn(read_stream(shared.clone(), response, endpoint_tx));
+    shared.spawn(read_stream(shared.clone(), response, endpoint_tx));
     let endpoint = tokio::select! {
         endpoint = tokio::time::timeout(ENDPOINT_TIMEOUT, endpoint_rx) => match endpoint {
             Ok(Ok(endpoint)) => endpoint,
-            Ok(Err(_)) => return Err("the SSE stream closed before naming its endpoint".into()),
-            Err(_) => return Err(format!("no endpoint event within {ENDPOINT_TIMEOUT:?}")),
+            Ok(Err(_)) => return Err(SseConnectError::ClosedEarly),
+            Err(_) => return Err(SseConnectError::NoEndpoint),
         },
-        () = shared.ended.cancelled() => return Err(shared.reason()),
+        () = shared.ended.cancelled() => return Err(SseConnectError::Ended(shared.reason())),
     };
-    let url = shared
-        .url
-        .join(endpoint.trim())
-        .map_err(|e| format!("invalid endpoint {endpoint:?}: {e}"))?;
+    let url = shared.url.join(endpoint.trim()).map_err(|e| {
+        SseConnectError::InvalidEndpoint {
+            endpoint: endpoint.clone(),
+            detail: e.to_string(),
+        }
+    })?;
     if url.origin() != shared.url.origin() {
-        return Err(format!(
-            "the endpoint {url} is on another origin; refusing to send credentials there"
-        ));
+        return Err(SseConnectError::OtherOrigin(url));
     }
     tracing::info!(upstream = %shared.upstream, "connected with the legacy HTTP+SSE transport");
     Ok(url)
 }
 
 async fn read_stream(
-    shared: Arc<Shared>,
+    shared: Arc<RemoteSession>,
     response: reqwest::Response,
     endpoint_tx: oneshot::Sender<String>,
 ) {
@@ -102,9 +120,9 @@ async fn read_stream(
 
 /// POSTs one message to the endpoint; the answer comes on the stream.
 pub(super) async fn post(
-    shared: &Shared,
+    shared: &RemoteSession,
     post_url: &Url,
-    frame: String,
+    frame: bytes::Bytes,
 ) -> Result<(), UpstreamError> {
     let response = shared
         .client

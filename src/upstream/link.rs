@@ -5,11 +5,31 @@
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
 
 use super::connection::Connection;
 use super::http::HttpLink;
+use super::message::Outgoing;
 use super::stdio::StdioChild;
 use crate::config::Transport;
+
+/// Why a transport could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkError {
+    #[error("could not start {command:?}: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("invalid url: {0}")]
+    Url(String),
+    /// A configured header's name or value is not valid in HTTP.
+    #[error("{0}")]
+    Header(String),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(reqwest::Error),
+}
 
 pub enum Link {
     Stdio(Box<StdioChild>),
@@ -17,21 +37,27 @@ pub enum Link {
 }
 
 impl Link {
-    /// Starts the transport; messages it receives go to `conn`, frames from
-    /// `outbound` go to the upstream.
-    pub fn start(
+    /// Starts the transport; messages it receives go to `conn`, messages
+    /// from `outbound` go to the upstream. Its I/O tasks run on `tasks`.
+    pub(crate) fn start(
         upstream: Arc<str>,
         transport: &Transport,
         conn: Arc<Connection>,
-        outbound: mpsc::Receiver<String>,
+        outbound: mpsc::Receiver<Outgoing>,
         noise: Arc<super::noise::NoiseFilter>,
-    ) -> Result<Link, String> {
+        tasks: &TaskTracker,
+    ) -> Result<Link, LinkError> {
         match transport {
-            Transport::Stdio(cfg) => StdioChild::spawn(upstream, cfg, conn, outbound, noise)
-                .map(|child| Link::Stdio(Box::new(child)))
-                .map_err(|e| format!("could not start {:?}: {e}", cfg.command)),
+            Transport::Stdio(cfg) => {
+                StdioChild::spawn(upstream, cfg, conn, outbound, noise, tasks)
+                    .map(|child| Link::Stdio(Box::new(child)))
+                    .map_err(|source| LinkError::Spawn {
+                        command: cfg.command.clone(),
+                        source,
+                    })
+            }
             Transport::Remote(cfg) => {
-                HttpLink::start(upstream, cfg, conn, outbound).map(Link::Http)
+                HttpLink::start(upstream, cfg, conn, outbound, tasks).map(Link::Http)
             }
         }
     }

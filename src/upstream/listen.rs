@@ -10,9 +10,11 @@
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
-use super::connection::{Answer, Connection};
+use std::sync::Arc;
+
+use super::connection::{Answer, Connection, Request};
 use super::handshake::ServerHello;
-use crate::subscriptions::SubscriptionTable;
+use crate::protocol::Method;
 
 /// One open listen request.
 pub struct Listen {
@@ -23,12 +25,9 @@ pub struct Listen {
     pub opened: std::time::Instant,
 }
 
-/// Opens a listen stream for the upstream's list kinds and the table's URIs.
-pub async fn open(
-    conn: &Connection,
-    hello: &ServerHello,
-    table: &SubscriptionTable,
-) -> Option<Listen> {
+/// Opens a listen stream for the upstream's list kinds and the URIs
+/// clients watch on it (`uris`, as the upstream knows them).
+pub async fn open(conn: &Connection, hello: &ServerHello, uris: Vec<Arc<str>>) -> Option<Listen> {
     let announces = |capability: &str| {
         hello
             .capabilities
@@ -47,7 +46,6 @@ pub async fn open(
             filter.insert(key.into(), Value::Bool(true));
         }
     }
-    let uris = table.originals_of_upstream(conn.upstream());
     if hello.can_subscribe() && !uris.is_empty() {
         let uris: Vec<&str> = uris.iter().map(|u| &**u).collect();
         filter.insert("resourceSubscriptions".into(), json!(uris));
@@ -59,7 +57,7 @@ pub async fn open(
     let acknowledged = conn.expect_ack(id);
     let params = json!({ "notifications": filter }).to_string();
     match conn
-        .send_request(id, crate::protocol::method::LISTEN, Some(&params), None)
+        .send_request(id, Request::new(Method::Listen, Some(&params)))
         .await
     {
         Ok(answer) => Some(Listen {

@@ -20,8 +20,11 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 use super::connection::Connection;
+use super::message::Outgoing;
 use super::noise::NoiseFilter;
 use crate::config::StdioConfig;
 
@@ -44,17 +47,21 @@ pub struct StdioChild {
     close_stdin: CancellationToken,
     /// Cancelled by the reader task when stdout reaches end of file.
     stdout_done: CancellationToken,
+    /// Cancelled once the child is reaped (or dropped): the readers stop
+    /// even if a grandchild outside the group holds the pipes open.
+    reaped: CancellationToken,
 }
 
 impl StdioChild {
     /// Starts the child and its I/O tasks. Messages from it go to `conn`;
     /// frames from `outbound` go to its stdin.
-    pub fn spawn(
+    pub(crate) fn spawn(
         upstream: Arc<str>,
         cfg: &StdioConfig,
         conn: Arc<Connection>,
-        outbound: mpsc::Receiver<String>,
+        outbound: mpsc::Receiver<Outgoing>,
         noise: Arc<NoiseFilter>,
+        tasks: &TaskTracker,
     ) -> io::Result<Self> {
         let mut cmd = Command::new(&cfg.command);
         // A cleared environment: a secret meant for one upstream (or for
@@ -94,25 +101,31 @@ impl StdioChild {
 
         let close_stdin = CancellationToken::new();
         let stdout_done = CancellationToken::new();
-        tokio::spawn(write_stdin(
-            upstream.clone(),
-            stdin,
-            outbound,
-            close_stdin.clone(),
-        ));
-        tokio::spawn(read_stdout(
-            upstream.clone(),
-            stdout,
-            conn,
-            stdout_done.clone(),
-        ));
-        tokio::spawn(drain_stderr(upstream.clone(), stderr, noise));
+        let reaped = CancellationToken::new();
+        // The three I/O tasks run in the supervisor's span, on its tracker.
+        let span = tracing::Span::current();
+        tasks.spawn(
+            write_stdin(upstream.clone(), stdin, outbound, close_stdin.clone())
+                .instrument(span.clone()),
+        );
+        tasks.spawn(
+            read_stdout(
+                upstream.clone(),
+                stdout,
+                conn,
+                stdout_done.clone(),
+                reaped.clone(),
+            )
+            .instrument(span.clone()),
+        );
+        tasks.spawn(drain_stderr(upstream.clone(), stderr, noise, reaped.clone()).instrument(span));
         Ok(Self {
             upstream,
             child,
             pid,
             close_stdin,
             stdout_done,
+            reaped,
         })
     }
 
@@ -138,6 +151,12 @@ impl StdioChild {
 
     /// Stops the child (close stdin, SIGTERM, SIGKILL) and reaps it.
     pub async fn stop(&mut self) -> String {
+        let status = self.terminate().await;
+        self.reaped.cancel();
+        status
+    }
+
+    async fn terminate(&mut self) -> String {
         self.close_stdin.cancel();
         if let Ok(status) = tokio::time::timeout(STDIN_CLOSE_GRACE, self.child.wait()).await {
             return describe(status);
@@ -167,6 +186,7 @@ impl Drop for StdioChild {
         if matches!(self.child.try_wait(), Ok(None)) {
             self.signal(Signal::SIGKILL);
         }
+        self.reaped.cancel();
     }
 }
 
@@ -189,7 +209,7 @@ fn describe(status: io::Result<ExitStatus>) -> String {
 async fn write_stdin(
     upstream: Arc<str>,
     mut stdin: tokio::process::ChildStdin,
-    mut outbound: mpsc::Receiver<String>,
+    mut outbound: mpsc::Receiver<Outgoing>,
     close: CancellationToken,
 ) {
     loop {
@@ -201,7 +221,7 @@ async fn write_stdin(
             },
         };
         let write = async {
-            stdin.write_all(frame.as_bytes()).await?;
+            stdin.write_all(&frame.frame).await?;
             stdin.write_all(b"\n").await?;
             stdin.flush().await
         };
@@ -218,11 +238,16 @@ async fn read_stdout(
     stdout: tokio::process::ChildStdout,
     conn: Arc<Connection>,
     done: CancellationToken,
+    reaped: CancellationToken,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, stdout);
     let mut line = Vec::new();
     loop {
-        match read_line_capped(&mut reader, &mut line, MAX_MESSAGE_BYTES).await {
+        let read = tokio::select! {
+            read = read_line_capped(&mut reader, &mut line, MAX_MESSAGE_BYTES) => read,
+            () = reaped.cancelled() => break,
+        };
+        match read {
             Ok(None) => break,
             Ok(Some(true)) => {
                 tracing::warn!(upstream = %upstream, limit = MAX_MESSAGE_BYTES, "message from child exceeds the size limit; skipped");
@@ -249,10 +274,18 @@ async fn drain_stderr(
     upstream: Arc<str>,
     stderr: tokio::process::ChildStderr,
     noise: Arc<NoiseFilter>,
+    reaped: CancellationToken,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, stderr);
     let mut line = Vec::new();
-    while let Ok(Some(_)) = read_line_capped(&mut reader, &mut line, MAX_STDERR_LINE).await {
+    loop {
+        let read = tokio::select! {
+            read = read_line_capped(&mut reader, &mut line, MAX_STDERR_LINE) => read,
+            () = reaped.cancelled() => break,
+        };
+        if !matches!(read, Ok(Some(_))) {
+            break;
+        }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }

@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::SessionConfig;
-use crate::upstream::UpstreamSet;
 
 fn table(max: usize, max_per_client: usize) -> Arc<SessionTable> {
-    let hub = Arc::new(NotifyHub::new(Arc::new(UpstreamSet::default())));
+    let hub = Arc::new(NotifyHub::new(Arc::default()));
     Arc::new(SessionTable::new(
         hub,
         &SessionConfig {

@@ -1,0 +1,97 @@
+//! MCP method names: one table gives both the string constants (for frame
+//! builders) and the [`Method`] enum that code matches on instead of text.
+
+use std::sync::Arc;
+
+macro_rules! methods {
+    ($($(#[$doc:meta])* $variant:ident, $constant:ident = $name:literal;)*) => {
+        $($(#[$doc])* pub const $constant: &str = $name;)*
+
+        /// A JSON-RPC method the gateway understands, in either direction;
+        /// any other name is kept as [`Method::Other`].
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum Method {
+            $($(#[$doc])* $variant,)*
+            /// A method the gateway has no special handling for.
+            Other(Arc<str>),
+        }
+
+        impl Method {
+            /// The method called `name`.
+            pub fn from_name(name: &str) -> Method {
+                match name {
+                    $($name => Method::$variant,)*
+                    other => Method::Other(other.into()),
+                }
+            }
+
+            /// Its name on the wire.
+            pub fn name(&self) -> &str {
+                match self {
+                    $(Method::$variant => $name,)*
+                    Method::Other(name) => name,
+                }
+            }
+        }
+    };
+}
+
+methods! {
+    Initialize, INITIALIZE = "initialize";
+    Initialized, INITIALIZED = "notifications/initialized";
+    Ping, PING = "ping";
+    ToolsList, TOOLS_LIST = "tools/list";
+    ToolsCall, TOOLS_CALL = "tools/call";
+    PromptsList, PROMPTS_LIST = "prompts/list";
+    PromptsGet, PROMPTS_GET = "prompts/get";
+    ResourcesList, RESOURCES_LIST = "resources/list";
+    ResourcesRead, RESOURCES_READ = "resources/read";
+    TemplatesList, TEMPLATES_LIST = "resources/templates/list";
+    Complete, COMPLETE = "completion/complete";
+    Cancelled, CANCELLED = "notifications/cancelled";
+    Progress, PROGRESS = "notifications/progress";
+    Subscribe, SUBSCRIBE = "resources/subscribe";
+    Unsubscribe, UNSUBSCRIBE = "resources/unsubscribe";
+    SetLevel, SET_LEVEL = "logging/setLevel";
+    Discover, DISCOVER = "server/discover";
+    Listen, LISTEN = "subscriptions/listen";
+    /// An upstream's resource changed.
+    ResourceUpdated, RESOURCE_UPDATED = "notifications/resources/updated";
+    /// A log message from an upstream.
+    LogMessage, LOG_MESSAGE = "notifications/message";
+    /// A modern upstream acknowledged a listen request.
+    ListenAcknowledged, LISTEN_ACKNOWLEDGED = "notifications/subscriptions/acknowledged";
+    ToolsListChanged, TOOLS_LIST_CHANGED = "notifications/tools/list_changed";
+    PromptsListChanged, PROMPTS_LIST_CHANGED = "notifications/prompts/list_changed";
+    ResourcesListChanged, RESOURCES_LIST_CHANGED = "notifications/resources/list_changed";
+    /// A server asks its client for the roots it may use.
+    RootsList, ROOTS_LIST = "roots/list";
+}
+
+impl Method {
+    /// For `tools/call` and `prompts/get` the `name` parameter, for
+    /// `resources/read` the `uri` one, is what the request is about (the
+    /// modern era mirrors it into `Mcp-Name`).
+    pub fn names_its_target(&self) -> bool {
+        matches!(
+            self,
+            Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_kept() {
+        for name in [TOOLS_CALL, LISTEN, LISTEN_ACKNOWLEDGED, ROOTS_LIST] {
+            assert_eq!(Method::from_name(name).name(), name);
+        }
+        assert_eq!(Method::from_name("tools/call"), Method::ToolsCall);
+        let other = Method::from_name("sampling/createMessage");
+        assert_eq!(other, Method::Other("sampling/createMessage".into()));
+        assert_eq!(other.name(), "sampling/createMessage");
+    }
+}

@@ -1,0 +1,122 @@
+//! The shared state of one remote upstream session, for the Streamable
+//! HTTP link and the legacy HTTP+SSE transport it may fall back to: the
+//! client, URL and configured headers, the session id and version headers,
+//! the end of the link and why, and the POSTs in flight.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use reqwest::Url;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::UpstreamError;
+use super::connection::Connection;
+
+/// Which wire the link speaks; decided by the first (initialize) POST.
+#[derive(Debug, Clone)]
+pub(super) enum Mode {
+    Detect,
+    Streamable,
+    Sse { post_url: Url },
+}
+
+/// The state of one session with a remote upstream, shared by the link's
+/// tasks: the writer, one task per POST, and the notification streams.
+pub(super) struct RemoteSession {
+    pub(super) upstream: Arc<str>,
+    pub(super) client: reqwest::Client,
+    pub(super) url: Url,
+    /// Configured headers (credentials marked sensitive).
+    pub(super) headers: HeaderMap,
+    pub(super) mode: Mutex<Mode>,
+    pub(super) session_id: Mutex<Option<HeaderValue>>,
+    pub(super) version: Mutex<Option<HeaderValue>>,
+    pub(super) conn: Arc<Connection>,
+    /// Cancelled when the link ends; `end_reason` says why.
+    pub(super) ended: CancellationToken,
+    pub(super) end_reason: Mutex<Option<String>>,
+    pub(super) listening: AtomicBool,
+    /// Set once a request carrying our session id succeeded: from then on
+    /// a 400 that does not answer the request means the session is gone
+    /// (real servers answer a lost session with 400 as well as 404).
+    pub(super) session_confirmed: AtomicBool,
+    pub(super) last_event_id: Mutex<Option<String>>,
+    /// Requests whose POST is in flight, so a modern cancellation can close
+    /// the response stream. Entries leave when the POST ends.
+    pub(super) posts: dashmap::DashMap<u64, tokio::task::AbortHandle>,
+    /// The gateway's task tracker: every task of the link runs on it, in
+    /// the supervisor's span.
+    pub(super) tasks: TaskTracker,
+    pub(super) span: tracing::Span,
+}
+
+impl RemoteSession {
+    /// Runs one of the link's tasks on the tracker, in the link's span.
+    pub(super) fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.tasks
+            .spawn(tracing::Instrument::instrument(task, self.span.clone()))
+    }
+
+    pub(super) fn reason(&self) -> String {
+        self.end_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| "the link ended".into())
+    }
+
+    /// Ends the link (first reason wins).
+    pub(super) fn end(&self, reason: impl Into<String>) {
+        let mut slot = self.end_reason.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(reason.into());
+        }
+        let reason = slot.clone().unwrap_or_default();
+        drop(slot);
+        self.ended.cancel();
+        // Calls must not pick this connection up while the supervisor tears down.
+        self.conn.close(reason);
+    }
+
+    pub(super) fn unavailable(&self, reason: String) -> UpstreamError {
+        UpstreamError::Unavailable {
+            upstream: self.upstream.to_string(),
+            reason,
+        }
+    }
+
+    pub(super) fn protocol(&self, detail: String) -> UpstreamError {
+        UpstreamError::Protocol {
+            upstream: self.upstream.to_string(),
+            detail,
+        }
+    }
+
+    /// Hands one received message to the connection, noting the protocol
+    /// version the initialize answer carries.
+    pub(super) async fn deliver(&self, message: &str) {
+        let unknown_version = self
+            .version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none();
+        if unknown_version
+            && let Ok(value) = serde_json::from_str::<Value>(message)
+            && let Some(version) = value
+                .pointer("/result/protocolVersion")
+                .and_then(Value::as_str)
+            && let Ok(header) = HeaderValue::from_str(version)
+        {
+            *self.version.lock().unwrap_or_else(|e| e.into_inner()) = Some(header);
+        }
+        self.conn.dispatch(message).await;
+    }
+}
