@@ -103,6 +103,24 @@ impl UpstreamError {
     }
 }
 
+/// Why a transport could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkError {
+    #[error("could not start {command:?}: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("invalid url: {0}")]
+    Url(String),
+    /// A configured header's name or value is not valid in HTTP.
+    #[error("{0}")]
+    Header(String),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(reqwest::Error),
+}
+
 /// Where an upstream is in its life cycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpstreamState {

@@ -26,11 +26,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::UpstreamError;
+use super::{LinkError, UpstreamError};
 use super::connection::Connection;
 use super::remote::{Mode, RemoteSession};
 use super::legacy_sse;
-use super::link::LinkError;
 use super::message::Outgoing;
 use crate::config::{RemoteConfig, RemoteMode};
 use crate::protocol::Method;

@@ -7,29 +7,12 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
+use super::LinkError;
 use super::connection::Connection;
 use super::http::HttpLink;
 use super::message::Outgoing;
 use super::stdio::StdioChild;
 use crate::config::Transport;
-
-/// Why a transport could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LinkError {
-    #[error("could not start {command:?}: {source}")]
-    Spawn {
-        command: String,
-        source: std::io::Error,
-    },
-    #[error("invalid url: {0}")]
-    Url(String),
-    /// A configured header's name or value is not valid in HTTP.
-    #[error("{0}")]
-    Header(String),
-    #[error("cannot build the HTTP client: {0}")]
-    Client(reqwest::Error),
-}
 
 pub enum Link {
     Stdio(Box<StdioChild>),
