@@ -525,3 +525,6 @@ impl NotifyHub {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod policy_tests;
