@@ -10,6 +10,8 @@
 
 mod jwt;
 
+pub use jwt::SetupError;
+
 use std::sync::Arc;
 
 use subtle::ConstantTimeEq;
@@ -62,7 +64,7 @@ pub struct Authenticator {
 
 impl Authenticator {
     /// Reads PEM keys now; a JWKS is fetched by [`Self::spawn_refresh`].
-    pub fn new(settings: &AuthSettings) -> Result<Authenticator, String> {
+    pub fn new(settings: &AuthSettings) -> Result<Authenticator, SetupError> {
         let jwt = settings
             .jwt
             .as_ref()

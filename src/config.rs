@@ -469,24 +469,35 @@ impl Problems {
     }
 }
 
+/// Why a name is not a valid upstream name; reads after the quoted name
+/// ("upstream name \"X\" is empty").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamNameError {
+    #[error("is empty")]
+    Empty,
+    #[error("must start with a lowercase letter a-z, not {0:?}")]
+    BadFirst(char),
+    /// Holds the length in bytes.
+    #[error("is {0} characters long; the limit is 32")]
+    TooLong(usize),
+    #[error("may contain only a-z, 0-9 and '-', not {0:?}")]
+    BadChar(char),
+}
+
 /// Upstream names: `[a-z][a-z0-9-]{0,31}`.
-pub fn check_upstream_name(name: &str) -> Result<(), String> {
+pub fn check_upstream_name(name: &str) -> Result<(), UpstreamNameError> {
     let mut chars = name.chars();
     match chars.next() {
-        None => return Err("is empty".into()),
-        Some(c) if !c.is_ascii_lowercase() => {
-            return Err(format!("must start with a lowercase letter a-z, not {c:?}"));
-        }
+        None => return Err(UpstreamNameError::Empty),
+        Some(c) if !c.is_ascii_lowercase() => return Err(UpstreamNameError::BadFirst(c)),
         Some(_) => {}
     }
     if name.len() > 32 {
-        return Err(format!(
-            "is {} characters long; the limit is 32",
-            name.len()
-        ));
+        return Err(UpstreamNameError::TooLong(name.len()));
     }
     if let Some(c) = chars.find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')) {
-        return Err(format!("may contain only a-z, 0-9 and '-', not {c:?}"));
+        return Err(UpstreamNameError::BadChar(c));
     }
     Ok(())
 }

@@ -32,6 +32,7 @@ pub mod example_server;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
+pub(crate) mod pattern;
 pub mod policy;
 pub mod protocol;
 pub mod reload;

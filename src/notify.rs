@@ -386,3 +386,6 @@ impl UpstreamEvents for NotifyHub {
         NotifyHub::lists_changed(self, kinds);
     }
 }
+
+#[cfg(test)]
+mod policy_tests;

@@ -19,26 +19,18 @@ use std::hash::{Hash, Hasher as _};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwapOption;
-use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{GlobSet, GlobSetBuilder};
 
 pub(crate) use fanout::{Fanout, Seen};
 
 use crate::auth::Identity;
 use crate::catalog::{Catalog, CatalogStore, ListKind, Subset};
 use crate::config::{Access, PolicyConfig, RuleConfig};
+use crate::pattern::glob;
 
 /// Most grants one policy keeps views for; past it the cache starts over
 /// (views in use stay valid; they are derived again when next asked for).
 const MAX_GRANTS: usize = 1024;
-
-/// A policy glob: `*` and `?` match any characters, `/` included; `[...]`
-/// and `{a,b}` as usual; `\` escapes. Case-sensitive.
-pub(crate) fn glob(pattern: &str) -> Result<Glob, globset::Error> {
-    GlobBuilder::new(pattern)
-        .literal_separator(false)
-        .backslash_escape(true)
-        .build()
-}
 
 /// The glob set of `patterns`. Should one not compile (validation makes
 /// that impossible), the set fails closed: an allow set then matches
@@ -384,4 +376,4 @@ impl Views {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

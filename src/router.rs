@@ -141,7 +141,7 @@ pub enum RouteError {
     #[error("method not found: {0}")]
     MethodNotFound(String),
     #[error("invalid params: {0}")]
-    InvalidParams(String),
+    InvalidParams(#[from] rewrite::ParamsError),
     #[error("unknown tool: {0}")]
     UnknownTool(String),
     #[error("unknown prompt: {0}")]
@@ -545,8 +545,7 @@ impl Router {
     ) -> Result<String, RouteError> {
         let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let level = params.string("level").map_err(RouteError::InvalidParams)?;
-        let level = LogLevel::parse(&level)
-            .ok_or_else(|| RouteError::InvalidParams(format!("unknown log level {level:?}")))?;
+        let level = LogLevel::parse(&level).ok_or(rewrite::ParamsError::UnknownLogLevel(level))?;
         self.hub.set_log_level(subscriber(ctx)?, level);
         Ok("{}".to_owned())
     }
@@ -673,9 +672,7 @@ impl Router {
                         upstream
                     }
                     other => {
-                        return Err(RouteError::InvalidParams(format!(
-                            "ref.type must be \"ref/prompt\" or \"ref/resource\", not {other:?}"
-                        )));
+                        return Err(rewrite::ParamsError::RefType(other.map(str::to_owned)).into());
                     }
                 };
                 (upstream, "ref", Value::Object(reference).to_string())

@@ -22,15 +22,56 @@ pub struct HeaderParam {
     pub path: Vec<String>,
 }
 
+/// Why a tool's `x-mcp-header` annotations make its definition invalid (the
+/// catalog then leaves the tool out).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnnotationError {
+    /// Two parameters name the same header, ignoring case.
+    #[error("x-mcp-header {0:?} is used twice")]
+    Duplicate(String),
+    /// The annotation (shown as JSON) is not an HTTP header token.
+    #[error("x-mcp-header {0} is not a header token")]
+    NotAToken(Value),
+    /// The annotation is on the root, or under something but `properties`.
+    #[error("x-mcp-header {0:?} is not on a property reachable through `properties`")]
+    Unreachable(String),
+    /// The annotated property's `type` is missing or not a primitive.
+    #[error(
+        "x-mcp-header {name:?} is on a {kind:?} parameter; only string, integer and boolean are allowed"
+    )]
+    NotPrimitive { name: String, kind: Option<String> },
+}
+
+/// Why a modern client's `Mcp-Param-*` headers do not agree with its
+/// arguments.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HeaderMismatch {
+    /// The argument is present, its header is not; holds the header name.
+    #[error("the {0} header is missing")]
+    Missing(String),
+    /// The header's `=?base64?…?=` value does not decode to UTF-8.
+    #[error("the {0} header is not valid Base64 UTF-8")]
+    NotBase64(String),
+    /// The header and the argument disagree.
+    #[error("{header} header value {decoded:?} does not match body value {body}")]
+    Differs {
+        header: String,
+        decoded: String,
+        body: Value,
+    },
+}
+
 /// The annotated parameters of a tool's `inputSchema`, or why the tool
 /// definition is invalid.
-pub fn from_schema(schema: &Value) -> Result<Vec<HeaderParam>, String> {
+pub fn from_schema(schema: &Value) -> Result<Vec<HeaderParam>, AnnotationError> {
     let mut found = Vec::new();
     walk(schema, &mut Vec::new(), true, &mut found)?;
     let mut seen = std::collections::HashSet::new();
     for param in &found {
         if !seen.insert(param.name.to_ascii_lowercase()) {
-            return Err(format!("x-mcp-header {:?} is used twice", param.name));
+            return Err(AnnotationError::Duplicate(param.name.clone()));
         }
     }
     Ok(found)
@@ -50,7 +91,7 @@ fn walk(
     path: &mut Vec<String>,
     reachable: bool,
     found: &mut Vec<HeaderParam>,
-) -> Result<(), String> {
+) -> Result<(), AnnotationError> {
     let Value::Object(map) = node else {
         if let Value::Array(items) = node {
             for item in items {
@@ -63,18 +104,17 @@ fn walk(
         let name = header
             .as_str()
             .filter(|n| is_token(n))
-            .ok_or_else(|| format!("x-mcp-header {header} is not a header token"))?;
+            .ok_or_else(|| AnnotationError::NotAToken(header.clone()))?;
         if !reachable || path.is_empty() {
-            return Err(format!(
-                "x-mcp-header {name:?} is not on a property reachable through `properties`"
-            ));
+            return Err(AnnotationError::Unreachable(name.to_owned()));
         }
         match map.get("type").and_then(Value::as_str) {
             Some("string" | "integer" | "boolean") => {}
             other => {
-                return Err(format!(
-                    "x-mcp-header {name:?} is on a {other:?} parameter; only string, integer and boolean are allowed"
-                ));
+                return Err(AnnotationError::NotPrimitive {
+                    name: name.to_owned(),
+                    kind: other.map(str::to_owned),
+                });
             }
         }
         found.push(HeaderParam {
@@ -136,24 +176,27 @@ pub fn validate(
     params: &[HeaderParam],
     arguments: &Value,
     header: impl Fn(&str) -> Option<String>,
-) -> Result<(), String> {
+) -> Result<(), HeaderMismatch> {
     for param in params {
         let Some(body) = value_at(arguments, &param.path) else {
             continue;
         };
         let header_name = format!("Mcp-Param-{}", param.name);
         let raw = header(&header_name.to_ascii_lowercase())
-            .ok_or_else(|| format!("the {header_name} header is missing"))?;
-        let decoded = decode(raw.trim())
-            .ok_or_else(|| format!("the {header_name} header is not valid Base64 UTF-8"))?;
+            .ok_or_else(|| HeaderMismatch::Missing(header_name.clone()))?;
+        let Some(decoded) = decode(raw.trim()) else {
+            return Err(HeaderMismatch::NotBase64(header_name));
+        };
         let matches = match body {
             Value::Number(n) => decoded.parse::<f64>().ok() == n.as_f64(),
             other => as_text(other).as_deref() == Some(decoded.as_str()),
         };
         if !matches {
-            return Err(format!(
-                "{header_name} header value {decoded:?} does not match body value {body}"
-            ));
+            return Err(HeaderMismatch::Differs {
+                header: header_name,
+                decoded,
+                body: body.clone(),
+            });
         }
     }
     Ok(())
@@ -263,5 +306,49 @@ mod tests {
             "absent values need no header"
         );
         assert_eq!(decode("=?base64?!!?="), None);
+    }
+
+    #[test]
+    fn errors_read_as_they_always_have() {
+        let text = |schema: Value| from_schema(&schema).unwrap_err().to_string();
+        assert_eq!(
+            text(json!({ "properties": { "n": { "type": "number", "x-mcp-header": "N" } } })),
+            r#"x-mcp-header "N" is on a Some("number") parameter; only string, integer and boolean are allowed"#
+        );
+        assert_eq!(
+            text(
+                json!({ "properties": { "s": { "type": "string", "x-mcp-header": "bad name" } } })
+            ),
+            r#"x-mcp-header "bad name" is not a header token"#
+        );
+        assert_eq!(
+            text(json!({ "type": "string", "x-mcp-header": "Root" })),
+            "x-mcp-header \"Root\" is not on a property reachable through `properties`"
+        );
+        assert_eq!(
+            text(
+                json!({ "properties": { "a": { "type": "string", "x-mcp-header": "Same" }, "b": { "type": "string", "x-mcp-header": "same" } } })
+            ),
+            r#"x-mcp-header "same" is used twice"#
+        );
+        let params = [HeaderParam {
+            name: "Region".into(),
+            path: vec!["region".into()],
+        }];
+        let args = json!({ "region": "us" });
+        let why = |header: Option<&str>| {
+            validate(&params, &args, |_| header.map(str::to_owned))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(why(None), "the Mcp-Param-Region header is missing");
+        assert_eq!(
+            why(Some("=?base64?!!?=")),
+            "the Mcp-Param-Region header is not valid Base64 UTF-8"
+        );
+        assert_eq!(
+            why(Some("eu")),
+            r#"Mcp-Param-Region header value "eu" does not match body value "us""#
+        );
     }
 }

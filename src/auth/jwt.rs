@@ -16,6 +16,40 @@ use crate::config::{JwtConfig, JwtKeys};
 /// How long one JWKS fetch may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Why a JWT verifier cannot be built from its config. Config validation
+/// reads the same keys, so this is rare.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// An `algorithms` entry `jsonwebtoken` does not know.
+    #[error("{algorithm}: {reason}")]
+    Algorithm {
+        algorithm: String,
+        reason: jsonwebtoken::errors::Error,
+    },
+    /// A `public_keys` entry (by index) that is no supported PEM key.
+    #[error("auth.jwt.public_keys[{0}] is not an RSA, EC or Ed25519 public key in PEM")]
+    PemKey(usize),
+    /// The HTTP client for JWKS fetches cannot be built.
+    #[error(transparent)]
+    HttpClient(reqwest::Error),
+}
+
+/// Why a JWKS fetch failed; the keys already held are kept.
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    /// No response (the URL is left out: it may carry a secret).
+    #[error(transparent)]
+    Request(reqwest::Error),
+    #[error("HTTP {0}")]
+    Status(reqwest::StatusCode),
+    /// The body could not be read.
+    #[error(transparent)]
+    Body(reqwest::Error),
+    #[error("not a JWKS: {0}")]
+    NotJwks(serde_json::Error),
+}
+
 /// One verification key.
 struct Key {
     kid: Option<String>,
@@ -36,20 +70,26 @@ pub(crate) struct JwtVerifier {
 impl JwtVerifier {
     /// PEM keys are read now (an error says which); a JWKS is fetched by
     /// [`Self::refresh`].
-    pub(crate) fn new(cfg: &JwtConfig) -> Result<JwtVerifier, String> {
+    pub(crate) fn new(cfg: &JwtConfig) -> Result<JwtVerifier, SetupError> {
         let algorithms = cfg
             .algorithms
             .iter()
-            .map(|a| a.parse::<Algorithm>().map_err(|e| format!("{a}: {e}")))
+            .map(|a| {
+                a.parse::<Algorithm>()
+                    .map_err(|reason| SetupError::Algorithm {
+                        algorithm: a.clone(),
+                        reason,
+                    })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let keys = match &cfg.keys {
             JwtKeys::Pem(pems) => pems
                 .iter()
                 .enumerate()
                 .map(|(i, pem)| {
-                    pem_key(pem).map(|key| Key { kid: None, key }).ok_or_else(|| {
-                        format!("auth.jwt.public_keys[{i}] is not an RSA, EC or Ed25519 public key in PEM")
-                    })
+                    pem_key(pem)
+                        .map(|key| Key { kid: None, key })
+                        .ok_or(SetupError::PemKey(i))
                 })
                 .collect::<Result<Vec<_>, _>>()?,
             JwtKeys::Jwks(_) => Vec::new(),
@@ -57,7 +97,7 @@ impl JwtVerifier {
         let http = reqwest::Client::builder()
             .timeout(FETCH_TIMEOUT)
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(SetupError::HttpClient)?;
         Ok(JwtVerifier {
             cfg: cfg.clone(),
             algorithms,
@@ -104,18 +144,18 @@ impl JwtVerifier {
         }
     }
 
-    async fn fetch(&self, url: &str) -> Result<Vec<Key>, String> {
+    async fn fetch(&self, url: &str) -> Result<Vec<Key>, FetchError> {
         let response = self
             .http
             .get(url)
             .send()
             .await
-            .map_err(|e| e.without_url().to_string())?;
+            .map_err(|e| FetchError::Request(e.without_url()))?;
         if !response.status().is_success() {
-            return Err(format!("HTTP {}", response.status()));
+            return Err(FetchError::Status(response.status()));
         }
-        let text = response.text().await.map_err(|e| e.to_string())?;
-        let set: JwkSet = serde_json::from_str(&text).map_err(|e| format!("not a JWKS: {e}"))?;
+        let text = response.text().await.map_err(FetchError::Body)?;
+        let set: JwkSet = serde_json::from_str(&text).map_err(FetchError::NotJwks)?;
         Ok(set
             .keys
             .iter()

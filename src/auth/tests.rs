@@ -1,7 +1,53 @@
-//! Unit tests of credential parsing and API keys.
+//! Unit tests of credential parsing, API keys, and why an authenticator cannot start.
 
 use super::*;
-use crate::config::{ApiKey, AuthSettings};
+use crate::config::{ApiKey, AuthSettings, JwtConfig, JwtKeys};
+
+/// Settings with a JWT issuer of `keys` and `algorithms`, and no API keys.
+fn with_jwt(keys: JwtKeys, algorithms: &[&str]) -> AuthSettings {
+    AuthSettings {
+        api_keys: Vec::new(),
+        jwt: Some(JwtConfig {
+            issuer: "https://issuer.example".into(),
+            audience: "mcpmux".into(),
+            keys,
+            algorithms: algorithms.iter().map(|a| (*a).to_owned()).collect(),
+            client_claim: "sub".into(),
+            scopes_claim: "scope".into(),
+            leeway: std::time::Duration::from_secs(30),
+            jwks_refresh: std::time::Duration::from_secs(300),
+            jwks_refetch_cooldown: std::time::Duration::from_secs(30),
+        }),
+        resource: None,
+        authorization_servers: Vec::new(),
+        scopes_supported: Vec::new(),
+        required_scopes: Vec::new(),
+        admin: AdminAccess::Clients,
+    }
+}
+
+#[test]
+fn setup_errors_say_which_setting() {
+    let pem = with_jwt(JwtKeys::Pem(vec!["not a key".into()]), &["RS256"]);
+    let Err(e) = Authenticator::new(&pem) else {
+        panic!("a bad PEM key is refused")
+    };
+    assert!(matches!(e, SetupError::PemKey(0)), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "auth.jwt.public_keys[0] is not an RSA, EC or Ed25519 public key in PEM"
+    );
+    let algorithm = with_jwt(JwtKeys::Pem(Vec::new()), &["XS999"]);
+    let Err(e) = Authenticator::new(&algorithm) else {
+        panic!("an unknown algorithm is refused")
+    };
+    assert!(e.to_string().starts_with("XS999: "), "{e}");
+    let jwks = with_jwt(
+        JwtKeys::Jwks("https://issuer.example/jwks".into()),
+        &["RS256"],
+    );
+    assert!(Authenticator::new(&jwks).is_ok());
+}
 
 fn with_keys(keys: &[(&str, &str)]) -> Authenticator {
     Authenticator::new(&AuthSettings {

@@ -2,7 +2,7 @@
 //! the merged catalog is built (which names are exposed, under which name,
 //! with which description, title and annotations), and whether the
 //! upstream's resources and templates are exposed at all. The same for
-//! every client; the per-client [`crate::policy`] filters what is left.
+//! every client; the per-client policy filters what is left.
 
 use std::collections::HashMap;
 
@@ -45,7 +45,7 @@ impl CompiledList {
 fn globs(patterns: &[String], instead: &str) -> GlobSet {
     let mut builder = globset::GlobSetBuilder::new();
     for pattern in patterns {
-        match crate::policy::glob(pattern) {
+        match crate::pattern::glob(pattern) {
             Ok(glob) => {
                 builder.add(glob);
             }

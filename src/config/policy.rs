@@ -1,7 +1,7 @@
 //! The `policy` section: who may see and use which tools, prompts,
 //! resources and templates. Parsed like the rest of the file (unknown keys
 //! are errors, every problem has a line and column); the globs are checked
-//! here and compiled by [`crate::policy`].
+//! here and compiled into rules by the `policy` module.
 
 use indexmap::IndexMap;
 use serde::Deserialize;
@@ -136,7 +136,7 @@ fn check(written: &Spanned<String>, glob: &str, what: &str, p: &mut Problems) ->
         );
         return false;
     }
-    match crate::policy::glob(glob) {
+    match crate::pattern::glob(glob) {
         Ok(_) => true,
         Err(e) => {
             p.at(

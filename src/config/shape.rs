@@ -1,7 +1,7 @@
 //! Per-upstream shaping, the same for every client: which of an upstream's
 //! tools and prompts are exposed, under which names, with which
 //! descriptions and annotations, and whether its resources are. Parsed and
-//! checked here; applied when the catalog is built ([`crate::catalog`]).
+//! checked here; applied by the catalog while it builds the merged lists.
 
 use indexmap::IndexMap;
 use serde::Deserialize;
@@ -157,7 +157,7 @@ impl RawListShape {
 }
 
 fn glob_ok(written: &Spanned<String>, glob: &str, what: &str, p: &mut Problems) -> bool {
-    let problem = match crate::policy::glob(glob) {
+    let problem = match crate::pattern::glob(glob) {
         _ if glob.is_empty() => "is an empty pattern".to_owned(),
         Ok(_) => return true,
         Err(e) => format!("is not a valid glob: {}", e.kind()),

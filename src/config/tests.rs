@@ -51,6 +51,27 @@ fn bad_upstream_name_is_explained() {
 }
 
 #[test]
+fn upstream_name_messages_read_as_they_always_have() {
+    let why = |name: &str| check_upstream_name(name).unwrap_err().to_string();
+    assert_eq!(why(""), "is empty");
+    assert_eq!(
+        why("Files"),
+        "must start with a lowercase letter a-z, not 'F'"
+    );
+    assert_eq!(
+        why(&"a".repeat(33)),
+        "is 33 characters long; the limit is 32"
+    );
+    assert_eq!(why("files_1"), "may contain only a-z, 0-9 and '-', not '_'");
+    assert_eq!(check_upstream_name("files-1"), Ok(()));
+    let line = single_issue("upstreams:\n  Files_1:\n    command: srv\n");
+    assert_eq!(
+        line,
+        "test.yaml:2:3: upstream name \"Files_1\" must start with a lowercase letter a-z, not 'F' (names match [a-z][a-z0-9-]{0,31})"
+    );
+}
+
+#[test]
 fn unset_variable_is_an_error_at_its_value() {
     let line =
         single_issue("upstreams:\n  a:\n    command: srv\n    env:\n      KEY: \"${NOPE}\"\n");

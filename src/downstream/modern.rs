@@ -316,7 +316,7 @@ fn check_param_headers(
             .map(str::to_owned)
     };
     crate::xheader::validate(header_params, &crate::xheader::arguments(&params), lookup)
-        .map_err(|why| mismatch(envelope.id, why))
+        .map_err(|why| mismatch(envelope.id, why.to_string()))
 }
 
 /// The `server/discover` result: the merged view's capabilities and every

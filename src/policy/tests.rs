@@ -1,5 +1,7 @@
 //! Unit tests for the `policy` section, rule matching, view derivation and
-//! caching, paging of filtered lists, and the `list_changed` decisions.
+//! caching, and paging of filtered lists. The fixtures marked `pub(crate)`
+//! are shared with the notify hub's tests of the `list_changed` decisions
+//! under a policy.
 
 use serde_json::{Map, Value, json};
 
@@ -7,7 +9,7 @@ use super::*;
 use crate::catalog::{CursorError, UpstreamLists, UpstreamView};
 use crate::config::{Config, Lookup};
 
-fn policy_config(policy_yaml: &str) -> PolicyConfig {
+pub(crate) fn policy_config(policy_yaml: &str) -> PolicyConfig {
     let text =
         format!("upstreams:\n  weather:\n    command: srv\n{policy_yaml}\nauth: {{ mode: off }}\n");
     let config = Config::parse(&text, "test.yaml", &Lookup::from_pairs([("UNUSED", "")]))
@@ -23,7 +25,7 @@ fn issues(policy_yaml: &str) -> Vec<String> {
         .lines()
 }
 
-fn who(client: &str, scopes: &[&str]) -> Identity {
+pub(crate) fn who(client: &str, scopes: &[&str]) -> Identity {
     Identity {
         client: client.into(),
         scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
@@ -31,7 +33,7 @@ fn who(client: &str, scopes: &[&str]) -> Identity {
 }
 
 /// The example the docs walk through, plus a scope.
-const SECURE: &str = r#"policy:
+pub(crate) const SECURE: &str = r#"policy:
   default: deny
   clients:
     ops: { allow: ["*"] }
@@ -170,7 +172,7 @@ fn object(value: Value) -> Map<String, Value> {
     value.as_object().unwrap().clone()
 }
 
-fn lists(upstream: &str, tools: &[&str]) -> Option<Arc<UpstreamView>> {
+pub(crate) fn lists(upstream: &str, tools: &[&str]) -> Option<Arc<UpstreamView>> {
     Some(Arc::new(UpstreamView {
         lists: UpstreamLists {
             tools: tools.iter().map(|t| object(json!({ "name": t }))).collect(),
@@ -198,7 +200,7 @@ fn tool_names(count: usize, prefix: &str) -> Vec<String> {
 }
 
 /// A store with 7 weather tools and 5 notes tools, one of each other kind.
-fn filled() -> CatalogStore {
+pub(crate) fn filled() -> CatalogStore {
     let store = store();
     let weather = tool_names(7, "forecast_");
     let notes = tool_names(5, "add_");
@@ -447,113 +449,4 @@ fn instructions_and_upstreams_follow_the_view() {
         ops.instructions(&catalog).as_deref(),
         catalog.instructions()
     );
-}
-
-/// The list_changed methods waiting in a subscriber's outbox.
-fn told(subscriber: &crate::notify::Subscriber) -> Vec<String> {
-    std::iter::from_fn(|| subscriber.outbox.next_event())
-        .map(|(_, frame)| {
-            let frame: Value = serde_json::from_str(&frame).unwrap();
-            frame["method"].as_str().unwrap().to_owned()
-        })
-        .collect()
-}
-
-fn hub(store: &Arc<CatalogStore>, policy: &str) -> crate::notify::NotifyHub {
-    let views = Views::new(store.clone(), Some(&policy_config(policy)));
-    crate::notify::NotifyHub::with_views(Arc::default(), Arc::new(views))
-}
-
-const TOOLS: &str = "notifications/tools/list_changed";
-const RESOURCES: &str = "notifications/resources/list_changed";
-
-#[test]
-fn list_changed_reaches_a_subscriber_only_when_its_view_changed() {
-    let store = Arc::new(filled());
-    let hub = hub(&store, SECURE);
-    let ops = hub.register_as(Some(Arc::new(who("ops", &[]))));
-    let reader = hub.register_as(Some(Arc::new(who("reader", &[]))));
-    let anonymous = hub.register();
-
-    // A notes tool appears: the reader sees no notes tools.
-    let kinds = store.publish("notes", lists("notes", &["add_00", "new"]));
-    hub.lists_changed(&kinds);
-    assert_eq!(
-        (told(&ops), told(&reader)),
-        (vec![TOOLS.to_owned()], vec![])
-    );
-    assert_eq!(told(&anonymous), [TOOLS]);
-
-    // A weather tool appears: news to everyone, a second reader included.
-    let second = hub.register_as(Some(Arc::new(who("reader", &[]))));
-    let kinds = store.publish("weather", lists("weather", &["new"]));
-    hub.lists_changed(&kinds);
-    for subscriber in [&ops, &reader, &second, &anonymous] {
-        assert_eq!(told(subscriber), [TOOLS]);
-    }
-
-    // A reader joining after a change nobody of its rules heard of is told
-    // when the list changes back.
-    hub.unregister(reader.id);
-    hub.unregister(second.id);
-    hub.lists_changed(&store.publish("weather", lists("weather", &["other"])));
-    let late = hub.register_as(Some(Arc::new(who("reader", &[]))));
-    hub.lists_changed(&store.publish("weather", lists("weather", &["new"])));
-    assert_eq!(told(&late), [TOOLS]);
-}
-
-#[test]
-fn a_policy_reload_tells_whose_view_changed_and_drops_what_it_no_longer_allows() {
-    let store = Arc::new(filled());
-    let hub = hub(&store, SECURE);
-    let views = hub.views().unwrap().clone();
-    let ops = hub.register_as(Some(Arc::new(who("ops", &[]))));
-    let reader = hub.register_as(Some(Arc::new(who("reader", &[]))));
-    let anonymous = hub.register();
-    assert!(
-        !views.replace(Some(&policy_config(SECURE))),
-        "the same policy"
-    );
-
-    let widened = policy_config(
-        "policy:\n  clients:\n    ops: { allow: [\"*\"] }\n    reader: { allow: [\"weather__*\", \"weather+*\"] }\n",
-    );
-    assert!(views.replace(Some(&widened)));
-    hub.policy_changed();
-    assert_eq!(
-        told(&reader),
-        [RESOURCES],
-        "resources and templates, told once"
-    );
-    assert_eq!((told(&ops), told(&anonymous)), (vec![], vec![]));
-    let weather: Arc<str> = "weather".into();
-    let uri = "weather+demo://weather/readme";
-    hub.subscriptions()
-        .subscribe(reader.id, uri, &weather, "demo://weather/readme");
-    hub.subscriptions()
-        .subscribe(ops.id, uri, &weather, "demo://weather/readme");
-
-    let narrowed = policy_config(
-        "policy:\n  clients:\n    ops: { allow: [\"*\"] }\n    reader: { allow: [\"notes__*\"] }\n",
-    );
-    assert!(views.replace(Some(&narrowed)));
-    hub.policy_changed();
-    assert_eq!(
-        told(&reader),
-        [TOOLS, "notifications/prompts/list_changed", RESOURCES]
-    );
-    assert!(hub.subscriptions().uris_of(reader.id).is_empty());
-    assert_eq!(hub.subscriptions().uris_of(ops.id).len(), 1);
-    assert!(
-        views
-            .grant(Some(&who("reader", &[])))
-            .unwrap()
-            .allows("notes__add_00")
-    );
-
-    // Without a policy the reader sees everything again.
-    assert!(views.replace(None));
-    hub.policy_changed();
-    assert_eq!(told(&reader).len(), 3);
-    assert!(views.grant(Some(&who("reader", &[]))).is_none());
 }

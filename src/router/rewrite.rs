@@ -14,6 +14,30 @@ use serde_json::{Map, Value};
 
 use crate::catalog::naming;
 
+/// Why a request's params are not what its method needs: read here, or
+/// checked by the router, which answers "invalid params: " and this.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParamsError {
+    #[error("params must be an object")]
+    NotAnObject,
+    #[error("_meta must be an object")]
+    MetaNotAnObject,
+    /// Holds the member's key.
+    #[error("missing {0:?}")]
+    Missing(String),
+    #[error("{0:?} must be a string")]
+    NotAString(String),
+    #[error("{0:?} must be an object")]
+    MemberNotAnObject(String),
+    /// `logging/setLevel` with a level MCP does not define.
+    #[error("unknown log level {0:?}")]
+    UnknownLogLevel(String),
+    /// A completion `ref` of another type (or none).
+    #[error("ref.type must be \"ref/prompt\" or \"ref/resource\", not {0:?}")]
+    RefType(Option<String>),
+}
+
 /// A request's params, member by member.
 pub struct Params<'a> {
     members: IndexMap<String, &'a RawValue>,
@@ -22,29 +46,27 @@ pub struct Params<'a> {
 
 impl<'a> Params<'a> {
     /// Parses an object of params; absent params are an empty object.
-    pub fn parse(raw: Option<&'a RawValue>) -> Result<Self, String> {
+    pub fn parse(raw: Option<&'a RawValue>) -> Result<Self, ParamsError> {
         let mut members: IndexMap<String, &'a RawValue> = match raw {
             None => IndexMap::new(),
-            Some(raw) => serde_json::from_str(raw.get())
-                .map_err(|_| "params must be an object".to_owned())?,
+            Some(raw) => serde_json::from_str(raw.get()).map_err(|_| ParamsError::NotAnObject)?,
         };
         let meta = match members.shift_remove("_meta") {
             None => None,
-            Some(raw) => Some(
-                serde_json::from_str(raw.get())
-                    .map_err(|_| "_meta must be an object".to_owned())?,
-            ),
+            Some(raw) => {
+                Some(serde_json::from_str(raw.get()).map_err(|_| ParamsError::MetaNotAnObject)?)
+            }
         };
         Ok(Self { members, meta })
     }
 
     /// A string member, or why it is missing.
-    pub fn string(&self, key: &str) -> Result<String, String> {
+    pub fn string(&self, key: &str) -> Result<String, ParamsError> {
         let raw = self
             .members
             .get(key)
-            .ok_or_else(|| format!("missing {key:?}"))?;
-        serde_json::from_str(raw.get()).map_err(|_| format!("{key:?} must be a string"))
+            .ok_or_else(|| ParamsError::Missing(key.to_owned()))?;
+        serde_json::from_str(raw.get()).map_err(|_| ParamsError::NotAString(key.to_owned()))
     }
 
     /// A member's raw JSON.
@@ -53,23 +75,23 @@ impl<'a> Params<'a> {
     }
 
     /// A string member that may be absent or null.
-    pub fn optional_string(&self, key: &str) -> Result<Option<String>, String> {
+    pub fn optional_string(&self, key: &str) -> Result<Option<String>, ParamsError> {
         match self.members.get(key) {
             None => Ok(None),
             Some(raw) if raw.get() == "null" => Ok(None),
             Some(raw) => serde_json::from_str(raw.get())
                 .map(Some)
-                .map_err(|_| format!("{key:?} must be a string")),
+                .map_err(|_| ParamsError::NotAString(key.to_owned())),
         }
     }
 
     /// An object member, parsed.
-    pub fn object(&self, key: &str) -> Result<Map<String, Value>, String> {
+    pub fn object(&self, key: &str) -> Result<Map<String, Value>, ParamsError> {
         let raw = self
             .members
             .get(key)
-            .ok_or_else(|| format!("missing {key:?}"))?;
-        serde_json::from_str(raw.get()).map_err(|_| format!("{key:?} must be an object"))
+            .ok_or_else(|| ParamsError::Missing(key.to_owned()))?;
+        serde_json::from_str(raw.get()).map_err(|_| ParamsError::MemberNotAnObject(key.to_owned()))
     }
 
     /// Drops every `_meta` member whose key starts with `prefix`.
@@ -154,7 +176,9 @@ pub fn json_string(s: &str) -> String {
 /// The result with every upstream URI namespaced under `upstream`.
 pub fn namespace_result<'r>(method: &str, upstream: &str, result: &'r RawValue) -> Cow<'r, str> {
     let text = result.get();
-    // Escaped keys could spell "uri" without the literal bytes; treat them as possible.
+    // A fast pre-check, not a parse: a body that cannot hold a "uri" key is
+    // passed through without being parsed. Escaped keys could spell "uri"
+    // without the literal bytes; treat them as possible.
     if !text.contains("\"uri\"") && !text.contains("\\u") {
         return Cow::Borrowed(text);
     }
@@ -315,6 +339,42 @@ mod tests {
         assert!(Params::parse(Some(&raw("[1]"))).is_err());
         assert!(Params::parse(Some(&raw(r#"{"_meta":3}"#))).is_err());
         assert!(Params::parse(None).unwrap().string("name").is_err());
+    }
+
+    #[test]
+    fn params_errors_read_as_they_always_have() {
+        let why = |e: ParamsError| e.to_string();
+        assert_eq!(
+            why(Params::parse(Some(&raw("[1]"))).err().unwrap()),
+            "params must be an object"
+        );
+        assert_eq!(
+            why(Params::parse(Some(&raw(r#"{"_meta":3}"#))).err().unwrap()),
+            "_meta must be an object"
+        );
+        let members = raw(r#"{"n":1,"ref":"x"}"#);
+        let params = Params::parse(Some(&members)).unwrap();
+        assert_eq!(why(params.string("name").unwrap_err()), r#"missing "name""#);
+        assert_eq!(
+            why(params.string("n").unwrap_err()),
+            r#""n" must be a string"#
+        );
+        assert_eq!(
+            why(params.optional_string("n").unwrap_err()),
+            r#""n" must be a string"#
+        );
+        assert_eq!(
+            why(params.object("ref").unwrap_err()),
+            r#""ref" must be an object"#
+        );
+        assert_eq!(
+            why(ParamsError::UnknownLogLevel("loud".into())),
+            r#"unknown log level "loud""#
+        );
+        assert_eq!(
+            why(ParamsError::RefType(None)),
+            r#"ref.type must be "ref/prompt" or "ref/resource", not None"#
+        );
     }
 
     #[test]

@@ -338,9 +338,12 @@ async fn a_request_id_still_in_flight_cannot_be_reused_in_the_same_session() {
 
 #[tokio::test]
 async fn calls_to_an_upstream_that_stopped_reading_time_out_instead_of_hanging() {
-    // The stuck upstream gets a 500 ms timeout.
+    // The stuck upstream gets a 2 s timeout: every call after the stall
+    // must hit it, but the handshake and the stall call itself must not (a
+    // stall that timed out unanswered could let an echo through before it
+    // takes hold), even on a loaded machine.
     let yaml = format!(
-        "upstreams:\n{}    timeout: 500ms\n{}",
+        "upstreams:\n{}    timeout: 2s\n{}",
         crate::support::example_upstream("stuck", &["--test-controls"]),
         crate::support::example_upstream("fine", &[])
     );

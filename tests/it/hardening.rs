@@ -116,7 +116,10 @@ async fn read_until_closed(socket: &mut TcpStream) -> Vec<u8> {
 #[tokio::test]
 async fn slow_and_idle_connections_are_closed_and_the_cap_keeps_probes_and_restarts_working() {
     let yaml = format!(
-        "http:\n  header_read_timeout: 1s\n  idle_timeout: 1s\n  max_connections: 40\nupstreams:\n{}{}",
+        // The timeouts must fire on the dripping and the silent socket, but
+        // not on a client's own keep-alive connection while it waits for an
+        // upstream restart (which would race its next request).
+        "http:\n  header_read_timeout: 2s\n  idle_timeout: 5s\n  max_connections: 40\nupstreams:\n{}{}",
         example_upstream("a", &["--test-controls"]),
         example_upstream("b", &[]),
     );
@@ -381,7 +384,9 @@ async fn server_everything_restarted_on_the_same_port_serves_the_same_session_ag
 async fn a_stderr_flood_with_the_gateways_own_stderr_blocked_delays_no_one() {
     let yaml = format!(
         // Room for every session: this row is about the log, not eviction.
-        "sessions:\n  idle_timeout: 2s\n  max_per_client: 100000\nupstreams:\n{}{}",
+        // The abandoned sessions expire before the leak check (which waits
+        // 30 s); a live client pausing under the flood's load does not.
+        "sessions:\n  idle_timeout: 5s\n  max_per_client: 100000\nupstreams:\n{}{}",
         example_upstream("a", &["--test-controls"]),
         example_upstream("b", &[])
     );
@@ -447,10 +452,11 @@ async fn a_stderr_flood_with_the_gateways_own_stderr_blocked_delays_no_one() {
 
 #[tokio::test]
 async fn down_starting_and_unresponsive_upstreams_are_named_with_their_state() {
-    let fast_health =
-        "    health: { ping_interval: 200ms, ping_timeout: 200ms, restart_after: 1h }\n";
-    let restarting =
-        "    health: { ping_interval: 200ms, ping_timeout: 200ms, restart_after: 1s }\n";
+    // Pings are frequent, but a ping timeout must fire only on a stopped
+    // child, never on a busy machine's slow answer: a spurious restart of c
+    // would race the SIGSTOP below.
+    let fast_health = "    health: { ping_interval: 200ms, ping_timeout: 1s, restart_after: 1h }\n";
+    let restarting = "    health: { ping_interval: 200ms, ping_timeout: 1s, restart_after: 3s }\n";
     let yaml = format!(
         "upstreams:\n{a}{fast_health}{c}{restarting}{b}  sleepy:\n    command: sleep\n    args: [\"600\"]\n    timeout: 1h\n    start_wait: 300ms\n    required: false\n  broken:\n    command: /nonexistent/mcp-server\n    required: false\n",
         a = example_upstream("a", &[]),
@@ -490,7 +496,7 @@ async fn down_starting_and_unresponsive_upstreams_are_named_with_their_state() {
         "{message}"
     );
 
-    // SIGSTOP: unresponsive within the ping interval, ready again after SIGCONT.
+    // SIGSTOP: unresponsive once a ping goes unanswered, ready again after SIGCONT.
     let stop = |pid: u64, signal| {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
     };

@@ -29,7 +29,9 @@ fn count(log: &[Value], method: &str, uri: &str) -> usize {
 async fn two_sessions_share_one_upstream_subscription_until_both_leave() {
     let record = tempdir().join("alpha.jsonl");
     let gw = TestGateway::with_examples(
-        "sessions:\n  idle_timeout: 300ms",
+        // Short enough to watch B expire, long enough that no session
+        // idles out between its own requests on a loaded machine.
+        "sessions:\n  idle_timeout: 2s",
         &[(
             "alpha",
             &["--test-controls", "--record", record.to_str().unwrap()],

@@ -207,7 +207,9 @@ async fn a_hung_upstream_slows_nobody_and_timeouts_spare_calls_that_report_progr
     let yaml = format!(
         "upstreams:\n{}{}{}",
         remote("hung", &hung_url, "    timeout: 500ms\n"),
-        remote("py", &py.url("/mcp"), "    timeout: 300ms\n"),
+        // Long enough for the handshake and for each progress gap below on
+        // a loaded machine; far shorter than the 5 s silent call.
+        remote("py", &py.url("/mcp"), "    timeout: 2s\n"),
         example_upstream("local", &[]),
     );
     let gw = TestGateway::start_unready(&yaml).await;
@@ -237,11 +239,12 @@ async fn a_hung_upstream_slows_nobody_and_timeouts_spare_calls_that_report_progr
         "{slow}"
     );
 
-    // One that keeps reporting progress runs well past the 300 ms timeout.
+    // One that keeps reporting progress (every 500 ms) runs for 4 s, well
+    // past the 2 s timeout.
     let messages = progress_call(
         &client,
         "py__slow",
-        json!({ "steps": 8, "interval_ms": 100 }),
+        json!({ "steps": 8, "interval_ms": 500 }),
     )
     .await;
     assert_eq!(
