@@ -2,7 +2,15 @@
 //! validation, and the probes.
 //!
 //! [`app`] builds the axum router over one shared [`AppState`]. The MCP
-//! endpoint lives in [`http`]; sessions in [`session`].
+//! endpoint lives in [`http`]; sessions in [`session`]; what every route
+//! shares on the wire (header names, error answers, reading a body) in
+//! `wire`, which imports no other downstream module.
+//!
+//! Imports among these modules go one way, downwards: the handlers
+//! (`http`, which hands modern-era requests to `modern`; `stream`,
+//! `legacy_sse`, `stdio`) use `dispatch`, `resume`, `authn` and `listen`;
+//! those use `session`; `session` uses `post_streams` and `throttle`; and
+//! `listener` and `wire` sit at the bottom.
 
 pub mod authn;
 pub mod dispatch;
@@ -11,11 +19,13 @@ pub mod legacy_sse;
 pub mod listen;
 pub mod listener;
 pub mod modern;
+pub mod post_streams;
 pub mod resume;
 pub mod session;
 pub mod stdio;
 pub mod stream;
 pub mod throttle;
+pub(crate) mod wire;
 
 use std::sync::Arc;
 
@@ -51,6 +61,10 @@ pub struct AppState {
     pub throttle: arc_swap::ArcSwapOption<throttle::Throttle>,
     /// The HTTP listener's connection counters, once it serves.
     pub connections: std::sync::OnceLock<Arc<listener::ConnectionCounts>>,
+    /// The gateway's task tracker: tasks a request leaves running (a
+    /// resumable answer's pump, a legacy SSE POST's call) go on it, so
+    /// shutdown waits for them.
+    pub tracker: tokio_util::task::TaskTracker,
 }
 
 impl AppState {
@@ -116,7 +130,7 @@ impl AppState {
             return Ok(());
         }
         tracing::warn!(origin, "request from a disallowed Origin rejected");
-        Err(http::rpc_error_response(
+        Err(wire::rpc_error_response(
             StatusCode::FORBIDDEN,
             None,
             code::INVALID_REQUEST,
@@ -147,7 +161,7 @@ impl AppState {
             return Ok(());
         }
         tracing::warn!(host, "request with a disallowed Host header rejected");
-        Err(http::rpc_error_response(
+        Err(wire::rpc_error_response(
             StatusCode::FORBIDDEN,
             None,
             code::INVALID_REQUEST,

@@ -129,6 +129,7 @@ impl Gateway {
                     .map(|limit| Arc::new(downstream::throttle::Throttle::new(limit))),
             ),
             connections: std::sync::OnceLock::new(),
+            tracker: tracker.clone(),
         });
         spawn_forgetting(state.clone(), upstream_shutdown.clone(), &tracker);
         if config.policy.is_some() && config.auth == config::AuthConfig::Off {
@@ -154,8 +155,12 @@ impl Gateway {
             addr.ip().is_loopback(),
             std::sync::atomic::Ordering::Relaxed,
         );
-        let (listener, counts) =
-            downstream::listener::guard(listener, &self.config.http, self.http_shutdown.clone())?;
+        let (listener, counts) = downstream::listener::guard(
+            listener,
+            &self.config.http,
+            self.http_shutdown.clone(),
+            &self.tracker,
+        )?;
         let _ = self.state.connections.set(counts);
         let app = downstream::app(self.state.clone())
             .into_make_service_with_connect_info::<downstream::listener::Peer>();

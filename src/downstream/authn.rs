@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::AppState;
-use super::http::rpc_error_response;
+use super::wire::rpc_error_response;
 use crate::auth::{AuthError, Identity};
 use crate::protocol::code;
 

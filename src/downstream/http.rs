@@ -13,51 +13,19 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::value::RawValue;
-use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
 use super::dispatch::{self, Outcome};
+use super::listener::{ClientPeer, client_ip};
 use super::session::CloseReason;
-use crate::protocol::{self, Envelope, MessageKind, RpcError, code};
+use super::wire::{
+    SESSION_HEADER, VERSION_HEADER, json_response, parse_message, read_body, rpc_error_response,
+    session_header,
+};
+use crate::protocol::{self, Envelope, MessageKind, code};
 use crate::router::Reply;
-
-pub const SESSION_HEADER: &str = "mcp-session-id";
-pub const VERSION_HEADER: &str = "mcp-protocol-version";
-
-/// An HTTP error whose body is a JSON-RPC error with the given id (or null).
-pub fn rpc_error_response(
-    status: StatusCode,
-    id: Option<&str>,
-    code: i64,
-    message: impl Into<String>,
-) -> Response {
-    let body = protocol::error_frame(id, &RpcError::new(code, message));
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-fn json_response(frame: String) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], frame).into_response()
-}
-
-/// The `Mcp-Session-Id` header, or the 400 its absence gets.
-#[allow(clippy::result_large_err)]
-pub fn session_header(headers: &HeaderMap) -> Result<&str, Response> {
-    headers
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| {
-            rpc_error_response(
-                StatusCode::BAD_REQUEST,
-                None,
-                code::INVALID_REQUEST,
-                "missing Mcp-Session-Id header",
-            )
-        })
-}
 
 /// What the client's `Accept` header allows.
 struct Accepts {
@@ -85,140 +53,6 @@ fn accepts(headers: &HeaderMap) -> Accepts {
     }
 }
 
-/// Checks the content type and reads the body within the size limit.
-#[allow(clippy::result_large_err)]
-pub async fn read_body(
-    state: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<bytes::Bytes, Response> {
-    if let Some(ct) = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        && !ct
-            .trim_start()
-            .to_ascii_lowercase()
-            .starts_with("application/json")
-    {
-        return Err(rpc_error_response(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            None,
-            code::INVALID_REQUEST,
-            format!("Content-Type must be application/json, not {ct:?}"),
-        ));
-    }
-    let limit = state.http.max_body_bytes;
-    let too_large = || {
-        rpc_error_response(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            None,
-            code::INVALID_REQUEST,
-            format!("request body exceeds the limit of {limit} bytes"),
-        )
-    };
-    // A declared length over the limit is refused before a byte of the body
-    // is read (and before `100 Continue` invites the client to send it).
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
-    }
-    let timeout = state.http.body_read_timeout;
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) if is_length_limit(&e) => Err(too_large()),
-        Ok(Err(e)) => Err(rpc_error_response(
-            StatusCode::BAD_REQUEST,
-            None,
-            code::INVALID_REQUEST,
-            format!("the request body could not be read: {e}"),
-        )),
-        Err(_) => Err(rpc_error_response(
-            StatusCode::REQUEST_TIMEOUT,
-            None,
-            code::INVALID_REQUEST,
-            format!(
-                "the request body did not arrive within {} (http.body_read_timeout)",
-                humantime::format_duration(timeout)
-            ),
-        )),
-    }
-}
-
-/// Whether a body error is the size limit rather than the connection.
-fn is_length_limit(error: &axum::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = cause {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
-}
-
-/// Parses one JSON-RPC message (batches are refused) and checks its shape.
-#[allow(clippy::result_large_err)]
-pub fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind), Response> {
-    let bad = |code, message: String, id: Option<&str>| {
-        rpc_error_response(StatusCode::BAD_REQUEST, id, code, message)
-    };
-    let text = std::str::from_utf8(bytes)
-        .map_err(|_| bad(code::PARSE_ERROR, "body is not valid UTF-8".into(), None))?;
-    if protocol::nesting_exceeds(text, protocol::MAX_NESTING) {
-        let error = protocol::too_deep();
-        let id = Envelope::parse(text)
-            .ok()
-            .and_then(|e| e.id)
-            .map(RawValue::get);
-        return Err(bad(error.code, error.message, id));
-    }
-    // Only valid JSON is a batch; broken JSON is a parse error like any other.
-    if text.trim_start().starts_with('[')
-        && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
-    {
-        return Err(bad(
-            code::INVALID_REQUEST,
-            "JSON-RPC batches are not supported; send one message per request".into(),
-            None,
-        ));
-    }
-    let envelope = Envelope::parse(text)
-        .map_err(|e| bad(code::PARSE_ERROR, format!("parse error: {e}"), None))?;
-    match envelope.kind() {
-        Ok(kind) => Ok((envelope, kind)),
-        Err(e) => Err(bad(
-            code::INVALID_REQUEST,
-            e.to_string(),
-            envelope.id.map(RawValue::get),
-        )),
-    }
-}
-
-/// The remote address of the request's connection, when known.
-pub type ClientPeer = Option<axum::Extension<axum::extract::ConnectInfo<super::listener::Peer>>>;
-
-/// The IP address sessions are counted against.
-pub fn client_ip(peer: &ClientPeer) -> Option<std::net::IpAddr> {
-    peer.as_ref().map(|axum::Extension(info)| info.0.addr.ip())
-}
-
-/// The answer to a session that could not be made: 429 when the client is
-/// at its own limit, 503 when the gateway is; both say when to retry.
-pub fn session_refused(error: &super::session::TooManySessions, id: Option<&str>) -> Response {
-    let status = match error {
-        super::session::TooManySessions::Client(_) => StatusCode::TOO_MANY_REQUESTS,
-        _ => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    let mut response = rpc_error_response(status, id, code::INTERNAL_ERROR, error.to_string());
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    response
-}
-
 pub async fn post(
     State(state): State<Arc<AppState>>,
     peer: ClientPeer,
@@ -244,7 +78,7 @@ pub async fn post(
             "Accept must include application/json or text/event-stream",
         );
     }
-    let bytes = match read_body(&state, &headers, body).await {
+    let bytes = match read_body(&state.http, &headers, body).await {
         Ok(b) => b,
         Err(rejected) => return rejected,
     };
@@ -294,7 +128,7 @@ pub async fn post(
     if let Err(refused) = super::authn::check_owner(session.identity.as_ref(), identity.as_ref()) {
         return refused;
     }
-    if let Err(mismatch) = check_session_version(&headers, &session, envelope.id) {
+    if let Err(mismatch) = session.check_version(&headers, envelope.id) {
         return mismatch;
     }
     match dispatch::handle(&state, &session, &envelope, kind, accept.sse).await {
@@ -309,46 +143,10 @@ pub async fn post(
     }
 }
 
-/// Refuses (400) an `MCP-Protocol-Version` header that differs from the
-/// version the session negotiated. Without the header the client is taken
-/// to speak what it negotiated (2024-11-05 clients never send it).
-#[allow(clippy::result_large_err)]
-pub fn check_session_version(
-    headers: &HeaderMap,
-    session: &super::session::Session,
-    id: Option<&RawValue>,
-) -> Result<(), Response> {
-    let (Some(header), Some(negotiated)) =
-        (headers.get(VERSION_HEADER), session.protocol_version.get())
-    else {
-        return Ok(());
-    };
-    let header = header.to_str().unwrap_or_default();
-    if header == negotiated {
-        return Ok(());
-    }
-    Err(rpc_error_response(
-        StatusCode::BAD_REQUEST,
-        id.map(RawValue::get),
-        code::INVALID_REQUEST,
-        format!(
-            "MCP-Protocol-Version {header:?} does not match the version this session negotiated ({negotiated})"
-        ),
-    ))
-}
-
 fn single(frame: String) -> tokio::sync::mpsc::Receiver<String> {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let _ = tx.try_send(frame);
     rx
-}
-
-pub fn sse_response(frames: ReceiverStream<String>) -> Response {
-    let events =
-        frames.map(|frame| Ok::<_, std::convert::Infallible>(Event::default().data(frame)));
-    Sse::new(events)
-        .keep_alive(KeepAlive::default())
-        .into_response()
 }
 
 fn initialize(
@@ -364,7 +162,7 @@ fn initialize(
     };
     let session = match state.sessions.create(Some(version), None, client, identity) {
         Ok(s) => s,
-        Err(e) => return session_refused(&e, Some(id)),
+        Err(e) => return e.refusal(Some(id)),
     };
     let frame = protocol::response_frame(
         id,
@@ -406,6 +204,3 @@ pub async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         )
     }
 }
-
-#[cfg(test)]
-mod proptests;

@@ -5,23 +5,32 @@
 //!
 //! The session lives as long as its stream: when the client disconnects,
 //! the session closes and releases its subscriptions.
+//!
+//! A POSTed request is answered from a task of its own, on the gateway's
+//! task tracker and in the session's span; a session has at most
+//! [`MAX_REQUEST_TASKS`] of them at once, and a request beyond that gets 429
+//! with `Retry-After`. Notifications and responses are handled before the
+//! 202, without a task, so a client at the limit can still cancel.
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 use super::AppState;
 use super::dispatch::{self, Outcome, Outgoing};
-use super::http::{parse_message, read_body, rpc_error_response};
-use super::session::{CloseReason, SessionTable};
-use crate::protocol::code;
+use super::listener::{ClientPeer, client_ip};
+use super::session::{CloseReason, MAX_REQUEST_TASKS, SessionTable};
+use super::wire::{parse_message, read_body, rpc_error_response};
+use crate::protocol::{Envelope, MessageKind, code};
 
 /// Answers queued for one SSE session before its request tasks wait.
 const REPLY_CAPACITY: usize = 256;
@@ -40,7 +49,7 @@ impl Drop for SessionOnStream {
 
 pub async fn open(
     State(state): State<Arc<AppState>>,
-    peer: super::http::ClientPeer,
+    peer: ClientPeer,
     headers: HeaderMap,
 ) -> Response {
     if let Err(denied) = state.check_origin(&headers) {
@@ -51,16 +60,16 @@ pub async fn open(
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
-    if let Err(refused) = state.admit_rate(identity.as_ref(), super::http::client_ip(&peer)) {
+    if let Err(refused) = state.admit_rate(identity.as_ref(), client_ip(&peer)) {
         return refused;
     }
-    let client = super::http::client_ip(&peer);
+    let client = client_ip(&peer);
     let session = match state
         .sessions
         .create(None, Some(replies_tx), client, identity)
     {
         Ok(s) => s,
-        Err(e) => return super::http::session_refused(&e, None),
+        Err(e) => return e.refusal(None),
     };
     let endpoint = format!("/message?sessionId={}", session.id);
     let keep = (
@@ -99,7 +108,7 @@ pub struct SessionQuery {
 
 pub async fn message(
     State(state): State<Arc<AppState>>,
-    peer: super::http::ClientPeer,
+    peer: ClientPeer,
     Query(query): Query<SessionQuery>,
     headers: HeaderMap,
     body: Body,
@@ -119,7 +128,7 @@ pub async fn message(
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
-    if let Err(refused) = state.admit_rate(identity.as_ref(), super::http::client_ip(&peer)) {
+    if let Err(refused) = state.admit_rate(identity.as_ref(), client_ip(&peer)) {
         return refused;
     }
     let Some(session) = state.sessions.touch(&session_id) else {
@@ -141,32 +150,56 @@ pub async fn message(
             "this session uses Streamable HTTP; POST to /mcp",
         );
     };
-    let bytes = match read_body(&state, &headers, body).await {
+    let bytes = match read_body(&state.http, &headers, body).await {
         Ok(b) => b,
         Err(rejected) => return rejected,
     };
-    // The task owns the body; it reports whether the message parsed, then
-    // answers on the stream. The client waits for 202 only.
-    let (verdict_tx, verdict_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        let (envelope, kind) = match parse_message(&bytes) {
-            Ok(parsed) => {
-                let _ = verdict_tx.send(None);
-                parsed
-            }
-            Err(rejected) => {
-                let _ = verdict_tx.send(Some(rejected));
-                return;
-            }
+    let (envelope, kind) = match parse_message(&bytes) {
+        Ok(parsed) => parsed,
+        Err(rejected) => return rejected,
+    };
+    if kind != MessageKind::Request {
+        // Nothing to answer and nothing to wait for: no task needed.
+        dispatch::handle(&state, &session, &envelope, kind, true).await;
+        return StatusCode::ACCEPTED.into_response();
+    }
+    let Ok(permit) = session.request_tasks.clone().try_acquire_owned() else {
+        tracing::info!(parent: &session.span, limit = MAX_REQUEST_TASKS, "request refused: too many in progress");
+        return too_many_requests(envelope.id);
+    };
+    // The task owns the body (and parses it again: the envelope borrows it)
+    // and answers on the stream; the client waits for 202 only.
+    let (tracker, span) = (state.tracker.clone(), session.span.clone());
+    let task = async move {
+        let _permit = permit;
+        let Some(Ok(envelope)) = std::str::from_utf8(&bytes).ok().map(Envelope::parse) else {
+            return;
         };
         if let Outcome::Reply(reply) =
             dispatch::handle(&state, &session, &envelope, kind, true).await
         {
             dispatch::send_reply(&replies, reply).await;
         }
-    });
-    if let Ok(Some(rejected)) = verdict_rx.await {
-        return rejected;
-    }
+    };
+    tracker.spawn(task.instrument(span));
     StatusCode::ACCEPTED.into_response()
 }
+
+/// The 429 for a request beyond [`MAX_REQUEST_TASKS`] of its session.
+fn too_many_requests(id: Option<&RawValue>) -> Response {
+    let mut response = rpc_error_response(
+        StatusCode::TOO_MANY_REQUESTS,
+        id.map(RawValue::get),
+        code::INTERNAL_ERROR,
+        format!(
+            "this session already has {MAX_REQUEST_TASKS} requests in progress, the most it may have; wait for an answer before sending more"
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+#[cfg(test)]
+mod tests;

@@ -11,6 +11,8 @@
 //! it is closed at once). A newcomer that still finds no slot is answered by
 //! a one-request server outside the cap: `/healthz` says `ok` (the process
 //! is alive), anything else gets 503 with `Retry-After`.
+//! The acceptor and the admission tasks run on the gateway's task tracker,
+//! in spans of their own; both end at shutdown.
 //!
 //! Each admitted socket is a [`GuardedIo`]: while no request is in progress
 //! its reads are under a deadline, `http.idle_timeout` from the end of the
@@ -39,6 +41,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 use crate::config::HttpConfig;
 
@@ -134,6 +138,15 @@ pub struct Peer {
     track: Arc<ConnTrack>,
 }
 
+/// The remote address of the request's connection, when known (an
+/// extractor for handlers).
+pub(crate) type ClientPeer = Option<axum::Extension<ConnectInfo<Peer>>>;
+
+/// The IP address sessions and rates are counted against.
+pub(crate) fn client_ip(peer: &ClientPeer) -> Option<std::net::IpAddr> {
+    peer.as_ref().map(|axum::Extension(info)| info.0.addr.ip())
+}
+
 impl Connected<axum::serve::IncomingStream<'_, GuardedListener>> for Peer {
     fn connect_info(stream: axum::serve::IncomingStream<'_, GuardedListener>) -> Self {
         Peer {
@@ -215,12 +228,13 @@ impl axum::serve::Listener for GuardedListener {
     }
 }
 
-/// Starts the acceptor on `listener` (until `shutdown`) and returns the
-/// listener for axum and the counters.
+/// Starts the acceptor on `listener` (until `shutdown`, on `tracker`) and
+/// returns the listener for axum and the counters.
 pub fn guard(
     listener: TcpListener,
     http: &HttpConfig,
     shutdown: CancellationToken,
+    tracker: &TaskTracker,
 ) -> io::Result<(GuardedListener, Arc<ConnectionCounts>)> {
     let local = listener.local_addr()?;
     let max_connections = effective_max_connections(http.max_connections);
@@ -238,7 +252,9 @@ pub fn guard(
     });
     // Axum takes each admitted connection at once; a few in hand suffice.
     let (admit_tx, admitted) = mpsc::channel(16);
-    tokio::spawn(accept_loop(listener, guard, admit_tx, shutdown));
+    let span = tracing::info_span!("acceptor", %local);
+    tracker
+        .spawn(accept_loop(listener, guard, admit_tx, shutdown, tracker.clone()).instrument(span));
     Ok((GuardedListener { admitted, local }, counts))
 }
 
@@ -288,6 +304,7 @@ async fn accept_loop(
     guard: Arc<Guard>,
     admit: mpsc::Sender<(GuardedIo, SocketAddr)>,
     shutdown: CancellationToken,
+    tracker: TaskTracker,
 ) {
     tracing::debug!(
         max_connections = guard.max_connections,
@@ -325,8 +342,10 @@ async fn accept_loop(
             guard.counts.refused.fetch_add(1, Ordering::Relaxed);
             continue;
         };
-        let (guard, admit) = (guard.clone(), admit.clone());
-        tokio::spawn(async move {
+        let (guard, admit, stop) = (guard.clone(), admit.clone(), shutdown.clone());
+        // At most `MAX_WAITING` of these (the `waiting` permit), each over
+        // within `CONNECTION_WAIT` + `OVERFLOW_DEADLINE`, or at shutdown.
+        let admission = async move {
             let slot =
                 tokio::time::timeout(CONNECTION_WAIT, guard.slots.clone().acquire_owned()).await;
             match slot {
@@ -344,7 +363,17 @@ async fn accept_loop(
                 }
             }
             drop(waiting);
-        });
+        };
+        let span = tracing::debug_span!("admission", %addr);
+        tracker.spawn(
+            async move {
+                tokio::select! {
+                    () = admission => {}
+                    () = stop.cancelled() => {}
+                }
+            }
+            .instrument(span),
+        );
     }
 }
 
@@ -356,7 +385,7 @@ async fn overflow(stream: TcpStream, max_connections: usize) {
             let response = if request.uri().path() == "/healthz" {
                 Response::new(Body::from("ok"))
             } else {
-                super::http::rpc_error_response(
+                super::wire::rpc_error_response(
                     axum::http::StatusCode::SERVICE_UNAVAILABLE,
                     None,
                     crate::protocol::code::INTERNAL_ERROR,

@@ -14,12 +14,16 @@
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
-use super::http::{self, SESSION_HEADER, VERSION_HEADER};
+use super::wire::{SESSION_HEADER, VERSION_HEADER, json_response as json};
 use crate::notify::LogLevel;
 use crate::protocol::{self, Envelope, Era, MessageKind, RpcError, code, meta, method};
 use crate::router::{Reply, RequestContext};
@@ -42,10 +46,7 @@ const METHODS: &[&str] = &[
 /// protocol version, or it is a method only the modern era has, or it
 /// carries no session and a version header that is not a legacy one.
 pub fn is_modern(headers: &HeaderMap, envelope: &Envelope<'_>) -> bool {
-    if envelope
-        .params
-        .is_some_and(|p| p.get().contains(meta::PROTOCOL_VERSION))
-    {
+    if envelope.params.is_some_and(names_a_version) {
         return true;
     }
     let method = envelope.method.as_deref().unwrap_or_default();
@@ -57,6 +58,35 @@ pub fn is_modern(headers: &HeaderMap, envelope: &Envelope<'_>) -> bool {
             .get(VERSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|version| !protocol::is_supported_downstream(version))
+}
+
+/// Whether `params` is an object whose `_meta` object has the protocol
+/// version member (whatever its value: [`validate`] judges that). Only
+/// these two levels are read; everything else is skipped unparsed.
+fn names_a_version(params: &RawValue) -> bool {
+    #[derive(Deserialize)]
+    struct Params {
+        #[serde(rename = "_meta", default)]
+        meta: Option<MetaMembers>,
+    }
+    #[derive(Deserialize)]
+    struct MetaMembers {
+        #[serde(
+            rename = "io.modelcontextprotocol/protocolVersion",
+            default,
+            deserialize_with = "present"
+        )]
+        version: bool,
+    }
+    /// True for any value, `null` included.
+    fn present<'de, D: serde::Deserializer<'de>>(value: D) -> Result<bool, D::Error> {
+        serde::de::IgnoredAny::deserialize(value).map(|_| true)
+    }
+    // Serde would also read a struct from an array, member by member.
+    let text = params.get();
+    text.trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+        && serde_json::from_str::<Params>(text).is_ok_and(|p| p.meta.is_some_and(|m| m.version))
 }
 
 /// What a valid modern request carries besides its method.
@@ -242,9 +272,7 @@ pub async fn handle(
                 .await
             {
                 Reply::Ready(frame) => (status_of(&frame), json(frame)).into_response(),
-                Reply::Streaming(frames) => {
-                    http::sse_response(tokio_stream::wrappers::ReceiverStream::new(frames))
-                }
+                Reply::Streaming(frames) => sse_response(ReceiverStream::new(frames)),
             }
         }
     }
@@ -253,22 +281,7 @@ pub async fn handle(
 /// The HTTP status for a modern answer: the spec pins 400 on errors that
 /// say the request itself was unacceptable, also when an upstream said so.
 fn status_of(frame: &str) -> StatusCode {
-    if !frame.contains("\"error\"") {
-        return StatusCode::OK;
-    }
-    #[derive(serde::Deserialize)]
-    struct Probe {
-        error: Option<ProbeError>,
-    }
-    #[derive(serde::Deserialize)]
-    struct ProbeError {
-        code: i64,
-    }
-    match serde_json::from_str::<Probe>(frame)
-        .ok()
-        .and_then(|p| p.error)
-        .map(|e| e.code)
-    {
+    match error_code(frame) {
         Some(
             code::HEADER_MISMATCH | code::MISSING_CLIENT_CAPABILITY | code::UNSUPPORTED_VERSION,
         ) => StatusCode::BAD_REQUEST,
@@ -276,11 +289,25 @@ fn status_of(frame: &str) -> StatusCode {
     }
 }
 
-fn json(frame: String) -> Response {
-    (
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        frame,
-    )
+/// The `error.code` of a JSON-RPC answer; none for a result (whose body
+/// stays unparsed) or a frame that is not an answer.
+fn error_code(frame: &str) -> Option<i64> {
+    #[derive(Deserialize)]
+    struct ErrorCode {
+        code: i64,
+    }
+    let error = Envelope::parse(frame).ok()?.error?;
+    serde_json::from_str::<ErrorCode>(error.get())
+        .ok()
+        .map(|e| e.code)
+}
+
+/// A streamed answer (progress, then the response) as `text/event-stream`.
+fn sse_response(frames: ReceiverStream<String>) -> Response {
+    let events =
+        frames.map(|frame| Ok::<_, std::convert::Infallible>(Event::default().data(frame)));
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
         .into_response()
 }
 
@@ -334,4 +361,58 @@ fn discover(state: &AppState, identity: Option<&crate::auth::Identity>) -> Strin
         result["instructions"] = Value::from(text);
     }
     result.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn only_the_meta_member_names_the_era() {
+        for modern in [
+            r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
+            r#"{"name":"x","_meta":{"a":1,"io.modelcontextprotocol/protocolVersion":7}}"#,
+            r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":null}}"#,
+        ] {
+            assert!(names_a_version(&raw(modern)), "{modern}");
+        }
+        for legacy in [
+            r#"{}"#,
+            r#"{"_meta":{"progressToken":1}}"#,
+            r#"{"_meta":null}"#,
+            r#"{"_meta":"io.modelcontextprotocol/protocolVersion"}"#,
+            r#"{"arguments":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
+            r#"{"arguments":{"_meta":{"io.modelcontextprotocol/protocolVersion":"x"}}}"#,
+            r#"{"name":"io.modelcontextprotocol/protocolVersion"}"#,
+            r#"[{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}]"#,
+        ] {
+            assert!(!names_a_version(&raw(legacy)), "{legacy}");
+        }
+    }
+
+    #[test]
+    fn only_a_request_refusal_is_a_400() {
+        let error = |code: i64| protocol::error_frame(Some("1"), &RpcError::new(code, "no"));
+        assert_eq!(
+            status_of(&error(code::HEADER_MISMATCH)),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            status_of(&error(code::UNSUPPORTED_VERSION)),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(status_of(&error(code::INTERNAL_ERROR)), StatusCode::OK);
+        // A result that merely mentions an error is a result.
+        let result = protocol::response_frame(
+            "1",
+            &json!({ "content": [{ "type": "text", "text": "\"error\":{\"code\":-32020}" }], "error": { "code": -32020 } }).to_string(),
+        );
+        assert_eq!(error_code(&result), None);
+        assert_eq!(status_of(&result), StatusCode::OK);
+        assert_eq!(error_code(&error(-32020)), Some(-32020));
+    }
 }

@@ -1,5 +1,7 @@
 //! Legacy-era downstream sessions: the table keyed by `Mcp-Session-Id`,
-//! and the sweeper that removes idle sessions.
+//! the sweeper that removes idle sessions, and the HTTP answers about a
+//! session (a version it did not negotiate, a session that could not be
+//! made).
 //!
 //! A session that never sends `DELETE` must not leak: the sweeper task runs
 //! on the gateway's task tracker and removes any session idle longer than
@@ -22,13 +24,26 @@ use std::time::Duration;
 // Tokio's clock, so tests can pause and advance it.
 use tokio::time::Instant;
 
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
 use dashmap::DashMap;
-use tokio::sync::watch;
+use serde_json::value::RawValue;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
+use super::post_streams::PostStreams;
+use super::wire::{VERSION_HEADER, rpc_error_response};
 use crate::notify::{NotifyHub, Subscriber};
+use crate::protocol::code;
 use crate::router::InflightCalls;
+
+/// Requests one session may have running in tasks of their own at once
+/// (the legacy SSE transport answers each POST from a task): enough for a
+/// host's parallel calls. Beyond it a POST is refused with 429 and
+/// `Retry-After`, like the other per-client limits.
+pub(crate) const MAX_REQUEST_TASKS: usize = 64;
 
 /// At a limit, one scan evicts this fraction of the limit at once (at
 /// least one session, at most [`MAX_EVICTION_BATCH`]).
@@ -53,7 +68,10 @@ pub struct Session {
     /// The session's outbox and subscriptions in the notify hub.
     pub subscriber: Arc<Subscriber>,
     /// Its resumable POST answers (`text/event-stream`), live and finished.
-    pub resumable: super::resume::PostStreams,
+    pub resumable: PostStreams,
+    /// One permit per request running in a task of its own (see
+    /// [`MAX_REQUEST_TASKS`]); the task holds it until the answer is queued.
+    pub(crate) request_tasks: Arc<Semaphore>,
     /// Milliseconds after the table's epoch of the latest request.
     last_seen: AtomicU64,
     /// Open notification streams; a session with one is never idle.
@@ -73,6 +91,34 @@ impl Session {
     /// Neither a stream open nor a call in flight: it may expire or be evicted.
     fn is_idle(&self) -> bool {
         self.streams.load(Ordering::Relaxed) == 0 && self.inflight.is_empty()
+    }
+
+    /// Refuses (400) an `MCP-Protocol-Version` header that differs from the
+    /// version the session negotiated. Without the header the client is taken
+    /// to speak what it negotiated (2024-11-05 clients never send it).
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn check_version(
+        &self,
+        headers: &HeaderMap,
+        id: Option<&RawValue>,
+    ) -> Result<(), Response> {
+        let (Some(header), Some(negotiated)) =
+            (headers.get(VERSION_HEADER), self.protocol_version.get())
+        else {
+            return Ok(());
+        };
+        let header = header.to_str().unwrap_or_default();
+        if header == negotiated {
+            return Ok(());
+        }
+        Err(rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            id.map(RawValue::get),
+            code::INVALID_REQUEST,
+            format!(
+                "MCP-Protocol-Version {header:?} does not match the version this session negotiated ({negotiated})"
+            ),
+        ))
     }
 }
 
@@ -150,6 +196,22 @@ pub enum TooManySessions {
         "this client has reached its limit of {0} sessions (sessions.max_per_client), all of them busy; close one or retry later"
     )]
     Client(usize),
+}
+
+impl TooManySessions {
+    /// The answer to a session that could not be made: 429 when the client
+    /// is at its own limit, 503 when the gateway is; both say when to retry.
+    pub(crate) fn refusal(&self, id: Option<&str>) -> Response {
+        let status = match self {
+            TooManySessions::Client(_) => StatusCode::TOO_MANY_REQUESTS,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        let mut response = rpc_error_response(status, id, code::INTERNAL_ERROR, self.to_string());
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        response
+    }
 }
 
 impl SessionTable {
@@ -266,7 +328,8 @@ impl SessionTable {
             replies,
             inflight: Arc::default(),
             subscriber: self.hub.register(),
-            resumable: Default::default(),
+            resumable: PostStreams::default(),
+            request_tasks: Arc::new(Semaphore::new(MAX_REQUEST_TASKS)),
             last_seen: AtomicU64::new(self.now_ms()),
             streams: AtomicUsize::new(0),
             closed: CancellationToken::new(),
@@ -348,7 +411,7 @@ impl SessionTable {
         let table = self.clone();
         let period =
             (self.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
-        tracker.spawn(async move {
+        let sweep = async move {
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -362,7 +425,8 @@ impl SessionTable {
                     () = shutdown.cancelled() => break,
                 }
             }
-        });
+        };
+        tracker.spawn(sweep.instrument(tracing::info_span!("session_sweeper")));
     }
 }
 

@@ -4,7 +4,12 @@
 //! One session for the life of the process, never idle-expired. The reader
 //! handles one line at a time in order (a request's answer is produced by
 //! its own task, so slow calls overlap); one writer task owns stdout and
-//! writes answers first, then notifications. Logs go to stderr only.
+//! writes answers first, then notifications. Both kinds of task run on the
+//! gateway's task tracker, in the session's span. Logs go to stderr only.
+//!
+//! Request tasks are not capped the way a legacy SSE session's are: the
+//! one client is the host that launched the gateway as its child, not a
+//! remote peer, and each task ends with its call (a call has a timeout).
 
 use std::sync::Arc;
 
@@ -12,6 +17,7 @@ use futures_util::StreamExt as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::AppState;
 use super::dispatch::{self, Outcome, Outgoing};
@@ -37,7 +43,7 @@ where
     let session = state
         .sessions
         .create(None, Some(replies.clone()), None, None)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
+        .map_err(std::io::Error::other)?;
     let _never_idle = state.sessions.open_stream(&session);
     let writer_stop = stop.child_token();
     let mut outgoing = Box::pin(dispatch::outgoing(
@@ -45,7 +51,7 @@ where
         replies_rx,
         writer_stop.clone(),
     ));
-    let writer = tokio::spawn(async move {
+    let write = async move {
         while let Some(out) = outgoing.next().await {
             let line = match out {
                 Outgoing::Reply(frame) => frame,
@@ -58,9 +64,11 @@ where
             }
             let _ = output.flush().await;
         }
-    });
+    };
+    let writer = state.tracker.spawn(write.instrument(session.span.clone()));
 
-    // Request tasks, so calls still in flight when input ends can finish.
+    // Request tasks, so calls still in flight when input ends can finish
+    // (each is on the gateway's tracker too).
     let requests = tokio_util::task::TaskTracker::new();
     let mut reader = BufReader::new(input);
     let mut line = Vec::new();
@@ -157,6 +165,7 @@ async fn handle_line(
     // Notifications are handled in line order; a request runs in its own
     // task (which parses its own copy of the line), so the reader can take
     // the next line, a cancellation say, while the call is in flight.
+    let (tracker, span) = (state.tracker.clone(), session.span.clone());
     let (state, session, replies) = (state.clone(), session.clone(), replies.clone());
     let task = async move {
         let Ok(envelope) = Envelope::parse(&text) else {
@@ -169,7 +178,7 @@ async fn handle_line(
         }
     };
     if kind == protocol::MessageKind::Request {
-        requests.spawn(task);
+        requests.spawn(tracker.track_future(task.instrument(span)));
     } else {
         task.await;
     }

@@ -22,13 +22,14 @@ use futures_util::stream;
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
-use super::http::{VERSION_HEADER, rpc_error_response};
+use super::listener::{ClientPeer, client_ip};
 use super::session::{Session, StreamGuard};
+use super::wire::{VERSION_HEADER, rpc_error_response, session_header};
 use crate::protocol::{self, code};
 
 pub async fn get(
     State(state): State<Arc<AppState>>,
-    peer: super::http::ClientPeer,
+    peer: ClientPeer,
     headers: HeaderMap,
 ) -> Response {
     if let Err(denied) = state.check_origin(&headers) {
@@ -50,10 +51,10 @@ pub async fn get(
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
-    if let Err(refused) = state.admit_rate(identity.as_ref(), super::http::client_ip(&peer)) {
+    if let Err(refused) = state.admit_rate(identity.as_ref(), client_ip(&peer)) {
         return refused;
     }
-    let session_id = match super::http::session_header(&headers) {
+    let session_id = match session_header(&headers) {
         Ok(id) => id,
         Err(missing) => return missing,
     };
@@ -78,7 +79,7 @@ pub async fn get(
     if let Err(refused) = super::authn::check_owner(session.identity.as_ref(), identity.as_ref()) {
         return refused;
     }
-    if let Err(mismatch) = super::http::check_session_version(&headers, &session, None) {
+    if let Err(mismatch) = session.check_version(&headers, None) {
         return mismatch;
     }
 

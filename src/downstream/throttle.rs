@@ -13,7 +13,7 @@ use axum::response::Response;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use super::http::rpc_error_response;
+use super::wire::rpc_error_response;
 use crate::auth::Identity;
 use crate::config::RateLimit;
 use crate::protocol::code;

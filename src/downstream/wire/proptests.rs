@@ -1,6 +1,6 @@
-//! Property tests for [`parse_message`], the Streamable HTTP endpoint's
-//! reader of one POSTed JSON-RPC message: arbitrary bodies never panic, and
-//! every refusal is HTTP 400 with a JSON-RPC error whose code says why
+//! Property tests for [`parse_message`], the reader of one POSTed JSON-RPC
+//! message (Streamable HTTP and legacy SSE): arbitrary bodies never panic,
+//! and every refusal is HTTP 400 with a JSON-RPC error whose code says why
 //! (-32700 for bodies that are not JSON, -32600 for batches and invalid
 //! messages).
 

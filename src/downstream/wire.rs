@@ -1,0 +1,164 @@
+//! The wire details every downstream HTTP route shares: the MCP header
+//! names, JSON-RPC error answers, and reading and parsing one POSTed
+//! message within the configured limits.
+//!
+//! A leaf: it imports no other downstream module, so every route may use it.
+
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::value::RawValue;
+
+use crate::config::HttpConfig;
+use crate::protocol::{self, Envelope, MessageKind, RpcError, code};
+
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
+pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// An HTTP error whose body is a JSON-RPC error with the given id (or null).
+pub(crate) fn rpc_error_response(
+    status: StatusCode,
+    id: Option<&str>,
+    code: i64,
+    message: impl Into<String>,
+) -> Response {
+    let body = protocol::error_frame(id, &RpcError::new(code, message));
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// A JSON-RPC frame as an `application/json` answer.
+pub(crate) fn json_response(frame: String) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], frame).into_response()
+}
+
+/// The `Mcp-Session-Id` header, or the 400 its absence gets.
+#[allow(clippy::result_large_err)]
+pub(crate) fn session_header(headers: &HeaderMap) -> Result<&str, Response> {
+    headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            rpc_error_response(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::INVALID_REQUEST,
+                "missing Mcp-Session-Id header",
+            )
+        })
+}
+
+/// Checks the content type and reads the body within `http.max_body_bytes`
+/// and `http.body_read_timeout`.
+#[allow(clippy::result_large_err)]
+pub(crate) async fn read_body(
+    http: &HttpConfig,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<bytes::Bytes, Response> {
+    if let Some(ct) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        && !ct
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+    {
+        return Err(rpc_error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            code::INVALID_REQUEST,
+            format!("Content-Type must be application/json, not {ct:?}"),
+        ));
+    }
+    let limit = http.max_body_bytes;
+    let too_large = || {
+        rpc_error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            code::INVALID_REQUEST,
+            format!("request body exceeds the limit of {limit} bytes"),
+        )
+    };
+    // A declared length over the limit is refused before a byte of the body
+    // is read (and before `100 Continue` invites the client to send it).
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let timeout = http.body_read_timeout;
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if is_length_limit(&e) => Err(too_large()),
+        Ok(Err(e)) => Err(rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::INVALID_REQUEST,
+            format!("the request body could not be read: {e}"),
+        )),
+        Err(_) => Err(rpc_error_response(
+            StatusCode::REQUEST_TIMEOUT,
+            None,
+            code::INVALID_REQUEST,
+            format!(
+                "the request body did not arrive within {} (http.body_read_timeout)",
+                humantime::format_duration(timeout)
+            ),
+        )),
+    }
+}
+
+/// Whether a body error is the size limit rather than the connection.
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// Parses one JSON-RPC message (batches are refused) and checks its shape.
+#[allow(clippy::result_large_err)]
+pub(crate) fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind), Response> {
+    let bad = |code, message: String, id: Option<&str>| {
+        rpc_error_response(StatusCode::BAD_REQUEST, id, code, message)
+    };
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| bad(code::PARSE_ERROR, "body is not valid UTF-8".into(), None))?;
+    if protocol::nesting_exceeds(text, protocol::MAX_NESTING) {
+        let error = protocol::too_deep();
+        let id = Envelope::parse(text)
+            .ok()
+            .and_then(|e| e.id)
+            .map(RawValue::get);
+        return Err(bad(error.code, error.message, id));
+    }
+    // Only valid JSON is a batch; broken JSON is a parse error like any other.
+    if text.trim_start().starts_with('[')
+        && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+    {
+        return Err(bad(
+            code::INVALID_REQUEST,
+            "JSON-RPC batches are not supported; send one message per request".into(),
+            None,
+        ));
+    }
+    let envelope = Envelope::parse(text)
+        .map_err(|e| bad(code::PARSE_ERROR, format!("parse error: {e}"), None))?;
+    match envelope.kind() {
+        Ok(kind) => Ok((envelope, kind)),
+        Err(e) => Err(bad(
+            code::INVALID_REQUEST,
+            e.to_string(),
+            envelope.id.map(RawValue::get),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod proptests;
