@@ -21,7 +21,8 @@ fn state() -> Arc<AppState> {
     let config = Config::parse(text, "test.yaml", &Lookup::from_pairs([("UNUSED", "")]))
         .expect("a valid config");
     let upstreams = Arc::new(UpstreamSet::default());
-    let hub = Arc::new(NotifyHub::new(upstreams.clone()));
+    let interest = Arc::new(crate::upstream::Interest::new(upstreams.clone()));
+    let hub = Arc::new(NotifyHub::new(interest));
     let catalog = Arc::new(CatalogStore::new([]));
     Arc::new(AppState {
         router: Router::new(catalog, upstreams, hub.clone(), Arc::default(), 100),
