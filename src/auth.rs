@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::{AdminAccess, AuthConfig, AuthSettings, sha256};
 
@@ -79,7 +80,11 @@ impl Authenticator {
     /// The authenticator for `auth`, its JWKS refresh running until
     /// `shutdown` (or until it is replaced by a reload and dropped); none
     /// when authentication is off.
-    pub fn start(auth: &AuthConfig, shutdown: &CancellationToken) -> Option<Arc<Authenticator>> {
+    pub fn start(
+        auth: &AuthConfig,
+        shutdown: &CancellationToken,
+        tasks: &TaskTracker,
+    ) -> Option<Arc<Authenticator>> {
         let AuthConfig::On(settings) = auth else {
             return None;
         };
@@ -100,7 +105,7 @@ impl Authenticator {
             }
         };
         let authenticator = Arc::new(authenticator);
-        authenticator.spawn_refresh(shutdown.clone());
+        authenticator.spawn_refresh(shutdown.clone(), tasks);
         Some(authenticator)
     }
 
@@ -110,7 +115,7 @@ impl Authenticator {
 
     /// Fetches the JWKS now and every `jwks_refresh` until `shutdown`, or
     /// until this authenticator is dropped (a reload replaced it).
-    fn spawn_refresh(self: &Arc<Self>, shutdown: CancellationToken) {
+    fn spawn_refresh(self: &Arc<Self>, shutdown: CancellationToken, tasks: &TaskTracker) {
         let Some(interval) = self
             .jwt
             .as_ref()
@@ -120,7 +125,8 @@ impl Authenticator {
             return;
         };
         let this = Arc::downgrade(self);
-        tokio::spawn(async move {
+        let span = tracing::info_span!("jwks_refresh");
+        let refresh = async move {
             let mut tick = tokio::time::interval(interval);
             loop {
                 tokio::select! {
@@ -133,7 +139,8 @@ impl Authenticator {
                     () = shutdown.cancelled() => return,
                 }
             }
-        });
+        };
+        tasks.spawn(tracing::Instrument::instrument(refresh, span));
     }
 
     /// The client behind an `Authorization` header value.

@@ -80,8 +80,11 @@ impl AppState {
         config: &crate::config::Config,
         shutdown: &tokio_util::sync::CancellationToken,
     ) {
-        self.auth
-            .store(crate::auth::Authenticator::start(&config.auth, shutdown));
+        self.auth.store(crate::auth::Authenticator::start(
+            &config.auth,
+            shutdown,
+            &self.tracker,
+        ));
         self.throttle.store(
             config
                 .rate_limit

@@ -84,8 +84,11 @@ impl Gateway {
 
     /// Starts the upstreams and the session sweeper; serves nothing yet.
     pub fn new(config: Config) -> Gateway {
+        // One cancellation tree: the root stops everything; the HTTP side
+        // is its child, cancelled first at shutdown so requests can drain
+        // while upstreams are still up.
         let upstream_shutdown = CancellationToken::new();
-        let http_shutdown = CancellationToken::new();
+        let http_shutdown = upstream_shutdown.child_token();
         let tracker = TaskTracker::new();
 
         let catalog = Arc::new(CatalogStore::new(config.upstreams.iter().map(|u| {
@@ -113,7 +116,8 @@ impl Gateway {
         sessions.spawn_sweeper(upstream_shutdown.clone(), &tracker);
 
         let state = Arc::new(AppState {
-            router: Router::new(catalog, upstreams, hub, Arc::default(), config.page_size),
+            router: Router::new(catalog, upstreams, hub, Arc::default(), config.page_size)
+                .with_tasks(tracker.clone()),
             sessions,
             http: config.http.clone(),
             shutdown: http_shutdown.clone(),
@@ -122,6 +126,7 @@ impl Gateway {
             auth: arc_swap::ArcSwapOption::from(auth::Authenticator::start(
                 &config.auth,
                 &upstream_shutdown,
+                &tracker,
             )),
             throttle: arc_swap::ArcSwapOption::from(
                 config
@@ -165,13 +170,17 @@ impl Gateway {
         let app = downstream::app(self.state.clone())
             .into_make_service_with_connect_info::<downstream::listener::Peer>();
         let stop = self.http_shutdown.clone();
-        let server = tokio::spawn(async move {
+        let serve = async move {
             let serve = axum::serve(listener, app)
                 .with_graceful_shutdown(async move { stop.cancelled().await });
             if let Err(e) = serve.await {
                 tracing::error!(error = %e, "HTTP server failed");
             }
-        });
+        };
+        let span = tracing::info_span!("http", %addr);
+        let server = self
+            .tracker
+            .spawn(tracing::Instrument::instrument(serve, span));
         tracing::info!(%addr, upstreams = self.config.upstreams.len(), "mcpmux listening; MCP endpoint at /mcp");
         if self.state.auth().is_none() && !addr.ip().is_loopback() {
             tracing::warn!(%addr, "AUTHENTICATION IS OFF on a non-loopback address: anyone who can reach it may call every tool of every upstream; configure `auth` (see config/secure.yaml)");

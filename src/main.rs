@@ -145,6 +145,8 @@ fn serve_stdio(cfg: Config, config_path: Option<PathBuf>) -> ExitCode {
         }
         let stop = tokio_util::sync::CancellationToken::new();
         let on_signal = stop.clone();
+        // Not on the gateway's tracker: it waits for the process's signal
+        // and ends with the runtime.
         tokio::spawn(async move {
             shutdown_signal().await;
             on_signal.cancel();
@@ -212,6 +214,7 @@ fn absorb_hangups() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::hangup()) {
         Ok(mut hangup) => {
+            // Not on a tracker: it lives as long as the process.
             tokio::spawn(async move {
                 while hangup.recv().await.is_some() {
                     tracing::info!("SIGHUP received; no --config file to reload");

@@ -16,8 +16,8 @@
 pub mod outbox;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use serde_json::value::RawValue;

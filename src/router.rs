@@ -25,7 +25,7 @@ use crate::metrics::{Metrics, Outcome};
 use crate::notify::{LogLevel, NotifyHub, Subscriber};
 use crate::policy::Grant;
 use crate::protocol::{self, Era, Method, RpcError, code};
-use crate::upstream::{SubscriberId, Subscribed};
+use crate::upstream::{Subscribed, SubscriberId};
 use crate::upstream::{UpstreamError, UpstreamSet};
 use rewrite::{Params, json_string};
 
@@ -56,6 +56,20 @@ pub struct RequestContext {
     pub log_level: Option<LogLevel>,
     /// Who is asking; none when authentication is off.
     pub identity: Option<Arc<crate::auth::Identity>>,
+}
+
+/// Calls one session may have in flight at once; each may hold a task (a
+/// streaming reply), so this bounds what one client can make the gateway
+/// spawn. Beyond it a call is refused at once.
+pub(crate) const MAX_CALLS_IN_FLIGHT: usize = 512;
+
+/// Whether a call may start in a session.
+pub(crate) enum Admitted {
+    Yes,
+    /// Its id is already in flight in this session.
+    IdInUse,
+    /// The session has `MAX_CALLS_IN_FLIGHT` calls running.
+    Full,
 }
 
 /// A session's forwarded calls that have not finished, keyed by the raw
@@ -91,13 +105,17 @@ impl InflightCalls {
             .count()
     }
 
-    /// Records a new call; false if the id is already in flight.
-    fn insert_new(&self, client_id: Box<str>, call: InflightCall) -> bool {
-        match self.lock().entry(client_id) {
-            std::collections::hash_map::Entry::Occupied(_) => false,
+    /// Records a new call, unless its id is already in flight or the
+    /// session has `MAX_CALLS_IN_FLIGHT` calls running.
+    fn insert_new(&self, client_id: Box<str>, call: InflightCall) -> Admitted {
+        let mut calls = self.lock();
+        let full = calls.len() >= MAX_CALLS_IN_FLIGHT;
+        match calls.entry(client_id) {
+            std::collections::hash_map::Entry::Occupied(_) => Admitted::IdInUse,
+            std::collections::hash_map::Entry::Vacant(_) if full => Admitted::Full,
             std::collections::hash_map::Entry::Vacant(slot) => {
                 slot.insert(call);
-                true
+                Admitted::Yes
             }
         }
     }
@@ -282,6 +300,8 @@ pub struct Router {
     hub: Arc<NotifyHub>,
     metrics: Arc<Metrics>,
     page_size: usize,
+    /// Where a streaming call's task runs: the gateway's tracker.
+    tasks: tokio_util::task::TaskTracker,
 }
 
 impl Router {
@@ -298,7 +318,14 @@ impl Router {
             hub,
             metrics,
             page_size,
+            tasks: tokio_util::task::TaskTracker::new(),
         }
+    }
+
+    /// Runs the tasks of streaming calls on `tasks` (the gateway's tracker).
+    pub(crate) fn with_tasks(mut self, tasks: tokio_util::task::TaskTracker) -> Self {
+        self.tasks = tasks;
+        self
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -404,7 +431,9 @@ impl Router {
                     };
                 }
                 return match prepared {
-                    Ok(call) => forward::run(call, ctx, id, &self.hub, &self.metrics).await,
+                    Ok(call) => {
+                        forward::run(call, ctx, id, &self.hub, &self.metrics, &self.tasks).await
+                    }
                     Err(e) => {
                         // Refused before reaching an upstream: counted here.
                         self.metrics
@@ -531,9 +560,7 @@ impl Router {
     ) -> Result<String, RouteError> {
         let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
-        self.hub
-            .interest()
-            .unsubscribe(subscriber(ctx)?.id, &uri);
+        self.hub.interest().unsubscribe(subscriber(ctx)?.id, &uri);
         Ok("{}".to_owned())
     }
 

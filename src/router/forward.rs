@@ -11,10 +11,10 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
 use super::rewrite::{self, Params};
-use super::{Reply, RequestContext, RouteError};
+use super::{Admitted, Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
-use crate::protocol::{self, Era, RpcError, code};
 use crate::protocol::Method;
+use crate::protocol::{self, Era, RpcError, code};
 use crate::upstream::{
     Answer, Connection, Origin, ProgressRoute, Request, UpstreamError, UpstreamHandle,
 };
@@ -103,6 +103,7 @@ pub(super) async fn run(
     id: &RawValue,
     hub: &Arc<crate::notify::NotifyHub>,
     metrics: &Arc<Metrics>,
+    tasks: &tokio_util::task::TaskTracker,
 ) -> Reply {
     let asked = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + call.handle.timeout();
@@ -146,13 +147,24 @@ pub(super) async fn run(
         conn: Arc::downgrade(&conn),
         upstream_id,
     };
-    if !ctx.inflight.insert_new(client_id.clone(), entry) {
-        let message = format!(
-            "request id {} is already in flight in this session",
-            id.get()
-        );
-        let error = RpcError::new(code::INVALID_REQUEST, message);
-        return Reply::Ready(protocol::error_frame(Some(id.get()), &error));
+    match ctx.inflight.insert_new(client_id.clone(), entry) {
+        Admitted::Yes => {}
+        Admitted::IdInUse => {
+            let message = format!(
+                "request id {} is already in flight in this session",
+                id.get()
+            );
+            let error = RpcError::new(code::INVALID_REQUEST, message);
+            return Reply::Ready(protocol::error_frame(Some(id.get()), &error));
+        }
+        Admitted::Full => {
+            let message = format!(
+                "this session already has {} calls in flight; wait for some to finish",
+                super::MAX_CALLS_IN_FLIGHT
+            );
+            let error = RpcError::new(code::INVALID_REQUEST, message);
+            return Reply::Ready(protocol::error_frame(Some(id.get()), &error));
+        }
     }
     let guard = CallGuard {
         inflight: ctx.inflight.clone(),
@@ -205,12 +217,15 @@ pub(super) async fn run(
     let rx = exchange
         .send(&conn, upstream_id, &exchange.params, route)
         .await;
-    tokio::spawn(async move {
+    // One task per streaming call, at most `MAX_CALLS_IN_FLIGHT` per session.
+    let span = tracing::debug_span!("call", upstream = %exchange.handle.name(), method = exchange.method.name());
+    let finish = async move {
         let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
         // The client may have gone; nothing else waits for this frame.
         let _ = sink.send(frame).await;
         drop(guard);
-    });
+    };
+    tasks.spawn(tracing::Instrument::instrument(finish, span));
     Reply::Streaming(frames)
 }
 
