@@ -16,18 +16,20 @@
 # first with `mcpmux check --config FILE`.
 #
 # The tests in tests/it/deploy.rs read this file: the build stage must run
-# exactly `cargo build --release --locked`, and the runtime stages must run as
-# a non-root USER and EXPOSE 8080.
+# exactly `cargo build --release --locked --bin mcpmux`, and the runtime stages
+# must run as a non-root USER and EXPOSE 8080.
 
 # ---------------------------------------------------------------------------
-# Build stage: the release binary, from the locked dependency set.
+# Build stage: the release binary, from the locked dependency set. Only the
+# `mcpmux` binary: the package's other one, `mcpmux-fixture` (fixture/), is the
+# integration tests' upstream and is neither built nor shipped here.
 FROM rust:1-bookworm AS build
 WORKDIR /build
 # Cargo.toml, Cargo.lock and src/ are all the build reads (src/config/demo.yaml,
 # the embedded demo config, is compiled into the binary).
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-RUN cargo build --release --locked
+RUN cargo build --release --locked --bin mcpmux
 
 # ---------------------------------------------------------------------------
 # Runtime stage: Debian slim, the binary, CA certificates and a non-root user.

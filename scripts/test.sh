@@ -11,7 +11,7 @@ cargo clippy --all-targets --locked -- -D warnings
 # No container engine runs here, so CI runs the Dockerfile's build stage
 # command itself: the image ships exactly this binary (tests/it/deploy.rs
 # checks that the Dockerfile runs the same command).
-echo "container build stage: cargo build --release --locked"
-cargo build --release --locked
+echo "container build stage: cargo build --release --locked --bin mcpmux"
+cargo build --release --locked --bin mcpmux
 cargo test --all-targets --locked
 

@@ -1,20 +1,20 @@
-//! A small MCP server over stdio: the upstream of the embedded demo config,
-//! and the test upstream for what real servers cannot do on demand.
+//! `mcpmux example-server`: a small MCP server over stdio, the upstream of
+//! the embedded demo config and of the example and deploy configs.
 //!
 //! It serves a few tools (`echo`, `add`, `slow` with progress and
 //! cancellation, `link` returning resource links), prompts, resources with
-//! subscriptions, a template, completions, logging and pagination
-//! (`--page-size`). With `--test-controls` it adds tools that change it on
-//! command: add tools or prompts (sending `list_changed`), touch a resource
-//! (sending `resources/updated`), emit log messages, flood stderr, crash. `--record FILE` appends every received message to FILE, so tests
-//! can check what reached the upstream. One task reads stdin; each request
-//! runs in its own task so slow calls overlap; one task writes stdout.
+//! subscriptions, a template, completions and logging. One task reads stdin;
+//! each request runs in its own task so slow calls overlap; one task writes
+//! stdout.
 //!
-//! `--conformance` replaces all of that with the fixture of the official MCP
-//! conformance suite (see [`conformance`]), served in both protocol eras.
+//! The integration tests' upstream, the `mcpmux-fixture` binary (`fixture/`,
+//! not shipped), compiles this file too and layers its test knobs, test
+//! controls and the conformance fixture on it through `Extension`; the
+//! product runs it with no extension.
 
 use std::collections::HashMap;
-use std::io::Write as _;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,66 +25,73 @@ use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{UPSTREAM_VERSIONS, code};
 
-mod conformance;
-
 /// Options of `mcpmux example-server`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExampleServerArgs {
     /// Name used in resource URIs (`demo://NAME/...`) and server info.
     #[arg(long, default_value = "example")]
     pub name: String,
-    /// Extra generated tools `gen_0000`..`gen_N`, to exercise paging.
-    #[arg(long, default_value_t = 0)]
-    pub tools: usize,
-    /// Items per page of every list; 0 sends each list in one page.
-    #[arg(long, default_value_t = 0)]
-    pub page_size: usize,
-    /// Append every received JSON-RPC message to this file, one per line.
-    #[arg(long)]
-    pub record: Option<std::path::PathBuf>,
-    /// Declare no `resources.subscribe` capability (and refuse subscriptions).
-    #[arg(long)]
-    pub no_subscribe: bool,
-    /// Add tools that change the server on command (add_tools, add_prompt,
-    /// touch, log, flood_stderr, crash).
-    #[arg(long)]
-    pub test_controls: bool,
-    /// Serve the fixture tools, prompts and resources of the MCP conformance
-    /// suite instead, answering `server/discover` (2026-07-28) as well as
-    /// `initialize`.
-    #[arg(long)]
-    pub conformance: bool,
-    /// With --conformance: refuse `initialize`, speaking 2026-07-28 only.
-    #[arg(long)]
-    pub modern_only: bool,
 }
 
-struct Server {
+/// A boxed future, as [`Extension`]'s methods return.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a build of this server layers on it: the test fixture's hook. Every
+/// method defaults to the plain server's behaviour.
+pub(crate) trait Extension: Send + Sync {
+    /// Sees each non-empty input line before it is parsed. The line is
+    /// handled once the future resolves; one that never does stops the
+    /// server reading.
+    fn received<'a>(&'a self, _line: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
+    /// Answers request `id`; `Err` is a JSON-RPC error object. The default
+    /// is the server's own answer, [`Server::answer`].
+    fn dispatch<'a>(
+        &'a self,
+        server: &'a Server,
+        method: &'a str,
+        params: &'a Value,
+        _id: &'a Value,
+    ) -> BoxFuture<'a, Result<Value, Value>> {
+        Box::pin(server.answer(method, params))
+    }
+
+    /// A message without a method: a response to a request the extension
+    /// sent to the client.
+    fn response(&self, _message: &Map<String, Value>) {}
+
+    /// The input closed: no more requests or responses will arrive.
+    fn closed(&self) {}
+}
+
+/// The product's server: nothing layered on.
+struct Plain;
+
+impl Extension for Plain {}
+
+/// The running server, shared by the request tasks.
+pub(crate) struct Server {
     args: ExampleServerArgs,
+    /// To the stdout writer task; closed when every request task is done.
     out: mpsc::Sender<String>,
-    record: Option<Mutex<std::fs::File>>,
     /// Running requests by id (JSON text), cancelled by notifications/cancelled.
     running: Mutex<HashMap<String, CancellationToken>>,
-    /// Tools and prompts added at run time by the test controls.
-    added_tools: Mutex<Vec<String>>,
-    added_prompts: Mutex<Vec<String>>,
-    /// Set by the `stall` tool: the server stops reading its input.
-    stalled: std::sync::atomic::AtomicBool,
-    /// The conformance fixture, with `--conformance`.
-    fixture: Option<conformance::Fixture>,
+    /// What this build layers on the server: `Plain` in the product.
+    extension: Box<dyn Extension>,
 }
 
 /// Runs the server on stdin/stdout until stdin closes.
 pub async fn run(args: ExampleServerArgs) -> std::io::Result<()> {
-    let record = match &args.record {
-        Some(path) => Some(Mutex::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?,
-        )),
-        None => None,
-    };
+    serve(args, Box::new(Plain)).await
+}
+
+/// Runs the server with `extension` layered on, until stdin closes.
+pub(crate) async fn serve(
+    args: ExampleServerArgs,
+    extension: Box<dyn Extension>,
+) -> std::io::Result<()> {
     let (out, mut outbound) = mpsc::channel::<String>(256);
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
@@ -98,27 +105,17 @@ pub async fn run(args: ExampleServerArgs) -> std::io::Result<()> {
         }
     });
     let server = Arc::new(Server {
-        out,
-        record,
-        running: Mutex::new(HashMap::new()),
-        added_tools: Mutex::new(Vec::new()),
-        added_prompts: Mutex::new(Vec::new()),
-        stalled: std::sync::atomic::AtomicBool::new(false),
-        fixture: args
-            .conformance
-            .then(|| conformance::Fixture::new(args.modern_only)),
         args,
+        out,
+        running: Mutex::new(HashMap::new()),
+        extension,
     });
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
-        if server.stalled.load(std::sync::atomic::Ordering::Relaxed) {
-            // A server that stopped reading: its stdin pipe fills up.
-            std::future::pending::<()>().await;
-        }
         if line.trim().is_empty() {
             continue;
         }
-        server.record(&line);
+        server.extension.received(&line).await;
         let Ok(message) = serde_json::from_str::<Map<String, Value>>(&line) else {
             server.send(json!({"jsonrpc":"2.0","id":null,"error":{"code":code::PARSE_ERROR,"message":"parse error"}})).await;
             continue;
@@ -126,26 +123,29 @@ pub async fn run(args: ExampleServerArgs) -> std::io::Result<()> {
         let server = server.clone();
         tokio::spawn(async move { server.handle(message).await });
     }
-    // Listen streams never end on their own; closed input ends them.
-    if let Some(fixture) = &server.fixture {
-        fixture.close();
-    }
+    // Streams the extension holds open never end on their own; closed input
+    // ends them.
+    server.extension.closed();
     drop(server);
     let _ = writer.await;
     Ok(())
 }
 
 impl Server {
-    fn record(&self, line: &str) {
-        if let Some(file) = &self.record {
-            let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = writeln!(file, "{line}");
-            let _ = file.flush();
-        }
+    /// Writes one line to stdout, as it is: the extension's raw output.
+    pub(crate) async fn send_line(&self, line: String) -> bool {
+        self.out.send(line).await.is_ok()
     }
 
-    async fn send(&self, message: Value) {
-        let _ = self.out.send(message.to_string()).await;
+    /// Writes one JSON-RPC message to stdout.
+    pub(crate) async fn send(&self, message: Value) {
+        self.send_line(message.to_string()).await;
+    }
+
+    /// Sends a notification.
+    pub(crate) async fn notify(&self, method: &str, params: Value) {
+        self.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }))
+            .await;
     }
 
     async fn handle(self: Arc<Self>, message: Map<String, Value>) {
@@ -156,10 +156,7 @@ impl Server {
             .to_owned();
         let params = message.get("params").cloned().unwrap_or(Value::Null);
         if !message.contains_key("method") {
-            // A response to a request this server sent (conformance only).
-            if let Some(fixture) = &self.fixture {
-                fixture.on_response(&message);
-            }
+            self.extension.response(&message);
             return;
         }
         let Some(id) = message.get("id").cloned() else {
@@ -184,17 +181,8 @@ impl Server {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id.to_string(), token.clone());
-        let work = async {
-            match &self.fixture {
-                Some(fixture) => fixture.dispatch(&self, &method, &params, &id).await,
-                None => self
-                    .dispatch(&method, &params)
-                    .await
-                    .map_err(|(code, message)| json!({ "code": code, "message": message })),
-            }
-        };
         let outcome = tokio::select! {
-            outcome = work => Some(outcome),
+            outcome = self.extension.dispatch(&self, &method, &params, &id) => Some(outcome),
             () = token.cancelled() => None,
         };
         self.running
@@ -210,28 +198,43 @@ impl Server {
         self.send(reply).await;
     }
 
+    /// The server's own answer to a request; `Err` is a JSON-RPC error
+    /// object.
+    pub(crate) async fn answer(&self, method: &str, params: &Value) -> Result<Value, Value> {
+        self.dispatch(method, params)
+            .await
+            .map_err(|(code, message)| error(code, message))
+    }
+
     async fn dispatch(&self, method: &str, params: &Value) -> Result<Value, (i64, String)> {
+        if let Some((key, items)) = self.list(method) {
+            return page(key, items, params, 0);
+        }
         match method {
             "initialize" => Ok(self.initialize(params)),
             "ping" => Ok(json!({})),
-            "tools/list" => self.page("tools", self.tools(), params),
-            "prompts/list" => self.page("prompts", self.prompts(), params),
-            "resources/list" => self.page("resources", self.resources(), params),
-            "resources/templates/list" => self.page("resourceTemplates", self.templates(), params),
             "tools/call" => self.call_tool(params).await,
             "prompts/get" => self.get_prompt(params),
             "resources/read" => self.read(params),
             "completion/complete" => Ok(complete(params)),
-            "resources/subscribe" | "resources/unsubscribe" if self.args.no_subscribe => Err((
-                code::METHOD_NOT_FOUND,
-                format!("method not found: {method}"),
-            )),
             "resources/subscribe" | "resources/unsubscribe" | "logging/setLevel" => Ok(json!({})),
             _ => Err((
                 code::METHOD_NOT_FOUND,
                 format!("method not found: {method}"),
             )),
         }
+    }
+
+    /// The whole list a list method returns, and the key of the result
+    /// that holds it; `None` for any other method.
+    pub(crate) fn list(&self, method: &str) -> Option<(&'static str, Vec<Value>)> {
+        Some(match method {
+            "tools/list" => ("tools", self.tools()),
+            "prompts/list" => ("prompts", self.prompts()),
+            "resources/list" => ("resources", self.resources()),
+            "resources/templates/list" => ("resourceTemplates", self.templates()),
+            _ => return None,
+        })
     }
 
     fn initialize(&self, params: &Value) -> Value {
@@ -249,7 +252,7 @@ impl Server {
             "capabilities": {
                 "tools": { "listChanged": true },
                 "prompts": { "listChanged": true },
-                "resources": { "subscribe": !self.args.no_subscribe, "listChanged": true },
+                "resources": { "subscribe": true, "listChanged": true },
                 "completions": {},
                 "logging": {},
             },
@@ -258,35 +261,12 @@ impl Server {
         })
     }
 
-    fn page(&self, key: &str, items: Vec<Value>, params: &Value) -> Result<Value, (i64, String)> {
-        let size = if self.args.page_size == 0 {
-            items.len().max(1)
-        } else {
-            self.args.page_size
-        };
-        let start = match params.get("cursor").and_then(Value::as_str) {
-            None => 0,
-            Some(c) => c
-                .parse::<usize>()
-                .ok()
-                .filter(|s| *s <= items.len())
-                .ok_or((code::INVALID_PARAMS, format!("bad cursor {c:?}")))?,
-        };
-        let end = (start + size).min(items.len());
-        let mut result = json!({ key: items[start..end] });
-        if end < items.len() {
-            result["nextCursor"] = Value::from(end.to_string());
-        }
-        Ok(result)
-    }
-
     fn uri(&self, path: &str) -> String {
         format!("demo://{}/{path}", self.args.name)
     }
 
     fn tools(&self) -> Vec<Value> {
-        let object = |props: Value, required: &[&str]| json!({ "type": "object", "properties": props, "required": required });
-        let mut tools = vec![
+        vec![
             json!({ "name": "echo", "description": "Returns the message it is given.",
                     "inputSchema": object(json!({ "message": { "type": "string" } }), &["message"]) }),
             json!({ "name": "add", "description": "Adds two numbers.",
@@ -295,57 +275,15 @@ impl Server {
                     "inputSchema": object(json!({ "steps": { "type": "integer" }, "interval_ms": { "type": "integer" } }), &[]) }),
             json!({ "name": "link", "description": "Returns a link to this server's readme and the readme itself.",
                     "inputSchema": object(json!({}), &[]) }),
-        ];
-        if self.args.test_controls {
-            tools.push(json!({ "name": "flood_stderr", "description": "Writes `bytes` bytes of log lines to stderr.",
-                               "inputSchema": object(json!({ "bytes": { "type": "integer" } }), &["bytes"]) }));
-            tools.push(json!({ "name": "garbage_stdout", "description": "Writes `count` lines that are not JSON-RPC to stdout.",
-                               "inputSchema": object(json!({ "count": { "type": "integer" } }), &["count"]) }));
-            tools.push(json!({ "name": "crash", "description": "Exits the process at once.", "inputSchema": object(json!({}), &[]) }));
-            tools.push(json!({ "name": "stall", "description": "Stops reading stdin (after one more message).", "inputSchema": object(json!({}), &[]) }));
-            tools.push(json!({ "name": "add_tools", "description": "Adds `count` tools named `prefix`N, one list_changed each.",
-                               "inputSchema": object(json!({ "count": { "type": "integer" }, "prefix": { "type": "string" } }), &[]) }));
-            tools.push(json!({ "name": "add_prompt", "description": "Adds a prompt and sends prompts/list_changed.",
-                               "inputSchema": object(json!({ "name": { "type": "string" } }), &["name"]) }));
-            tools.push(json!({ "name": "touch", "description": "Sends resources/updated for `uri` `count` times.",
-                               "inputSchema": object(json!({ "uri": { "type": "string" }, "count": { "type": "integer" } }), &["uri"]) }));
-            tools.push(json!({ "name": "log", "description": "Sends `count` notifications/message at `level`.",
-                               "inputSchema": object(json!({ "level": { "type": "string" }, "count": { "type": "integer" }, "message": { "type": "string" } }), &[]) }));
-            for name in self
-                .added_tools
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-            {
-                tools.push(json!({ "name": name, "description": "Added at run time.", "inputSchema": object(json!({}), &[]) }));
-            }
-        }
-        for i in 0..self.args.tools {
-            tools.push(json!({ "name": format!("gen_{i:04}"), "description": format!("Generated tool {i}."), "inputSchema": object(json!({}), &[]) }));
-        }
-        tools
+        ]
     }
 
     fn prompts(&self) -> Vec<Value> {
-        let mut prompts = vec![
+        vec![
             json!({ "name": "greeting", "description": "Greets someone.",
                     "arguments": [{ "name": "name", "description": "Who to greet", "required": true }] }),
             json!({ "name": "summarize_readme", "description": "Asks for a summary of the readme, embedding it." }),
-        ];
-        for name in self
-            .added_prompts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            prompts.push(json!({ "name": name, "description": "Added at run time." }));
-        }
-        prompts
-    }
-
-    async fn notify(&self, method: &str, params: Value) {
-        self.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }))
-            .await;
+        ]
     }
 
     fn resources(&self) -> Vec<Value> {
@@ -375,11 +313,6 @@ impl Server {
             .get("arguments")
             .cloned()
             .unwrap_or_else(|| json!({}));
-        let text = |s: String| json!({ "content": [{ "type": "text", "text": s }] });
-        let known = self.tools().iter().any(|t| t["name"] == name);
-        if !known {
-            return Err((code::INVALID_PARAMS, format!("Unknown tool: {name}")));
-        }
         match name {
             "echo" => Ok(text(
                 args.get("message")
@@ -409,8 +342,7 @@ impl Server {
                 for step in 1..=steps {
                     tokio::time::sleep(interval).await;
                     if let Some(token) = &token {
-                        self.send(json!({ "jsonrpc": "2.0", "method": "notifications/progress",
-                                          "params": { "progressToken": token, "progress": step, "total": steps, "message": format!("step {step}") } }))
+                        self.notify("notifications/progress", json!({ "progressToken": token, "progress": step, "total": steps, "message": format!("step {step}") }))
                             .await;
                     }
                 }
@@ -420,90 +352,7 @@ impl Server {
                 { "type": "resource_link", "uri": self.uri("readme"), "name": "readme" },
                 { "type": "resource", "resource": self.readme() },
             ] })),
-            "flood_stderr" => {
-                let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(0) as usize;
-                let line = format!("{}\n", "x".repeat(99));
-                let mut stderr = tokio::io::stderr();
-                let mut written = 0;
-                while written < bytes {
-                    if stderr.write_all(line.as_bytes()).await.is_err() {
-                        break;
-                    }
-                    written += line.len();
-                }
-                let _ = stderr.flush().await;
-                Ok(text(format!("wrote {written} bytes to stderr")))
-            }
-            "garbage_stdout" => {
-                let count = args.get("count").and_then(Value::as_u64).unwrap_or(0);
-                for i in 0..count {
-                    if self
-                        .out
-                        .send(format!("not json-rpc, line {i}"))
-                        .await
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
-                Ok(text(format!("wrote {count} garbage lines to stdout")))
-            }
-            "crash" => std::process::exit(3),
-            "stall" => {
-                self.stalled
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                Ok(text("stalled".into()))
-            }
-            "add_tools" => {
-                let count = args.get("count").and_then(Value::as_u64).unwrap_or(1);
-                let prefix = args
-                    .get("prefix")
-                    .and_then(Value::as_str)
-                    .unwrap_or("added_");
-                for i in 0..count {
-                    self.added_tools
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(format!("{prefix}{i}"));
-                    self.notify("notifications/tools/list_changed", json!({}))
-                        .await;
-                }
-                Ok(text(format!("added {count} tools")))
-            }
-            "add_prompt" => {
-                let name = args
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("added")
-                    .to_owned();
-                self.added_prompts
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(name);
-                self.notify("notifications/prompts/list_changed", json!({}))
-                    .await;
-                Ok(text("added a prompt".into()))
-            }
-            "touch" => {
-                let uri = args.get("uri").and_then(Value::as_str).unwrap_or_default();
-                let count = args.get("count").and_then(Value::as_u64).unwrap_or(1);
-                for _ in 0..count {
-                    self.notify("notifications/resources/updated", json!({ "uri": uri }))
-                        .await;
-                }
-                Ok(text(format!("touched {uri}")))
-            }
-            "log" => {
-                let level = args.get("level").and_then(Value::as_str).unwrap_or("info");
-                let count = args.get("count").and_then(Value::as_u64).unwrap_or(1);
-                let message = args.get("message").and_then(Value::as_str).unwrap_or("log");
-                for i in 0..count {
-                    self.notify("notifications/message", json!({ "level": level, "logger": "example", "data": format!("{message} {i}") }))
-                        .await;
-                }
-                Ok(text(format!("logged {count}")))
-            }
-            _ => Ok(text(format!("{name} ran"))),
+            _ => Err((code::INVALID_PARAMS, format!("Unknown tool: {name}"))),
         }
     }
 
@@ -553,6 +402,46 @@ impl Server {
             format!("Resource not found: {uri}"),
         ))
     }
+}
+
+/// The page of `items` that starts at the request's `cursor`, under `key`,
+/// with a `nextCursor` if more follow; `size` 0 is one page.
+pub(crate) fn page(
+    key: &str,
+    items: Vec<Value>,
+    params: &Value,
+    size: usize,
+) -> Result<Value, (i64, String)> {
+    let size = if size == 0 { items.len().max(1) } else { size };
+    let start = match params.get("cursor").and_then(Value::as_str) {
+        None => 0,
+        Some(c) => c
+            .parse::<usize>()
+            .ok()
+            .filter(|s| *s <= items.len())
+            .ok_or((code::INVALID_PARAMS, format!("bad cursor {c:?}")))?,
+    };
+    let end = (start + size).min(items.len());
+    let mut result = json!({ key: items[start..end] });
+    if end < items.len() {
+        result["nextCursor"] = Value::from(end.to_string());
+    }
+    Ok(result)
+}
+
+/// A JSON-RPC error object.
+pub(crate) fn error(code: i64, message: impl Into<String>) -> Value {
+    json!({ "code": code, "message": message.into() })
+}
+
+/// A tool result of one text item.
+pub(crate) fn text(s: impl Into<String>) -> Value {
+    json!({ "content": [{ "type": "text", "text": s.into() }] })
+}
+
+/// A tool's input schema: an object with `props`, `required` of them.
+pub(crate) fn object(props: Value, required: &[&str]) -> Value {
+    json!({ "type": "object", "properties": props, "required": required })
 }
 
 /// Completions for the greeting's `name` and a note's `id`.

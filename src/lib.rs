@@ -18,7 +18,8 @@
 //! - [`config`]: the YAML file, validated with line and column in every error.
 //! - [`protocol`]: the JSON-RPC envelope, kept raw so unknown fields pass through.
 //! - [`logging`]: a log that never blocks the gateway.
-//! - [`example_server`]: a small MCP server for the demo config and the tests.
+//! - [`example_server`]: the small demo MCP server (`mcpmux example-server`)
+//!   of the demo and example configs; the tests' fixture binary builds on it.
 //!
 //! [`Gateway::start`] wires these together; `main` only parses the command
 //! line and waits for a signal.

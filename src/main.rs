@@ -60,7 +60,7 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Run the bundled example MCP server on stdin/stdout.
+    /// Run the bundled demo MCP server on stdin/stdout.
     ExampleServer(ExampleServerArgs),
 }
 

@@ -14,7 +14,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::client::post;
-use crate::support::{McpClient, TestGateway, example_upstream, read_jsonl, tempdir};
+use crate::support::{
+    McpClient, TestGateway, example_upstream, fixture_upstream, read_jsonl, tempdir,
+};
 
 const ISSUER: &str = "https://idp.test";
 const AUDIENCE: &str = "https://mcp.test/mcp";
@@ -156,7 +158,7 @@ async fn bearer_tokens_and_api_keys_are_checked_and_bad_ones_never_reach_an_upst
     let record = tempdir().join("alpha.jsonl");
     let yaml = format!(
         "auth:\n  mode: on\n  api_keys:\n    - client: ops\n      key: {OPS_KEY}\n  jwt:\n    issuer: {ISSUER}\n    audience: {AUDIENCE}\n    jwks_url: {jwks}\n    jwks_refetch_cooldown: 1ms\n  authorization_servers: [{ISSUER}]\n  scopes_supported: [\"mcp:tools\"]\nupstreams:\n{}",
-        example_upstream("alpha", &["--record", record.to_str().unwrap()])
+        fixture_upstream("alpha", &["--record", record.to_str().unwrap()])
     );
     let gw = TestGateway::start(&yaml).await;
     let base = gw.url.trim_end_matches("/mcp").to_owned();

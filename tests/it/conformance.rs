@@ -1,11 +1,11 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`)
-//! run against the gateway in front of the example server's conformance
-//! fixture, for the 2026-07-28 and 2025-11-25 requirement sets. Failures
-//! the gateway knowingly has are listed, with reasons, in
-//! tests/conformance/expected-failures.yaml.
+//! run against the gateway in front of the test fixture's conformance
+//! fixture (`mcpmux-fixture --conformance`), for the 2026-07-28 and
+//! 2025-11-25 requirement sets. Failures the gateway knowingly has are
+//! listed, with reasons, in tests/conformance/expected-failures.yaml.
 
 use crate::support::interop::{dir, node};
-use crate::support::{TestGateway, exe, tempdir, within};
+use crate::support::{TestGateway, fixture_exe, tempdir, within};
 
 async fn run_suite(url: &str, requirements: &str) {
     run_cli(url, &["--requirements", requirements], requirements).await;
@@ -48,8 +48,8 @@ async fn run_cli(url: &str, selection: &[&str], what: &str) {
 #[tokio::test]
 async fn conformance_requirements_pass_through_the_gateway() {
     let yaml = format!(
-        "upstreams:\n  fixture:\n    command: {exe:?}\n    args: [\"example-server\", \"--name\", \"fixture\", \"--conformance\"]\n    prefix: \"\"\n    namespace_uris: false\n",
-        exe = exe()
+        "upstreams:\n  fixture:\n    command: {exe:?}\n    args: [\"--name\", \"fixture\", \"--conformance\"]\n    prefix: \"\"\n    namespace_uris: false\n",
+        exe = fixture_exe()
     );
     let gw = TestGateway::start(&yaml).await;
     run_suite(&gw.url, "2026-07-28").await;

@@ -1,4 +1,5 @@
-//! The merged view and call routing, against the bundled example server.
+//! The merged view and call routing, against the demo server and the test
+//! fixture.
 
 use std::collections::HashSet;
 
@@ -15,7 +16,7 @@ fn names(items: &[Value]) -> Vec<String> {
 
 #[tokio::test]
 async fn every_tool_of_a_paginated_upstream_appears_exactly_once() {
-    let gw = TestGateway::with_examples(
+    let gw = TestGateway::with_fixtures(
         "page_size: 50",
         &[
             ("big", &["--tools", "250", "--page-size", "7"]),
@@ -100,7 +101,7 @@ async fn cancellation_reaches_the_owning_upstream_with_its_own_id() {
     let dir = tempdir();
     let alpha_log = dir.join("alpha.jsonl");
     let beta_log = dir.join("beta.jsonl");
-    let gw = TestGateway::with_examples(
+    let gw = TestGateway::with_fixtures(
         "",
         &[
             ("alpha", &["--record", alpha_log.to_str().unwrap()]),
@@ -171,7 +172,7 @@ async fn cancellation_reaches_the_owning_upstream_with_its_own_id() {
 
 #[tokio::test]
 async fn a_child_flooding_stderr_keeps_answering() {
-    let gw = TestGateway::with_examples("", &[("noisy", &["--test-controls"])]).await;
+    let gw = TestGateway::with_fixtures("", &[("noisy", &["--test-controls"])]).await;
     let client = McpClient::connect(&gw.url).await;
     let flood = client
         .call_tool("noisy__flood_stderr", json!({ "bytes": 1_200_000 }))
@@ -344,7 +345,7 @@ async fn calls_to_an_upstream_that_stopped_reading_time_out_instead_of_hanging()
     // takes hold), even on a loaded machine.
     let yaml = format!(
         "upstreams:\n{}    timeout: 2s\n{}",
-        crate::support::example_upstream("stuck", &["--test-controls"]),
+        crate::support::fixture_upstream("stuck", &["--test-controls"]),
         crate::support::example_upstream("fine", &[])
     );
     let gw = TestGateway::start(&yaml).await;

@@ -25,8 +25,9 @@ use crate::support::{exe, interop, tempdir, within};
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
 
 /// What the README gives as the way to build a production binary, made
-/// reproducible with the lock file.
-const RELEASE_BUILD: &str = "cargo build --release --locked";
+/// reproducible with the lock file: the `mcpmux` binary only, without the
+/// tests' fixture.
+const RELEASE_BUILD: &str = "cargo build --release --locked --bin mcpmux";
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -10,7 +10,9 @@ use tokio::net::TcpStream;
 
 use crate::support::matrix::Subject;
 use crate::support::peer::HttpPeer;
-use crate::support::{McpClient, example_upstream, interop, process_exists, within};
+use crate::support::{
+    McpClient, example_upstream, fixture_upstream, interop, process_exists, within,
+};
 
 /// RSS a row may add for a while (allocator caches, buffers), in KiB.
 const RSS_SLACK_KB: u64 = 32 * 1024;
@@ -120,7 +122,7 @@ async fn slow_and_idle_connections_are_closed_and_the_cap_keeps_probes_and_resta
         // not on a client's own keep-alive connection while it waits for an
         // upstream restart (which would race its next request).
         "http:\n  header_read_timeout: 2s\n  idle_timeout: 5s\n  max_connections: 40\nupstreams:\n{}{}",
-        example_upstream("a", &["--test-controls"]),
+        fixture_upstream("a", &["--test-controls"]),
         example_upstream("b", &[]),
     );
     let subject = Subject::start(&yaml, &[], "b__echo").await;
@@ -387,7 +389,7 @@ async fn a_stderr_flood_with_the_gateways_own_stderr_blocked_delays_no_one() {
         // The abandoned sessions expire before the leak check (which waits
         // 30 s); a live client pausing under the flood's load does not.
         "sessions:\n  idle_timeout: 5s\n  max_per_client: 100000\nupstreams:\n{}{}",
-        example_upstream("a", &["--test-controls"]),
+        fixture_upstream("a", &["--test-controls"]),
         example_upstream("b", &[])
     );
     let subject = Subject::start(&yaml, &[], "b__echo").await;

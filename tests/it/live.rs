@@ -1,6 +1,6 @@
 //! Live changes: the notification stream, list_changed fan-out, per-URI
-//! subscriptions, supervision and slow consumers, against the example
-//! server's test controls.
+//! subscriptions, supervision and slow consumers, against the test
+//! fixture's controls.
 
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -28,7 +28,7 @@ fn count(log: &[Value], method: &str, uri: &str) -> usize {
 #[tokio::test]
 async fn two_sessions_share_one_upstream_subscription_until_both_leave() {
     let record = tempdir().join("alpha.jsonl");
-    let gw = TestGateway::with_examples(
+    let gw = TestGateway::with_fixtures(
         // Short enough to watch B expire, long enough that no session
         // idles out between its own requests on a loaded machine.
         "sessions:\n  idle_timeout: 2s",
@@ -101,7 +101,7 @@ async fn two_sessions_share_one_upstream_subscription_until_both_leave() {
 
 #[tokio::test]
 async fn a_subscriber_of_one_uri_never_hears_of_another() {
-    let gw = TestGateway::with_examples("", &[("alpha", &["--test-controls"])]).await;
+    let gw = TestGateway::with_fixtures("", &[("alpha", &["--test-controls"])]).await;
     let a = McpClient::connect(&gw.url).await;
     let b = McpClient::connect(&gw.url).await;
     let mut a_events = a.listen(None).await;
@@ -124,7 +124,7 @@ async fn a_subscriber_of_one_uri_never_hears_of_another() {
 
 #[tokio::test]
 async fn list_changes_reach_every_session_and_bursts_coalesce() {
-    let gw = TestGateway::with_examples("", &[("alpha", &["--test-controls"])]).await;
+    let gw = TestGateway::with_fixtures("", &[("alpha", &["--test-controls"])]).await;
     let a = McpClient::connect(&gw.url).await;
     let b = McpClient::connect(&gw.url).await;
     let mut streams = vec![a.listen(None).await, b.listen(None).await];
@@ -166,7 +166,7 @@ async fn list_changes_reach_every_session_and_bursts_coalesce() {
 #[tokio::test]
 async fn a_killed_upstream_restarts_and_its_subscribers_keep_receiving() {
     let record = tempdir().join("alpha.jsonl");
-    let gw = TestGateway::with_examples(
+    let gw = TestGateway::with_fixtures(
         "",
         &[
             (
@@ -225,7 +225,7 @@ async fn a_killed_upstream_restarts_and_its_subscribers_keep_receiving() {
 
 #[tokio::test]
 async fn a_session_that_never_reads_delays_nobody_and_stays_bounded() {
-    let gw = TestGateway::with_examples("", &[("alpha", &["--test-controls"])]).await;
+    let gw = TestGateway::with_fixtures("", &[("alpha", &["--test-controls"])]).await;
     let stalled = McpClient::connect(&gw.url).await;
     let reader = McpClient::connect(&gw.url).await;
     stalled.set_level("debug").await;
@@ -282,7 +282,7 @@ async fn a_session_that_never_reads_delays_nobody_and_stays_bounded() {
 
 #[tokio::test]
 async fn last_event_id_replays_missed_events_and_nothing_twice() {
-    let gw = TestGateway::with_examples("", &[("alpha", &["--test-controls"])]).await;
+    let gw = TestGateway::with_fixtures("", &[("alpha", &["--test-controls"])]).await;
     let client = McpClient::connect(&gw.url).await;
     client.set_level("info").await;
     let mut events = client.listen(None).await;
@@ -317,7 +317,7 @@ async fn last_event_id_replays_missed_events_and_nothing_twice() {
 
 #[tokio::test]
 async fn log_messages_follow_each_sessions_level() {
-    let gw = TestGateway::with_examples("", &[("alpha", &["--test-controls"])]).await;
+    let gw = TestGateway::with_fixtures("", &[("alpha", &["--test-controls"])]).await;
     let verbose = McpClient::connect(&gw.url).await;
     let quiet = McpClient::connect(&gw.url).await;
     verbose.set_level("debug").await;
@@ -358,7 +358,7 @@ async fn log_messages_follow_each_sessions_level() {
 #[tokio::test]
 async fn subscribing_where_the_upstream_cannot_is_a_clear_error() {
     let record = tempdir().join("plain.jsonl");
-    let gw = TestGateway::with_examples(
+    let gw = TestGateway::with_fixtures(
         "",
         &[
             ("alpha", &[]),

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::support::interop::{everything_documents, everything_upstream, run_python};
-use crate::support::{McpClient, TestGateway, example_upstream, read_jsonl, tempdir, within};
+use crate::support::{McpClient, TestGateway, fixture_upstream, read_jsonl, tempdir, within};
 
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 
@@ -18,7 +18,7 @@ fn modern_only_fixture(record: &std::path::Path) -> String {
         "--record",
         record.to_str().unwrap(),
     ];
-    format!("upstreams:\n{}", example_upstream("fixture", &args))
+    format!("upstreams:\n{}", fixture_upstream("fixture", &args))
 }
 
 /// Opens a raw `subscriptions/listen` stream with `filter` and request `id`.
@@ -64,7 +64,7 @@ async fn a_modern_client_uses_a_legacy_upstream_through_the_gateway() {
     let yaml = format!(
         "upstreams:\n{}{}",
         everything_upstream("everything"),
-        example_upstream("local", &["--test-controls"])
+        fixture_upstream("local", &["--test-controls"])
     );
     let gw = TestGateway::start(&yaml).await;
     let legacy = McpClient::connect(&gw.url).await;
@@ -103,7 +103,7 @@ async fn a_modern_client_uses_a_legacy_upstream_through_the_gateway() {
 #[tokio::test]
 async fn a_legacy_session_and_a_listen_stream_share_one_upstream_subscription() {
     let record = tempdir().join("alpha.jsonl");
-    let gw = TestGateway::with_examples(
+    let gw = TestGateway::with_fixtures(
         "",
         &[(
             "alpha",
@@ -308,7 +308,7 @@ fn base64_of(text: &str) -> String {
 
 #[tokio::test]
 async fn a_modern_log_level_brings_upstream_logs_onto_that_requests_stream() {
-    let gw = TestGateway::with_examples("", &[("alpha", &["--test-controls"])]).await;
+    let gw = TestGateway::with_fixtures("", &[("alpha", &["--test-controls"])]).await;
     let call = json!({ "name": "alpha__log", "arguments": { "level": "warning", "count": 2, "message": "careful" } });
     let mut with_level = call.clone();
     with_level["_meta"] = serde_json::from_str(META).unwrap();
@@ -449,7 +449,7 @@ async fn x_mcp_header_parameters_are_validated_and_mirrored_upstream() {
     // not match, so a call through front only works if front mirrors them.
     let back = TestGateway::start(&format!(
         "upstreams:\n{}",
-        example_upstream("fixture", &["--conformance"])
+        fixture_upstream("fixture", &["--conformance"])
     ))
     .await;
     let front =

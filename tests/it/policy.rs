@@ -16,7 +16,7 @@ use mcpmux::protocol::Era;
 use mcpmux::router::{Reply, RequestContext};
 
 use crate::support::interop::everything_upstream;
-use crate::support::{TestGateway, example_upstream, within};
+use crate::support::{TestGateway, fixture_upstream, within};
 
 /// One client of the router: who it is, and its session's subscriber.
 struct Client<'g> {
@@ -186,8 +186,8 @@ fn yaml(policy: &str, upstreams: &str) -> String {
 }
 
 fn examples() -> String {
-    example_upstream("weather", &["--test-controls"])
-        + &example_upstream("notes", &["--test-controls"])
+    fixture_upstream("weather", &["--test-controls"])
+        + &fixture_upstream("notes", &["--test-controls"])
 }
 
 #[tokio::test]

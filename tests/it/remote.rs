@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::support::gateway::with_auth_off;
 use crate::support::peer::HttpPeer;
-use crate::support::{McpClient, TestGateway, example_upstream, within};
+use crate::support::{McpClient, TestGateway, example_upstream, fixture_upstream, within};
 
 fn remote(name: &str, url: &str, extra: &str) -> String {
     format!("  {name}:\n    url: {url:?}\n{extra}")
@@ -265,7 +265,7 @@ async fn legacy_sse_and_stdio_hosts_see_the_same_view_and_notifications() {
     let config = dir.join("stdio.yaml");
     let yaml = format!(
         "upstreams:\n{}",
-        example_upstream("alpha", &["--test-controls"])
+        fixture_upstream("alpha", &["--test-controls"])
     );
     std::fs::write(&config, with_auth_off(&yaml)).unwrap();
     let gw = TestGateway::start(&yaml).await;

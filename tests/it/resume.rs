@@ -188,7 +188,7 @@ fn progress_of(event: &Ev) -> u64 {
 #[tokio::test]
 async fn a_dropped_post_stream_is_resumed_with_last_event_id() {
     let record = tempdir().join("alpha.jsonl");
-    let gw = TestGateway::with_examples(
+    let gw = TestGateway::with_fixtures(
         "",
         &[(
             "alpha",

@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 
 use mcpmux::config::{Config, Lookup};
 
-use crate::support::{McpClient, TestGateway, example_upstream, read_jsonl, tempdir, within};
+use crate::support::{
+    McpClient, TestGateway, example_upstream, fixture_upstream, read_jsonl, tempdir, within,
+};
 
 const SHAPED: &str = r#"    tools:
       deny: ["add", "crash"]
@@ -26,7 +28,7 @@ const RESHAPED: &str = r#"    tools:
 fn config(record: &str, weather_shape: &str, notes_resources: bool) -> String {
     format!(
         "upstreams:\n{}{weather_shape}{}    resources: {notes_resources}\n",
-        example_upstream("weather", &["--test-controls", "--record", record]),
+        fixture_upstream("weather", &["--test-controls", "--record", record]),
         example_upstream("notes", &[]),
     )
 }

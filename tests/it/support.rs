@@ -10,7 +10,7 @@ pub mod peer;
 pub mod served;
 
 pub use client::McpClient;
-pub use gateway::{TestGateway, example_upstream};
+pub use gateway::{TestGateway, example_upstream, fixture_upstream};
 
 use std::time::Duration;
 
@@ -20,6 +20,12 @@ pub const WAIT: Duration = Duration::from_secs(30);
 /// The `mcpmux` binary built for this test run.
 pub fn exe() -> &'static str {
     env!("CARGO_BIN_EXE_mcpmux")
+}
+
+/// The `mcpmux-fixture` binary built for this test run: the demo server
+/// plus the test knobs and controls, or the conformance fixture.
+pub fn fixture_exe() -> &'static str {
+    env!("CARGO_BIN_EXE_mcpmux-fixture")
 }
 
 /// Runs `fut` with the test-wide deadline.
@@ -46,7 +52,7 @@ pub fn tempdir() -> std::path::PathBuf {
     dir
 }
 
-/// Every JSON line of a file written by the example server's `--record`.
+/// Every JSON line of a file written by the fixture's `--record`.
 pub fn read_jsonl(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))

@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::{assert_echo, assert_rpc_error, config, end_session, pid_of, reload, run_rows, signal};
 use crate::support::matrix::{Subject, children_of};
-use crate::support::{McpClient, example_upstream, process_exists, within};
+use crate::support::{McpClient, example_upstream, fixture_upstream, process_exists, within};
 
 /// Faults of an upstream that is up: `alpha` (with the test controls) takes
 /// the faults, `beta` serves the bystander.
@@ -29,7 +29,7 @@ async fn faults_of_a_running_upstream() {
     let yaml = config(
         "",
         &[
-            example_upstream("alpha", &["--test-controls"]),
+            fixture_upstream("alpha", &["--test-controls"]),
             example_upstream("beta", &[]),
         ],
     );

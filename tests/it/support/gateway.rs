@@ -3,7 +3,7 @@
 use mcpmux::Gateway;
 use mcpmux::config::{Config, Lookup};
 
-use super::{exe, within};
+use super::{exe, fixture_exe, within};
 
 /// A gateway under test. Call [`TestGateway::stop`] at the end; if a test
 /// panics first, dropping the runtime kills the upstream children.
@@ -12,18 +12,27 @@ pub struct TestGateway {
     pub url: String,
 }
 
-/// YAML for an upstream running the bundled example server with `args`.
+/// YAML for an upstream running the product's demo server
+/// (`mcpmux example-server`) with `args`.
 pub fn example_upstream(name: &str, args: &[&str]) -> String {
-    let mut all = vec![
-        "example-server".to_owned(),
-        "--name".into(),
-        name.to_owned(),
-    ];
-    all.extend(args.iter().map(|a| (*a).to_owned()));
+    upstream(name, exe(), &["example-server"], args)
+}
+
+/// YAML for an upstream running the test fixture (`mcpmux-fixture`): the
+/// demo server plus the test knobs and controls in `args` (`--record`,
+/// `--test-controls`, ...), or the conformance fixture (`--conformance`).
+pub fn fixture_upstream(name: &str, args: &[&str]) -> String {
+    upstream(name, fixture_exe(), &[], args)
+}
+
+fn upstream(name: &str, command: &str, first: &[&str], args: &[&str]) -> String {
+    let mut all: Vec<&str> = first.to_vec();
+    all.extend(["--name", name]);
+    all.extend(args);
     let args = serde_json::to_string(&all).unwrap();
     format!(
         "  {name}:\n    command: {}\n    args: {args}\n",
-        serde_json::to_string(exe()).unwrap()
+        serde_json::to_string(command).unwrap()
     )
 }
 
@@ -49,11 +58,24 @@ impl TestGateway {
         }
     }
 
-    /// Starts a gateway whose upstreams are example servers `(name, args)`.
+    /// Starts a gateway whose upstreams are demo servers `(name, args)`.
     pub async fn with_examples(extra: &str, upstreams: &[(&str, &[&str])]) -> TestGateway {
+        Self::with_upstreams(extra, upstreams, example_upstream).await
+    }
+
+    /// Starts a gateway whose upstreams are test fixtures `(name, args)`.
+    pub async fn with_fixtures(extra: &str, upstreams: &[(&str, &[&str])]) -> TestGateway {
+        Self::with_upstreams(extra, upstreams, fixture_upstream).await
+    }
+
+    async fn with_upstreams(
+        extra: &str,
+        upstreams: &[(&str, &[&str])],
+        yaml_for: fn(&str, &[&str]) -> String,
+    ) -> TestGateway {
         let mut yaml = format!("{extra}\nupstreams:\n");
         for (name, args) in upstreams {
-            yaml.push_str(&example_upstream(name, args));
+            yaml.push_str(&yaml_for(name, args));
         }
         Self::start(&yaml).await
     }
