@@ -16,8 +16,8 @@
 pub mod outbox;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use serde_json::value::RawValue;
@@ -101,7 +101,9 @@ pub struct NotifyHub {
 }
 
 impl NotifyHub {
-    pub fn new(interest: Arc<Interest>) -> Self {
+    /// A hub without a policy.
+    #[cfg(test)]
+    pub(crate) fn new(interest: Arc<Interest>) -> Self {
         Self::build(interest, None)
     }
 

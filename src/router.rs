@@ -25,7 +25,7 @@ use crate::metrics::{Metrics, Outcome};
 use crate::notify::{LogLevel, NotifyHub, Subscriber};
 use crate::policy::Grant;
 use crate::protocol::{self, Era, Method, RpcError, code};
-use crate::upstream::{SubscriberId, Subscribed};
+use crate::upstream::{Subscribed, SubscriberId};
 use crate::upstream::{UpstreamError, UpstreamSet};
 use rewrite::{Params, json_string};
 
@@ -72,10 +72,6 @@ pub struct InflightCalls {
 impl InflightCalls {
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Box<str>, InflightCall>> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn len(&self) -> usize {
-        self.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -130,8 +126,6 @@ pub enum Fault {
     Downstream,
     /// An upstream failed or refused.
     Upstream,
-    /// The gateway itself.
-    Internal,
 }
 
 /// Why the router could not answer a request.
@@ -531,9 +525,7 @@ impl Router {
     ) -> Result<String, RouteError> {
         let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
-        self.hub
-            .interest()
-            .unsubscribe(subscriber(ctx)?.id, &uri);
+        self.hub.interest().unsubscribe(subscriber(ctx)?.id, &uri);
         Ok("{}".to_owned())
     }
 

@@ -34,14 +34,14 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use connection::{Answer, Connection, ListsChanged, ProgressRoute};
 pub(crate) use connection::Request;
+pub use connection::{Answer, Connection, ListsChanged, ProgressRoute};
 pub use events::UpstreamEvents;
 pub use handshake::ServerHello;
-pub(crate) use interest::Subscribed;
 pub use interest::Interest;
+pub(crate) use interest::Subscribed;
 pub(crate) use message::Origin;
-pub use subscriptions::{SubscriberId, SubscriptionTable, UpstreamChange};
+pub use subscriptions::{SubscriberId, SubscriptionTable};
 
 use crate::catalog::{CatalogStore, ListKind, UpstreamView};
 use crate::config::{EraChoice, UpstreamConfig};
