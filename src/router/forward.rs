@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::rewrite::{self, Params};
 use super::{Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
-use crate::protocol::{self, Era, RpcError, code};
 use crate::protocol::Method;
+use crate::protocol::{self, Era, RpcError, code};
 use crate::upstream::{
     Answer, Connection, Origin, ProgressRoute, Request, UpstreamError, UpstreamHandle,
 };

@@ -213,7 +213,11 @@ pub async fn fetch_list(
             .as_ref()
             .map(|c| serde_json::json!({ "cursor": c }).to_string());
         let raw = conn
-            .request(protocol::Method::from_name(kind.method()), params.as_deref(), timeout)
+            .request(
+                protocol::Method::from_name(kind.method()),
+                params.as_deref(),
+                timeout,
+            )
             .await?;
         let mut page: Map<String, Value> = serde_json::from_str(raw.get())
             .map_err(|e| protocol_error(format!("invalid {} result: {e}", kind.method())))?;

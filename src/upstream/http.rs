@@ -26,11 +26,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{LinkError, UpstreamError};
 use super::connection::Connection;
-use super::remote::{Mode, RemoteSession};
 use super::legacy_sse;
 use super::message::Outgoing;
+use super::remote::{Mode, RemoteSession};
+use super::{LinkError, UpstreamError};
 use crate::config::{RemoteConfig, RemoteMode};
 use crate::protocol::Method;
 use crate::sse::SseParser;
@@ -50,7 +50,6 @@ pub struct HttpLink {
     shared: Arc<RemoteSession>,
     writer: JoinHandle<()>,
 }
-
 
 impl HttpLink {
     /// Starts the writer; nothing is sent until the handshake's first frame.
@@ -199,8 +198,6 @@ fn header_value(text: &str) -> Option<HeaderValue> {
 }
 
 impl RemoteSession {
-
-
     fn expire_session(&self, status: StatusCode) {
         self.conn.mark_session_expired();
         self.end(format!(
@@ -230,9 +227,6 @@ impl RemoteSession {
             }
         }
     }
-
-
-
 
     /// The first frame: try Streamable HTTP, fall back to legacy SSE when
     /// the server refuses the POST with 400, 404 or 405.
@@ -308,9 +302,10 @@ impl RemoteSession {
                 if let Some(method) = sent.method.as_ref().and_then(|m| header_value(m.name())) {
                     request = request.header("mcp-method", method);
                 }
-                let name = sent.target.as_deref().filter(|_| {
-                    sent.method.as_ref().is_some_and(Method::names_its_target)
-                });
+                let name = sent
+                    .target
+                    .as_deref()
+                    .filter(|_| sent.method.as_ref().is_some_and(Method::names_its_target));
                 if let Some(name) = name.and_then(header_value) {
                     request = request.header("mcp-name", name);
                 }

@@ -66,12 +66,13 @@ pub(super) async fn open(shared: Arc<RemoteSession>) -> Result<Url, SseConnectEr
         },
         () = shared.ended.cancelled() => return Err(SseConnectError::Ended(shared.reason())),
     };
-    let url = shared.url.join(endpoint.trim()).map_err(|e| {
-        SseConnectError::InvalidEndpoint {
+    let url = shared
+        .url
+        .join(endpoint.trim())
+        .map_err(|e| SseConnectError::InvalidEndpoint {
             endpoint: endpoint.clone(),
             detail: e.to_string(),
-        }
-    })?;
+        })?;
     if url.origin() != shared.url.origin() {
         return Err(SseConnectError::OtherOrigin(url));
     }

@@ -31,14 +31,12 @@ impl Link {
         tasks: &TaskTracker,
     ) -> Result<Link, LinkError> {
         match transport {
-            Transport::Stdio(cfg) => {
-                StdioChild::spawn(upstream, cfg, conn, outbound, noise, tasks)
-                    .map(|child| Link::Stdio(Box::new(child)))
-                    .map_err(|source| LinkError::Spawn {
-                        command: cfg.command.clone(),
-                        source,
-                    })
-            }
+            Transport::Stdio(cfg) => StdioChild::spawn(upstream, cfg, conn, outbound, noise, tasks)
+                .map(|child| Link::Stdio(Box::new(child)))
+                .map_err(|source| LinkError::Spawn {
+                    command: cfg.command.clone(),
+                    source,
+                }),
             Transport::Remote(cfg) => {
                 HttpLink::start(upstream, cfg, conn, outbound, tasks).map(Link::Http)
             }
