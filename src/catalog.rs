@@ -206,12 +206,10 @@ impl Catalog {
         self.prompts.get(exposed)
     }
 
-    pub fn len(&self, kind: ListKind) -> usize {
+    /// Items in one list.
+    #[cfg(test)]
+    pub(crate) fn len(&self, kind: ListKind) -> usize {
         self.lists[kind.index()].items.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lists.iter().all(|l| l.items.is_empty())
     }
 
     /// Which upstream a client-visible URI belongs to, and the URI that
@@ -245,7 +243,8 @@ impl Catalog {
     }
 
     /// Whether `upstream`'s URIs are exposed as `{upstream}+{uri}`.
-    pub fn namespaces_uris(&self, upstream: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn namespaces_uris(&self, upstream: &str) -> bool {
         !self.plain_upstreams.iter().any(|p| &**p == upstream)
     }
 

@@ -14,7 +14,9 @@ mod secret;
 mod shape;
 mod upstream;
 
-pub use auth::{AdminAccess, ApiKey, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
+#[cfg(test)]
+pub(crate) use auth::ApiKey;
+pub use auth::{AdminAccess, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
 use upstream::RawUpstream;
 
 use std::collections::BTreeMap;
@@ -30,7 +32,7 @@ use serde_saphyr::{Location, Spanned};
 pub use expand::Lookup;
 pub use policy::{Access, PolicyConfig, RuleConfig};
 pub use secret::Secret;
-pub use shape::{Annotations, ItemOverride, ListShape, ShapeConfig};
+pub use shape::{ItemOverride, ListShape, ShapeConfig};
 
 /// The config `mcpmux serve` runs when no `--config` is given: two copies of
 /// the bundled example server, started as stdio children.
@@ -75,25 +77,26 @@ impl ConfigError {
     }
 }
 
-/// The validated configuration.
+/// A validated configuration, from [`Config::load`] or [`Config::parse`].
+/// Every problem in the file is reported at once, with its line and column.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Address to serve on, if the file sets one.
-    pub listen: Option<SocketAddr>,
+    pub(crate) listen: Option<SocketAddr>,
     /// Upstream servers in file order (the order breaks naming ties).
-    pub upstreams: Vec<UpstreamConfig>,
-    pub sessions: SessionConfig,
-    pub http: HttpConfig,
+    pub(crate) upstreams: Vec<UpstreamConfig>,
+    pub(crate) sessions: SessionConfig,
+    pub(crate) http: HttpConfig,
     /// Items per page of the merged lists.
-    pub page_size: usize,
+    pub(crate) page_size: usize,
     /// How long shutdown waits for in-flight requests and for children.
-    pub shutdown_grace: Duration,
+    pub(crate) shutdown_grace: Duration,
     /// How clients authenticate (or that they do not).
-    pub auth: AuthConfig,
+    pub(crate) auth: AuthConfig,
     /// Requests per second per client; none when unlimited.
-    pub rate_limit: Option<RateLimit>,
+    pub(crate) rate_limit: Option<RateLimit>,
     /// Who may see and use what; none: everything, for everyone.
-    pub policy: Option<PolicyConfig>,
+    pub(crate) policy: Option<PolicyConfig>,
 }
 
 /// A per-client request rate: `requests_per_second`, after a `burst`.
@@ -296,6 +299,16 @@ impl Config {
         let raw: RawConfig =
             serde_saphyr::from_str(text).map_err(|e| invalid(vec![yaml_issue(&e)]))?;
         raw.validate(lookup).map_err(invalid)
+    }
+
+    /// The address the file says to serve on, if it says one.
+    pub fn listen(&self) -> Option<SocketAddr> {
+        self.listen
+    }
+
+    /// How many upstream servers it configures.
+    pub fn upstream_count(&self) -> usize {
+        self.upstreams.len()
     }
 }
 

@@ -2,62 +2,111 @@
 //!
 //! One MCP client per upstream server is shared by every downstream session,
 //! and the upstreams' tools, prompts, resources and templates are served as
-//! one namespaced view. The pieces, in the order a request meets them:
+//! one namespaced view, over Streamable HTTP, legacy SSE or stdio.
 //!
-//! - [`downstream`]: the guarded HTTP listener (connection cap, timeouts),
-//!   axum routes for MCP hosts (Streamable HTTP, legacy SSE, stdio),
-//!   sessions, probes.
-//! - [`router`]: answers list requests from the catalog and forwards calls to
-//!   exactly one upstream, remapping ids and progress tokens.
-//! - [`catalog`]: the merged, namespaced snapshot (`ArcSwap`), and paging.
-//! - [`policy`]: who may see and use what; each client's view of the
-//!   catalog, derived once per list version and set of rules.
-//! - [`upstream`]: one supervised actor per upstream server that owns its
-//!   transport (a stdio child or an HTTP session), its handshake, its lists
-//!   and its health checks.
-//! - [`config`]: the YAML file, validated with line and column in every error.
-//! - [`protocol`]: the JSON-RPC envelope, kept raw so unknown fields pass through.
-//! - [`logging`]: a log that never blocks the gateway.
-//! - [`example_server`]: the small demo MCP server (`mcpmux example-server`)
-//!   of the demo and example configs; the tests' fixture binary builds on it.
+//! # Public API
 //!
-//! [`Gateway::start`] wires these together; `main` only parses the command
-//! line and waits for a signal.
+//! The library is what the `mcpmux` binary and the integration tests run;
+//! everything else in it is internal. The public API is:
+//!
+//! - [`Config`] (with [`Lookup`], [`ConfigError`] and its [`Issue`]s, the
+//!   [`DEMO_CONFIG`] and [`DEFAULT_LISTEN`]): a validated config file.
+//! - [`Gateway`]: a running gateway. [`Gateway::start`] (or [`Gateway::new`]
+//!   then [`Gateway::serve_http`] or [`Gateway::serve_stdio`]) starts it,
+//!   [`Gateway::reload`] and [`Gateway::watch_config`] apply a new config
+//!   (returning a [`ReloadDiff`]), [`Gateway::ready`] and
+//!   [`Gateway::settled`] wait for the upstreams, [`Gateway::shutdown`]
+//!   stops it. [`run`] does all of it until a signal.
+//! - Read-only views: [`Gateway::upstream`] gives an [`Upstream`] (its
+//!   [`UpstreamState`], restarts, child pid, protocol era);
+//!   [`Gateway::stats`] gives [`Stats`] (sessions, subscribers,
+//!   subscriptions and each subscriber's [`Backlog`]);
+//!   [`Gateway::resumable_streams`] gives a session's [`ResumableStreams`].
+//! - In-process clients: [`Gateway::local_session`] gives a
+//!   [`LocalSession`] (a 2025-era session with notifications) and
+//!   [`Gateway::local_stateless`] a [`LocalStateless`] one (2026-07-28
+//!   requests), each acting for an optional [`Identity`] under the policy.
+//! - [`limits`]: bounds a client can observe on the wire.
+//! - [`logging`]: the process's non-blocking log; [`raise_fd_limit`].
+//! - [`example_server`]: the bundled MCP server behind
+//!   `mcpmux example-server`.
+//!
+//! # Inside
+//!
+//! The pieces, in the order a request meets them (ARCHITECTURE.md has the
+//! tour): `downstream` (the guarded HTTP listener, the axum routes for MCP
+//! hosts, sessions, probes), `router` (answers lists from the catalog and
+//! forwards calls to exactly one upstream), `catalog` (the merged,
+//! namespaced snapshot), `policy` (who may see and use what), `notify` (the
+//! subscribers and their outboxes), `upstream` (one supervised actor per
+//! upstream server), `config`, `reload` and `protocol`.
 #![forbid(unsafe_code)]
 
-pub mod auth;
-pub mod catalog;
-pub mod config;
-pub mod downstream;
+pub(crate) mod auth;
+pub(crate) mod catalog;
+pub(crate) mod config;
+pub(crate) mod downstream;
 pub mod example_server;
+mod inspect;
+mod local;
 pub mod logging;
-pub mod metrics;
-pub mod notify;
+pub(crate) mod metrics;
+pub(crate) mod notify;
 pub(crate) mod pattern;
-pub mod policy;
-pub mod protocol;
-pub mod reload;
-pub mod router;
-pub mod sse;
-pub mod upstream;
-pub mod xheader;
+pub(crate) mod policy;
+pub(crate) mod protocol;
+pub(crate) mod reload;
+pub(crate) mod router;
+pub(crate) mod sse;
+pub(crate) mod upstream;
+pub(crate) mod xheader;
+
+pub use auth::Identity;
+pub use config::{Config, ConfigError, DEFAULT_LISTEN, DEMO_CONFIG, Issue, Lookup};
+pub use inspect::{ResumableStreams, Stats, Upstream};
+pub use local::{LocalSession, LocalStateless};
+pub use notify::outbox::Backlog;
+pub use reload::Diff as ReloadDiff;
+pub use upstream::UpstreamState;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use catalog::CatalogStore;
-use config::Config;
 use downstream::AppState;
 use downstream::session::SessionTable;
 use notify::NotifyHub;
 use router::Router;
-use upstream::{UpstreamHandle, UpstreamSet, UpstreamState};
+use upstream::UpstreamSet;
+
+/// Bounds a client can observe on the wire, for clients and tests that
+/// check them.
+pub mod limits {
+    use std::time::Duration;
+
+    /// Log and other messages queued per session before the oldest are
+    /// dropped (and counted in [`Backlog::dropped`](crate::Backlog)).
+    pub const MESSAGE_CAPACITY: usize = crate::notify::outbox::MESSAGE_CAPACITY;
+    /// Delivered notifications a session keeps for `Last-Event-ID` replay.
+    pub const REPLAY_CAPACITY: usize = crate::notify::outbox::REPLAY_CAPACITY;
+    /// The `retry:` a 2025-era answer streamed as SSE advises in its
+    /// priming event: how long a client waits before resuming it.
+    pub const RESUME_RETRY: Duration = crate::downstream::resume::RETRY;
+}
+
+/// Raises the process's soft open-file limit to its hard limit, so the
+/// gateway's connection cap (not the kernel) decides when clients are
+/// turned away. Returns the limit in force.
+pub fn raise_fd_limit() -> u64 {
+    downstream::listener::raise_fd_limit()
+}
 
 /// A running gateway: the HTTP server, the upstream actors, and the tasks
 /// that keep sessions tidy.
@@ -84,6 +133,7 @@ impl Gateway {
     }
 
     /// Starts the upstreams and the session sweeper; serves nothing yet.
+    /// Call it (and [`Gateway::start`]) inside a tokio runtime.
     pub fn new(config: Config) -> Gateway {
         // One cancellation tree: the root stops everything; the HTTP side
         // is its child, cancelled first at shutdown so requests can drain
@@ -190,9 +240,11 @@ impl Gateway {
         Ok(addr)
     }
 
-    /// Applies a new config's upstreams as a diff, and its policy (see
-    /// [`reload`]).
-    pub async fn reload(&self, config: &Config) -> reload::Diff {
+    /// Applies a new config's upstreams as a diff (added, removed and
+    /// changed upstreams restart; a change of shaping alone does not), and
+    /// its policy: the next request of every client is served under it, and
+    /// clients whose view changed are told.
+    pub async fn reload(&self, config: &Config) -> ReloadDiff {
         let diff = self.manager.apply(&config.upstreams).await;
         self.manager.apply_policy(config.policy.as_ref());
         diff
@@ -221,17 +273,38 @@ impl Gateway {
             .expect("the gateway serves HTTP")
     }
 
-    /// State shared by the downstream transports.
-    pub fn state(&self) -> &Arc<AppState> {
-        &self.state
+    /// Serves one MCP session (2025 era, newline-delimited JSON-RPC) on
+    /// `input` and `output`, as `mcpmux stdio` does on stdin and stdout,
+    /// until `input` ends or `signal` resolves; calls still running then get
+    /// `shutdown_grace` to finish.
+    pub async fn serve_stdio<R, W>(
+        &self,
+        input: R,
+        output: W,
+        signal: impl Future<Output = ()>,
+    ) -> std::io::Result<()>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let stop = CancellationToken::new();
+        let served = downstream::stdio::run(self.state.clone(), input, output, stop.clone());
+        tokio::pin!(served, signal);
+        tokio::select! {
+            result = &mut served => result,
+            () = &mut signal => {
+                stop.cancel();
+                served.await
+            }
+        }
     }
 
-    /// The handle of a configured upstream.
-    pub fn upstream(&self, name: &str) -> Option<UpstreamHandle> {
-        self.state.router.upstreams().get(name)
+    /// A configured upstream, by its name in the config.
+    pub fn upstream(&self, name: &str) -> Option<Upstream> {
+        self.state.router.upstreams().get(name).map(Upstream::new)
     }
 
-    /// Number of live downstream sessions.
+    /// Number of live downstream sessions (2025 era, any transport).
     pub fn session_count(&self) -> usize {
         self.state.sessions.len()
     }
@@ -241,9 +314,39 @@ impl Gateway {
         self.state.sessions.watch_count()
     }
 
-    /// The notify hub: subscription tables and per-subscriber backlogs.
-    pub fn hub(&self) -> &Arc<NotifyHub> {
-        self.state.router.hub()
+    /// The sizes of the notification tables now.
+    pub fn stats(&self) -> Stats {
+        let hub = self.state.router.hub();
+        let table = hub.subscriptions();
+        Stats {
+            sessions: self.state.sessions.len(),
+            subscribers: hub.subscriber_count(),
+            listen_streams: hub.listener_count(),
+            subscribed_uris: table.uri_count(),
+            subscriptions: table.entry_count(),
+            backlogs: hub.backlogs().into_values().collect(),
+        }
+    }
+
+    /// The resumable answers of the session with this `Mcp-Session-Id`;
+    /// none if there is no such session.
+    pub fn resumable_streams(&self, session_id: &str) -> Option<ResumableStreams> {
+        self.state
+            .sessions
+            .get(session_id)
+            .map(ResumableStreams::new)
+    }
+
+    /// An in-process 2025-era session acting for `identity` (none: an
+    /// anonymous client, as with authentication off). Its requests skip
+    /// HTTP and authentication, but not the policy.
+    pub fn local_session(&self, identity: Option<Identity>) -> LocalSession {
+        LocalSession::new(self.state.clone(), identity)
+    }
+
+    /// In-process stateless (2026-07-28) requests acting for `identity`.
+    pub fn local_stateless(&self, identity: Option<Identity>) -> LocalStateless {
+        LocalStateless::new(self.state.clone(), identity.map(Arc::new))
     }
 
     /// Resolves once every upstream has completed its handshake.

@@ -3,15 +3,15 @@
 //! Request handling never waits for the log. Lines go to a bounded queue
 //! that one writer thread drains into stderr; when stderr is slow or
 //! blocked (a pipe nobody reads), the queue fills and further lines are
-//! dropped and counted ([`dropped_lines`], exported as
-//! `mcpmux_log_lines_dropped_total`) instead of stalling the gateway.
+//! dropped and counted (exported as `mcpmux_log_lines_dropped_total`)
+//! instead of stalling the gateway.
 
 use std::sync::OnceLock;
 
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 
 /// Lines queued for the writer thread before new ones are dropped.
-pub const QUEUED_LINES: usize = 4096;
+pub(crate) const QUEUED_LINES: usize = 4096;
 
 /// The writer's drop counter, once logging is set up.
 static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
@@ -51,7 +51,7 @@ pub fn init(format: Format) -> LogGuard {
 }
 
 /// Log lines dropped because stderr could not keep up.
-pub fn dropped_lines() -> u64 {
+pub(crate) fn dropped_lines() -> u64 {
     DROPPED
         .get()
         .map_or(0, |counter| counter.dropped_lines() as u64)

@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use mcpmux::config::{self, Config, Lookup};
 use mcpmux::example_server::{self, ExampleServerArgs};
-use mcpmux::{downstream, logging};
+use mcpmux::{Config, ConfigError, Gateway, Lookup, logging};
 
 /// jemalloc hands memory that stays unused back to the system after a few
 /// seconds (a background thread purges it), so the gateway's footprint
@@ -78,7 +77,7 @@ fn main() -> ExitCode {
                 println!(
                     "{}: ok ({} upstreams)",
                     config.display(),
-                    cfg.upstreams.len()
+                    cfg.upstream_count()
                 );
                 ExitCode::SUCCESS
             }
@@ -104,7 +103,7 @@ fn main() -> ExitCode {
                 Err(e) => return config_failure(&e),
             };
             let _log = logging::init(log_format.into());
-            downstream::listener::raise_fd_limit();
+            mcpmux::raise_fd_limit();
             serve(cfg, listen, config)
         }
         Command::Stdio { config, log_format } => {
@@ -113,25 +112,25 @@ fn main() -> ExitCode {
                 Err(e) => return config_failure(&e),
             };
             let _log = logging::init(log_format.into());
-            downstream::listener::raise_fd_limit();
+            mcpmux::raise_fd_limit();
             serve_stdio(cfg, config)
         }
     }
 }
 
 /// The config file, or the embedded demo config without one.
-fn load(path: Option<&std::path::Path>) -> Result<Config, config::ConfigError> {
+fn load(path: Option<&std::path::Path>) -> Result<Config, ConfigError> {
     let lookup = Lookup::from_process();
     match path {
         Some(path) => Config::load(path, &lookup),
-        None => Config::parse(config::DEMO_CONFIG, "<embedded demo config>", &lookup),
+        None => Config::parse(mcpmux::DEMO_CONFIG, "<embedded demo config>", &lookup),
     }
 }
 
 /// Serves MCP on stdin/stdout; reloads `config_path` on change or SIGHUP.
 fn serve_stdio(cfg: Config, config_path: Option<PathBuf>) -> ExitCode {
     runtime().block_on(async move {
-        let gateway = mcpmux::Gateway::new(cfg);
+        let gateway = Gateway::new(cfg);
         match config_path {
             Some(path) => gateway.watch_config(path),
             None => absorb_hangups(),
@@ -143,18 +142,9 @@ fn serve_stdio(cfg: Config, config_path: Option<PathBuf>) -> ExitCode {
         {
             tracing::warn!("upstreams still starting; serving a partial view until they are ready");
         }
-        let stop = tokio_util::sync::CancellationToken::new();
-        let on_signal = stop.clone();
-        // Not on the gateway's tracker: it waits for the process's signal
-        // and ends with the runtime.
-        tokio::spawn(async move {
-            shutdown_signal().await;
-            on_signal.cancel();
-        });
-        let state = gateway.state().clone();
-        let served =
-            mcpmux::downstream::stdio::run(state, tokio::io::stdin(), tokio::io::stdout(), stop)
-                .await;
+        let served = gateway
+            .serve_stdio(tokio::io::stdin(), tokio::io::stdout(), shutdown_signal())
+            .await;
         gateway.shutdown().await;
         match served {
             Ok(()) => ExitCode::SUCCESS,
@@ -166,7 +156,7 @@ fn serve_stdio(cfg: Config, config_path: Option<PathBuf>) -> ExitCode {
     })
 }
 
-fn config_failure(error: &config::ConfigError) -> ExitCode {
+fn config_failure(error: &ConfigError) -> ExitCode {
     for line in error.lines() {
         eprintln!("mcpmux: config error: {line}");
     }
@@ -175,8 +165,8 @@ fn config_failure(error: &config::ConfigError) -> ExitCode {
 
 /// Serves until SIGTERM/SIGINT; reloads `config_path` on change or SIGHUP.
 fn serve(cfg: Config, listen: Option<SocketAddr>, config_path: Option<PathBuf>) -> ExitCode {
-    let addr = listen.or(cfg.listen).unwrap_or_else(|| {
-        config::DEFAULT_LISTEN
+    let addr = listen.or(cfg.listen()).unwrap_or_else(|| {
+        mcpmux::DEFAULT_LISTEN
             .parse()
             .expect("default address is valid")
     });

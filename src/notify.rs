@@ -101,7 +101,9 @@ pub struct NotifyHub {
 }
 
 impl NotifyHub {
-    pub fn new(interest: Arc<Interest>) -> Self {
+    /// A hub without a policy.
+    #[cfg(test)]
+    pub(crate) fn new(interest: Arc<Interest>) -> Self {
         Self::build(interest, None)
     }
 

@@ -33,8 +33,11 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// What a reload changed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Diff {
+    /// Upstreams new in the config: started.
     pub added: Vec<String>,
+    /// Upstreams gone from the config: stopped.
     pub removed: Vec<String>,
+    /// Upstreams whose settings changed: restarted.
     pub changed: Vec<String>,
     /// Upstreams whose shaping (`tools`, `prompts`, `resources`) alone
     /// changed: applied to the catalog without a restart.
@@ -42,6 +45,7 @@ pub struct Diff {
 }
 
 impl Diff {
+    /// Whether the reload changed no upstream.
     pub fn is_empty(&self) -> bool {
         self.added.is_empty()
             && self.removed.is_empty()

@@ -88,10 +88,6 @@ impl InflightCalls {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
@@ -148,8 +144,6 @@ pub enum Fault {
     Downstream,
     /// An upstream failed or refused.
     Upstream,
-    /// The gateway itself.
-    Internal,
 }
 
 /// Why the router could not answer a request.

@@ -41,7 +41,7 @@ pub use handshake::ServerHello;
 pub use interest::Interest;
 pub(crate) use interest::Subscribed;
 pub(crate) use message::Origin;
-pub use subscriptions::{SubscriberId, SubscriptionTable, UpstreamChange};
+pub use subscriptions::{SubscriberId, SubscriptionTable};
 
 use crate::catalog::{CatalogStore, ListKind, UpstreamView};
 use crate::config::{EraChoice, UpstreamConfig};

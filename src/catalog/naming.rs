@@ -52,8 +52,10 @@ pub fn with_hash_suffix(base: &str, seed: &str) -> String {
     out
 }
 
-/// Whether `name` is acceptable to the strictest hosts.
-pub fn is_valid_exposed_name(name: &str) -> bool {
+/// Whether `name` is acceptable to the strictest hosts (what
+/// [`exposed_name`] guarantees).
+#[cfg(test)]
+pub(crate) fn is_valid_exposed_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_NAME_LEN && name.chars().all(is_name_char)
 }
 

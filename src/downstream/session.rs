@@ -301,10 +301,6 @@ impl SessionTable {
         self.sessions.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.sessions.is_empty()
-    }
-
     /// Creates a session with a fresh unguessable id for `identity` (from
     /// remote address `ip`; neither for stdio), evicting an idle session
     /// when a limit is reached. Sessions are counted per identity, or per
@@ -350,6 +346,11 @@ impl SessionTable {
         self.count.send_replace(self.sessions.len());
         tracing::info!(parent: &session.span, version = ?protocol_version, "session created");
         Ok(session)
+    }
+
+    /// The session with this id, left as it is (not marked as used).
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<Session>> {
+        self.sessions.get(id).map(|s| s.clone())
     }
 
     /// The session with this id, marked as just used.

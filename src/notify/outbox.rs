@@ -42,11 +42,16 @@ pub type Event = (u64, Arc<str>);
 #[error("the requested events are no longer in the replay buffer")]
 pub struct Evicted;
 
-/// Snapshot of an outbox's sizes, for tests and metrics.
+/// Snapshot of one subscriber's outbox: its notifications waiting to be
+/// read, those kept for replay, and those dropped. For tests and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backlog {
+    /// Notifications waiting to be read (a pending `list_changed` kind or
+    /// `resources/updated` URI counts once).
     pub pending: usize,
+    /// Delivered events kept for `Last-Event-ID` replay.
     pub replay: usize,
+    /// Messages dropped because the queue was full.
     pub dropped: u64,
 }
 

@@ -1,7 +1,9 @@
 //! Unit tests of the hub under a `policy`: `list_changed` reaches a
 //! subscriber only when its own view changed, and a policy reload tells
-//! whose view changed and drops subscriptions it no longer allows. The
-//! catalog and policy fixtures are the policy tests' own.
+//! whose view changed and drops subscriptions it no longer allows; a URI
+//! hidden from a subscriber is never announced to it, even from the
+//! subscription table. The catalog and policy fixtures are the policy
+//! tests' own.
 
 use std::sync::Arc;
 
@@ -119,4 +121,53 @@ fn a_policy_reload_tells_whose_view_changed_and_drops_what_it_no_longer_allows()
     hub.policy_changed();
     assert_eq!(told(&reader).len(), 3);
     assert!(views.grant(Some(&who("reader", &[]))).is_none());
+}
+
+#[test]
+fn a_hidden_uri_in_the_table_is_never_announced() {
+    let store = Arc::new(filled());
+    let hub = hub(
+        &store,
+        "policy:\n  clients:\n    ops: { allow: [\"*\"] }\n    reader: { allow: [\"weather__*\", \"weather+*\"], deny: [\"notes+*\"] }\n",
+    );
+    let ops = hub.register_as(Some(Arc::new(who("ops", &[]))));
+    let reader = hub.register_as(Some(Arc::new(who("reader", &[]))));
+    // A subscription the router would refuse got into the table anyway
+    // (say, one racing a policy reload).
+    let subscribe = |subscriber: &Subscriber, upstream: &str| {
+        let name: Arc<str> = upstream.into();
+        let original = format!("demo://{upstream}/readme");
+        let uri = format!("{upstream}+{original}");
+        hub.subscriptions()
+            .subscribe(subscriber.id, &uri, &name, &original);
+    };
+    for subscriber in [&ops, &reader] {
+        subscribe(subscriber, "notes");
+        subscribe(subscriber, "weather");
+    }
+
+    hub.resource_updated("notes", "demo://notes/readme");
+    hub.resource_updated("weather", "demo://weather/readme");
+    let updated = |subscriber: &Subscriber| -> Vec<(String, String)> {
+        std::iter::from_fn(|| subscriber.outbox.next_event())
+            .map(|(_, frame)| {
+                let frame: Value = serde_json::from_str(&frame).unwrap();
+                let method = frame["method"].as_str().unwrap().to_owned();
+                (method, frame["params"]["uri"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    };
+    let of = |uri: &str| ("notifications/resources/updated".to_owned(), uri.to_owned());
+    assert_eq!(
+        updated(&reader),
+        [of("weather+demo://weather/readme")],
+        "the notes URI stays hidden"
+    );
+    assert_eq!(
+        updated(&ops),
+        [
+            of("notes+demo://notes/readme"),
+            of("weather+demo://weather/readme")
+        ]
+    );
 }

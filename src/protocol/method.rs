@@ -5,7 +5,11 @@ use std::sync::Arc;
 
 macro_rules! methods {
     ($($(#[$doc:meta])* $variant:ident, $constant:ident = $name:literal;)*) => {
-        $($(#[$doc])* pub const $constant: &str = $name;)*
+        $(
+            $(#[$doc])*
+            #[allow(dead_code, reason = "one constant per name in the table, used or not")]
+            pub const $constant: &str = $name;
+        )*
 
         /// A JSON-RPC method the gateway understands, in either direction;
         /// any other name is kept as [`Method::Other`].

@@ -161,20 +161,6 @@ impl Connection {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Number of requests waiting for an answer.
-    pub fn pending_len(&self) -> usize {
-        self.pending.len()
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.closed.is_cancelled()
-    }
-
-    /// Resolves when the connection has closed.
-    pub async fn closed(&self) {
-        self.closed.cancelled().await;
-    }
-
     fn unavailable(&self) -> UpstreamError {
         if self.session_expired.load(Ordering::Relaxed) {
             return UpstreamError::SessionExpired {

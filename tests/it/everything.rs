@@ -9,7 +9,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::support::interop::{self, everything_documents, everything_upstream, run_python};
 use crate::support::{McpClient, TestGateway, example_upstream, within};
-use mcpmux::upstream::UpstreamState;
+use mcpmux::UpstreamState;
 
 async fn gateway_with_everything() -> TestGateway {
     let yaml = format!(
@@ -76,9 +76,7 @@ async fn server_everything_is_merged_and_prefixed_and_echo_matches_a_direct_call
         "{names:?}"
     );
     assert!(
-        names
-            .iter()
-            .all(|n| mcpmux::catalog::naming::is_valid_exposed_name(n)),
+        names.iter().all(|n| crate::core::is_valid_exposed_name(n)),
         "{names:?}"
     );
     assert!(

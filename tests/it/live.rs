@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use crate::support::{McpClient, TestGateway, read_jsonl, tempdir, within};
-use mcpmux::notify::outbox::{MESSAGE_CAPACITY, REPLAY_CAPACITY};
-use mcpmux::upstream::UpstreamState;
+use mcpmux::UpstreamState;
+use mcpmux::limits::{MESSAGE_CAPACITY, REPLAY_CAPACITY};
 
 const README: &str = "alpha+demo://alpha/readme";
 const STATUS: &str = "alpha+demo://alpha/status";
@@ -75,7 +75,7 @@ async fn two_sessions_share_one_upstream_subscription_until_both_leave() {
     within("B to expire", sessions.wait_for(|n| *n == 0))
         .await
         .unwrap();
-    assert_eq!(gw.gateway().hub().subscriptions().entry_count(), 0);
+    assert_eq!(gw.gateway().stats().subscriptions, 0);
 
     // A round trip on the same pipe orders after the unsubscribes.
     let c = McpClient::connect(&gw.url).await;
@@ -265,14 +265,14 @@ async fn a_session_that_never_reads_delays_nobody_and_stays_bounded() {
     })
     .await;
 
-    let backlogs = gw.gateway().hub().backlogs();
+    let backlogs = gw.gateway().stats().backlogs;
     assert_eq!(backlogs.len(), 2);
-    let stalled_backlog = backlogs.values().max_by_key(|b| b.dropped).unwrap();
+    let stalled_backlog = backlogs.iter().max_by_key(|b| b.dropped).unwrap();
     assert!(
         stalled_backlog.dropped > 0,
         "the stalled client's oldest messages were dropped: {backlogs:?}"
     );
-    for backlog in backlogs.values() {
+    for backlog in &backlogs {
         assert!(backlog.pending <= MESSAGE_CAPACITY + 3, "{backlog:?}");
         assert!(backlog.replay <= REPLAY_CAPACITY, "{backlog:?}");
     }
@@ -383,7 +383,7 @@ async fn subscribing_where_the_upstream_cannot_is_a_clear_error() {
         "{message}"
     );
     assert_eq!(
-        gw.gateway().hub().subscriptions().entry_count(),
+        gw.gateway().stats().subscriptions,
         0,
         "nothing left in the table"
     );

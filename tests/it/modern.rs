@@ -171,9 +171,8 @@ async fn a_legacy_session_and_a_listen_stream_share_one_upstream_subscription() 
 
     // Closing the listen stream releases its entry; the legacy one remains.
     drop(modern_events);
-    let table = gw.gateway().hub().subscriptions();
     within("the listen stream's entry to go", async {
-        while table.entry_count() != 1 {
+        while gw.gateway().stats().subscriptions != 1 {
             tokio::task::yield_now().await;
         }
     })

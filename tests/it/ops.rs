@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::support::gateway::with_auth_off;
 use crate::support::served::Served;
 use crate::support::{McpClient, TestGateway, example_upstream, process_exists, tempdir, within};
-use mcpmux::upstream::UpstreamState;
+use mcpmux::UpstreamState;
 
 async fn get(url: &str) -> (StatusCode, String) {
     let response = within(url, reqwest::get(url)).await.unwrap();

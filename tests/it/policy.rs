@@ -1,88 +1,58 @@
-//! Policy and per-client views, driven through the router for several
-//! authenticated identities at once (the HTTP edge that authenticates is
-//! not part of this test): every list on every page, hidden items answered
+//! Policy and per-client views, driven through in-process sessions of
+//! several authenticated identities at once (the HTTP edge that
+//! authenticates is not part of this test): every list on every page, hidden items answered
 //! exactly like unknown ones, subscriptions and notifications that follow
 //! each client's view, and a policy reload.
 
-use std::sync::Arc;
-
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use mcpmux::auth::Identity;
-use mcpmux::config::{Config, Lookup};
-use mcpmux::notify::Subscriber;
-use mcpmux::protocol::Era;
-use mcpmux::router::{Reply, RequestContext};
+use mcpmux::{Config, Identity, LocalSession, LocalStateless, Lookup};
 
 use crate::support::interop::everything_upstream;
 use crate::support::{TestGateway, fixture_upstream, within};
 
-/// One client of the router: who it is, and its session's subscriber.
-struct Client<'g> {
-    gw: &'g TestGateway,
-    identity: Option<Arc<Identity>>,
-    subscriber: Option<Arc<Subscriber>>,
-    era: Era,
+/// One in-process client of the gateway: a 2025-era session of a client,
+/// or the same client's stateless (2026-07-28) requests.
+enum Client {
+    Session(LocalSession),
+    Stateless(LocalStateless),
 }
 
-impl<'g> Client<'g> {
+impl Client {
     /// A 2025-era session of `client` (none: authentication off).
-    fn session(gw: &'g TestGateway, client: Option<&str>) -> Client<'g> {
-        let identity = client.map(|c| {
-            Arc::new(Identity {
-                client: c.into(),
-                scopes: Vec::new(),
-            })
+    fn session(gw: &TestGateway, client: Option<&str>) -> Client {
+        let identity = client.map(|c| Identity {
+            client: c.into(),
+            scopes: Vec::new(),
         });
-        let subscriber = gw.gateway().hub().register_as(identity.clone());
-        Client {
-            gw,
-            identity,
-            subscriber: Some(subscriber),
-            era: Era::Legacy,
-        }
+        Client::Session(gw.gateway().local_session(identity))
     }
 
     /// The same client's stateless (2026-07-28) requests.
-    fn modern(&self) -> Client<'g> {
-        Client {
-            gw: self.gw,
-            identity: self.identity.clone(),
-            subscriber: None,
-            era: Era::Modern,
+    fn modern(&self) -> Client {
+        Client::Stateless(self.local().stateless())
+    }
+
+    fn era(&self) -> &'static str {
+        match self {
+            Client::Session(_) => "2025 session",
+            Client::Stateless(_) => "stateless",
         }
     }
 
-    fn subscriber(&self) -> &Arc<Subscriber> {
-        self.subscriber.as_ref().expect("a session")
+    fn local(&self) -> &LocalSession {
+        match self {
+            Client::Session(session) => session,
+            Client::Stateless(_) => panic!("a session"),
+        }
     }
 
     /// The response frame to one request.
     async fn ask(&self, method: &str, params: Value) -> Value {
-        let ctx = RequestContext {
-            inflight: Arc::default(),
-            subscriber: self.subscriber.clone(),
-            can_stream: false,
-            era: self.era,
-            log_level: None,
-            identity: self.identity.clone(),
-        };
-        let id = RawValue::from_string("7".into()).unwrap();
-        let params = RawValue::from_string(params.to_string()).unwrap();
-        let router = &self.gw.gateway().state().router;
-        let reply = within(method, router.request(&ctx, &id, method, Some(&params))).await;
-        let frame = match reply {
-            Reply::Ready(frame) => frame,
-            Reply::Streaming(mut frames) => {
-                let mut last = None;
-                while let Some(frame) = within(method, frames.recv()).await {
-                    last = Some(frame);
-                }
-                last.expect("a final frame")
-            }
-        };
-        serde_json::from_str(&frame).unwrap()
+        match self {
+            Client::Session(session) => within(method, session.request(method, params)).await,
+            Client::Stateless(client) => within(method, client.request(method, params)).await,
+        }
     }
 
     async fn result(&self, method: &str, params: Value) -> Value {
@@ -131,19 +101,9 @@ impl<'g> Client<'g> {
         }
     }
 
-    /// The next notification in the subscriber's outbox: (method, uri or logger).
+    /// The next notification of the session: (method, uri or logger).
     async fn next_event(&self) -> (String, String) {
-        let outbox = &self.subscriber().outbox;
-        let (_, frame) = within("a notification", async {
-            loop {
-                if let Some(event) = outbox.next_event() {
-                    return event;
-                }
-                outbox.wait().await;
-            }
-        })
-        .await;
-        let frame: Value = serde_json::from_str(&frame).unwrap();
+        let frame = within("a notification", self.local().next_notification()).await;
         let detail = frame["params"]["uri"]
             .as_str()
             .or(frame["params"]["logger"].as_str())
@@ -153,7 +113,12 @@ impl<'g> Client<'g> {
     }
 
     fn pending(&self) -> usize {
-        self.subscriber().outbox.backlog().pending
+        self.local().pending_notifications()
+    }
+
+    /// The URIs the session is subscribed to.
+    fn subscriptions(&self) -> Vec<String> {
+        self.local().subscribed_uris()
     }
 }
 
@@ -306,8 +271,8 @@ async fn hidden_items_answer_exactly_like_unknown_ones_in_both_eras() {
             assert_eq!(
                 shape(&hidden_error, hidden_name),
                 shape(&unknown_error, unknown_name),
-                "{method} {hidden_name} ({:?})",
-                client.era
+                "{method} {hidden_name} ({})",
+                client.era()
             );
         }
     }
@@ -363,14 +328,13 @@ async fn hidden_items_answer_exactly_like_unknown_ones_in_both_eras() {
         shape(&hidden, "everything+demo://resource/dynamic/text/1"),
         shape(&unknown, "nosuch+demo://notes/readme")
     );
-    let table = gw.gateway().hub().subscriptions();
-    assert!(table.uris_of(reader.subscriber().id).is_empty());
+    assert!(reader.subscriptions().is_empty());
     ops.result(
         "resources/subscribe",
         json!({ "uri": "notes+demo://notes/readme" }),
     )
     .await;
-    assert_eq!(table.uris_of(ops.subscriber().id).len(), 1);
+    assert_eq!(ops.subscriptions().len(), 1);
 
     // The reader's lists hold exactly its share of server-everything.
     let (tools, _) = reader.list_all("tools/list").await;
@@ -484,15 +448,9 @@ async fn notifications_of_hidden_things_never_reach_a_subscriber() {
         .await;
     ops.result("resources/subscribe", json!({ "uri": NOTES }))
         .await;
-    // Even a hidden URI that got into the table (say, a subscription racing
-    // a policy reload) is never announced to the reader.
-    let notes: Arc<str> = Arc::from("notes");
-    gw.gateway().hub().subscriptions().subscribe(
-        reader.subscriber().id,
-        NOTES,
-        &notes,
-        "demo://notes/readme",
-    );
+    // (That even a hidden URI which got into the table, say by a
+    // subscription racing a policy reload, is never announced to the reader
+    // is a unit test of the hub: notify/policy_tests.rs.)
     reader
         .result("logging/setLevel", json!({ "level": "info" }))
         .await;
@@ -624,12 +582,11 @@ async fn a_reloaded_policy_applies_on_the_next_request_and_announces_changed_vie
         ]
     );
     assert_eq!(ops.pending(), 0, "ops's view did not change");
-    let table = gw.gateway().hub().subscriptions();
     assert!(
-        table.uris_of(reader.subscriber().id).is_empty(),
+        reader.subscriptions().is_empty(),
         "a URI it may no longer read"
     );
-    assert_eq!(table.uris_of(ops.subscriber().id).len(), 1);
+    assert_eq!(ops.subscriptions().len(), 1);
 
     let stale = reader
         .error("tools/list", json!({ "cursor": cursor }))

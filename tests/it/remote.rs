@@ -254,7 +254,7 @@ async fn a_hung_upstream_slows_nobody_and_timeouts_spare_calls_that_report_progr
     );
 
     let hung_state = gw.gateway().upstream("hung").unwrap().state();
-    assert_ne!(hung_state, mcpmux::upstream::UpstreamState::Ready);
+    assert_ne!(hung_state, mcpmux::UpstreamState::Ready);
     held.abort();
     gw.stop().await;
 }

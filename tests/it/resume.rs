@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::interop::run_python;
 use crate::support::{McpClient, TestGateway, read_jsonl, tempdir, within};
-use mcpmux::downstream::resume::RETRY;
+use mcpmux::limits::RESUME_RETRY;
 
 /// One SSE event as sent: its fields, unparsed.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,7 +172,11 @@ async fn resume(client: &McpClient, last_event_id: &str) -> reqwest::Response {
 
 fn assert_priming(event: &Ev) -> u64 {
     assert_eq!(event.data.as_deref(), Some(""), "{event:?}");
-    assert_eq!(event.retry, Some(RETRY.as_millis() as u64), "{event:?}");
+    assert_eq!(
+        event.retry,
+        Some(RESUME_RETRY.as_millis() as u64),
+        "{event:?}"
+    );
     let (stream, seq) = event.position();
     assert_eq!(seq, 0, "{event:?}");
     stream
@@ -198,12 +202,7 @@ async fn a_dropped_post_stream_is_resumed_with_last_event_id() {
     .await;
     let client = McpClient::connect(&gw.url).await;
     let mut notifications = client.listen(None).await;
-    let session = gw
-        .gateway()
-        .state()
-        .sessions
-        .touch(&client.session)
-        .unwrap();
+    let streams = gw.gateway().resumable_streams(&client.session).unwrap();
 
     // The priming event, then progress 1; then the connection goes away.
     let answer = post(
@@ -222,7 +221,7 @@ async fn a_dropped_post_stream_is_resumed_with_last_event_id() {
 
     // The call goes on without a reader: progress 2 and 3 wait in the
     // session's buffer.
-    let mut last = session.resumable.watch_stream(stream).unwrap();
+    let mut last = streams.watch_stream(stream).unwrap();
     within(
         "progress while disconnected",
         last.wait_for(|seq| *seq >= 3),
@@ -292,10 +291,10 @@ async fn a_dropped_post_stream_is_resumed_with_last_event_id() {
     );
 
     // The finished stream is kept until the session ends, then freed.
-    assert_eq!(session.resumable.len(), 1);
+    assert_eq!(streams.len(), 1);
     assert_eq!(client.delete().await, StatusCode::OK);
-    assert!(session.resumable.is_empty());
-    let mut buffers = session.resumable.watch_buffers();
+    assert!(streams.is_empty());
+    let mut buffers = streams.watch_buffers();
     within("stream buffers to be freed", buffers.wait_for(|n| *n == 0))
         .await
         .unwrap();
@@ -352,7 +351,7 @@ async fn sessions_before_2025_11_25_get_ids_and_retry_but_no_priming_event_to_re
     assert!(events.iter().all(|e| e.data.as_deref() != Some("")));
     let (stream, seq) = events[0].position();
     assert_eq!(seq, 1);
-    assert_eq!(events[0].retry, Some(RETRY.as_millis() as u64));
+    assert_eq!(events[0].retry, Some(RESUME_RETRY.as_millis() as u64));
     assert!(events[1..].iter().all(|e| e.retry.is_none()));
     assert_eq!(events[2].position(), (stream, 3));
     assert_eq!(events[2].json()["id"], "old");
@@ -380,7 +379,7 @@ enum Cut {
 impl Cut {
     /// The offset just after the event to cut behind, once it has arrived.
     fn point(self, received: &[u8]) -> Option<usize> {
-        let priming = format!("retry: {}\ndata:\n\n", RETRY.as_millis());
+        let priming = format!("retry: {}\ndata:\n\n", RESUME_RETRY.as_millis());
         let (at, marker) = match self {
             Cut::AfterPriming => (find(received, priming.as_bytes())?, priming.as_bytes()),
             Cut::AfterFirstProgress => (
@@ -534,7 +533,7 @@ async fn python_resumes(cut: Cut, expected_seq: u64) {
     let forwarded = forwarded.expect("the proxy cut the call's answer");
     // The client had the priming event (and maybe more) when the connection
     // went away...
-    let priming = format!("retry: {}\ndata:\n\n", RETRY.as_millis());
+    let priming = format!("retry: {}\ndata:\n\n", RESUME_RETRY.as_millis());
     let at = forwarded
         .find(&priming)
         .unwrap_or_else(|| panic!("no priming event before the cut: {forwarded}"));

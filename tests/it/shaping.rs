@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use mcpmux::config::{Config, Lookup};
+use mcpmux::{Config, Lookup};
 
 use crate::support::{
     McpClient, TestGateway, example_upstream, fixture_upstream, read_jsonl, tempdir, within,

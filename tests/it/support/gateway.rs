@@ -1,7 +1,6 @@
 //! Starts an in-process gateway on 127.0.0.1:0 from YAML text.
 
-use mcpmux::Gateway;
-use mcpmux::config::{Config, Lookup};
+use mcpmux::{Config, Gateway, Lookup};
 
 use super::{exe, fixture_exe, within};
 
@@ -83,7 +82,7 @@ impl TestGateway {
     /// Waits until upstream `name` is ready.
     pub async fn wait_ready(&self, name: &str) {
         let mut state = self.gateway().upstream(name).unwrap().watch_state();
-        let ready = state.wait_for(|s| *s == mcpmux::upstream::UpstreamState::Ready);
+        let ready = state.wait_for(|s| *s == mcpmux::UpstreamState::Ready);
         within(name, ready).await.unwrap();
     }
 
