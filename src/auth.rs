@@ -10,7 +10,7 @@
 
 mod jwt;
 
-pub use jwt::SetupError;
+pub(crate) use jwt::SetupError;
 
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ pub struct Identity {
 /// Why a request was not authenticated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum AuthError {
+pub(crate) enum AuthError {
     /// No credential at all: 401 without an error code.
     #[error("this gateway needs a bearer token (Authorization: Bearer ...)")]
     Missing,
@@ -58,14 +58,14 @@ impl AuthError {
 }
 
 /// Checks credentials against the configured API keys and JWT issuer.
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     settings: AuthSettings,
     jwt: Option<jwt::JwtVerifier>,
 }
 
 impl Authenticator {
     /// Reads PEM keys now; a JWKS is fetched by [`Self::spawn_refresh`].
-    pub fn new(settings: &AuthSettings) -> Result<Authenticator, SetupError> {
+    pub(crate) fn new(settings: &AuthSettings) -> Result<Authenticator, SetupError> {
         let jwt = settings
             .jwt
             .as_ref()
@@ -80,7 +80,7 @@ impl Authenticator {
     /// The authenticator for `auth`, its JWKS refresh running until
     /// `shutdown` (or until it is replaced by a reload and dropped); none
     /// when authentication is off.
-    pub fn start(
+    pub(crate) fn start(
         auth: &AuthConfig,
         shutdown: &CancellationToken,
         tasks: &TaskTracker,
@@ -109,7 +109,7 @@ impl Authenticator {
         Some(authenticator)
     }
 
-    pub fn settings(&self) -> &AuthSettings {
+    pub(crate) fn settings(&self) -> &AuthSettings {
         &self.settings
     }
 
@@ -144,7 +144,7 @@ impl Authenticator {
     }
 
     /// The client behind an `Authorization` header value.
-    pub async fn authenticate(
+    pub(crate) async fn authenticate(
         &self,
         authorization: Option<&str>,
     ) -> Result<Arc<Identity>, AuthError> {
@@ -187,7 +187,7 @@ impl Authenticator {
     }
 
     /// Whether `authorization` may read `/status` and `/metrics`.
-    pub async fn admits_admin(&self, authorization: Option<&str>) -> Result<(), AuthError> {
+    pub(crate) async fn admits_admin(&self, authorization: Option<&str>) -> Result<(), AuthError> {
         match &self.settings.admin {
             AdminAccess::Open => Ok(()),
             AdminAccess::Clients => self.authenticate(authorization).await.map(|_| ()),

@@ -9,7 +9,7 @@
 //! addressed by opaque cursors the gateway issues; a cursor is bound to one
 //! generation of its list, so a change to that list invalidates it.
 
-pub mod naming;
+pub(crate) mod naming;
 mod shape;
 
 use std::collections::{HashMap, HashSet};
@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 
 /// The four lists an MCP server can expose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ListKind {
+pub(crate) enum ListKind {
     Tools,
     Prompts,
     Resources,
@@ -32,10 +32,11 @@ pub enum ListKind {
 }
 
 impl ListKind {
-    pub const ALL: [ListKind; 4] = [Self::Tools, Self::Prompts, Self::Resources, Self::Templates];
+    pub(crate) const ALL: [ListKind; 4] =
+        [Self::Tools, Self::Prompts, Self::Resources, Self::Templates];
 
     /// The member of a list result that holds the items.
-    pub fn result_key(self) -> &'static str {
+    pub(crate) fn result_key(self) -> &'static str {
         match self {
             Self::Tools => "tools",
             Self::Prompts => "prompts",
@@ -45,7 +46,7 @@ impl ListKind {
     }
 
     /// The request that lists this kind.
-    pub fn method(self) -> &'static str {
+    pub(crate) fn method(self) -> &'static str {
         match self {
             Self::Tools => "tools/list",
             Self::Prompts => "prompts/list",
@@ -55,7 +56,7 @@ impl ListKind {
     }
 
     /// The notification that says this kind changed (templates share the resources one).
-    pub fn list_changed_method(self) -> &'static str {
+    pub(crate) fn list_changed_method(self) -> &'static str {
         match self {
             Self::Tools => "notifications/tools/list_changed",
             Self::Prompts => "notifications/prompts/list_changed",
@@ -64,7 +65,7 @@ impl ListKind {
     }
 
     /// The server capability that declares this list.
-    pub fn capability(self) -> &'static str {
+    pub(crate) fn capability(self) -> &'static str {
         match self {
             Self::Tools => "tools",
             Self::Prompts => "prompts",
@@ -88,7 +89,7 @@ impl ListKind {
 
 /// One upstream's complete lists, as the upstream sent them.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct UpstreamLists {
+pub(crate) struct UpstreamLists {
     pub tools: Vec<Map<String, Value>>,
     pub prompts: Vec<Map<String, Value>>,
     pub resources: Vec<Map<String, Value>>,
@@ -96,7 +97,7 @@ pub struct UpstreamLists {
 }
 
 impl UpstreamLists {
-    pub fn get(&self, kind: ListKind) -> &[Map<String, Value>] {
+    pub(crate) fn get(&self, kind: ListKind) -> &[Map<String, Value>] {
         match kind {
             ListKind::Tools => &self.tools,
             ListKind::Prompts => &self.prompts,
@@ -105,7 +106,7 @@ impl UpstreamLists {
         }
     }
 
-    pub fn get_mut(&mut self, kind: ListKind) -> &mut Vec<Map<String, Value>> {
+    pub(crate) fn get_mut(&mut self, kind: ListKind) -> &mut Vec<Map<String, Value>> {
         match kind {
             ListKind::Tools => &mut self.tools,
             ListKind::Prompts => &mut self.prompts,
@@ -117,7 +118,7 @@ impl UpstreamLists {
 
 /// What a connected upstream contributes to the merged view.
 #[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamView {
+pub(crate) struct UpstreamView {
     pub lists: UpstreamLists,
     /// The upstream's `instructions` from `initialize`, if any.
     pub instructions: Option<String>,
@@ -125,7 +126,7 @@ pub struct UpstreamView {
 
 /// Where an exposed tool or prompt name leads.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     pub upstream: Arc<str>,
     pub original: Box<str>,
 }
@@ -156,7 +157,7 @@ pub(crate) struct Subset<'a> {
 
 /// An immutable snapshot of the merged view.
 #[derive(Debug, Default)]
-pub struct Catalog {
+pub(crate) struct Catalog {
     /// Random per process, so cursors from an earlier run are rejected.
     epoch: u32,
     lists: [MergedList; 4],
@@ -181,7 +182,7 @@ pub struct Catalog {
 /// Why a cursor was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum CursorError {
+pub(crate) enum CursorError {
     #[error("invalid cursor: it was not issued by this gateway for this list")]
     Invalid,
     #[error("stale cursor: the list changed since it was issued; list again from the start")]
@@ -189,20 +190,20 @@ pub enum CursorError {
 }
 
 impl Catalog {
-    pub fn tool(&self, exposed: &str) -> Option<&Target> {
+    pub(crate) fn tool(&self, exposed: &str) -> Option<&Target> {
         self.tools.get(exposed)
     }
 
     /// The configured upstream whose prefix an exposed tool or prompt name
     /// carries, whether or not that upstream is up.
-    pub fn owner_by_prefix(&self, exposed: &str) -> Option<&Arc<str>> {
+    pub(crate) fn owner_by_prefix(&self, exposed: &str) -> Option<&Arc<str>> {
         self.prefixes
             .iter()
             .find(|(prefix, _)| exposed.starts_with(prefix.as_str()))
             .map(|(_, upstream)| upstream)
     }
 
-    pub fn prompt(&self, exposed: &str) -> Option<&Target> {
+    pub(crate) fn prompt(&self, exposed: &str) -> Option<&Target> {
         self.prompts.get(exposed)
     }
 
@@ -215,7 +216,7 @@ impl Catalog {
     /// Which upstream a client-visible URI belongs to, and the URI that
     /// upstream knows: `{upstream}+{uri}` for a namespacing upstream, else
     /// an un-namespaced upstream that lists the URI, else the first one.
-    pub fn route_uri<'u>(
+    pub(crate) fn route_uri<'u>(
         &self,
         uri: &'u str,
         is_upstream: impl Fn(&str) -> bool,
@@ -238,7 +239,7 @@ impl Catalog {
     }
 
     /// The `x-mcp-header` parameters of an exposed tool.
-    pub fn tool_headers(&self, exposed: &str) -> Option<&[crate::xheader::HeaderParam]> {
+    pub(crate) fn tool_headers(&self, exposed: &str) -> Option<&[crate::xheader::HeaderParam]> {
         self.tool_headers.get(exposed).map(|p| &**p)
     }
 
@@ -249,7 +250,7 @@ impl Catalog {
     }
 
     /// The merged `instructions` of the connected upstreams.
-    pub fn instructions(&self) -> Option<&str> {
+    pub(crate) fn instructions(&self) -> Option<&str> {
         self.instructions.as_deref()
     }
 
@@ -264,7 +265,7 @@ impl Catalog {
     }
 
     /// One page of a merged list as a result object's JSON text.
-    pub fn page(
+    pub(crate) fn page(
         &self,
         kind: ListKind,
         cursor: Option<&str>,
@@ -404,7 +405,7 @@ impl Catalog {
 }
 
 /// Holds the current [`Catalog`] and the per-upstream inputs it is built from.
-pub struct CatalogStore {
+pub(crate) struct CatalogStore {
     snapshot: ArcSwap<Catalog>,
     /// Config order of upstreams and their views (None while an upstream is down).
     /// Held only by `publish`, never across an await.
@@ -427,7 +428,7 @@ struct SourceEntry {
 impl CatalogStore {
     /// A store for these upstreams `(name, prefix, namespace_uris)`, in
     /// config order, all down.
-    pub fn new(upstreams: impl IntoIterator<Item = (Arc<str>, String, bool)>) -> Self {
+    pub(crate) fn new(upstreams: impl IntoIterator<Item = (Arc<str>, String, bool)>) -> Self {
         let order: IndexMap<Arc<str>, SourceEntry> = upstreams
             .into_iter()
             .map(|(name, prefix, namespace_uris)| {
@@ -463,7 +464,7 @@ impl CatalogStore {
     /// Replaces the configured upstreams (a reload): views of upstreams that
     /// stay are kept, removed ones leave the view, new ones start empty.
     /// Returns the list kinds whose merged content changed.
-    pub fn set_upstreams(
+    pub(crate) fn set_upstreams(
         &self,
         upstreams: impl IntoIterator<Item = (Arc<str>, String, bool)>,
     ) -> Vec<ListKind> {
@@ -504,13 +505,13 @@ impl CatalogStore {
     }
 
     /// The current snapshot.
-    pub fn load(&self) -> Arc<Catalog> {
+    pub(crate) fn load(&self) -> Arc<Catalog> {
         self.snapshot.load_full()
     }
 
     /// Replaces one upstream's view (`None` when it goes down) and swaps in
     /// the rebuilt catalog. Returns the list kinds whose merged content changed.
-    pub fn publish(&self, upstream: &str, view: Option<Arc<UpstreamView>>) -> Vec<ListKind> {
+    pub(crate) fn publish(&self, upstream: &str, view: Option<Arc<UpstreamView>>) -> Vec<ListKind> {
         let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
         let Some(entry) = sources.order.get_mut(upstream) else {
             return Vec::new();

@@ -16,7 +16,7 @@ mod upstream;
 
 #[cfg(test)]
 pub(crate) use auth::ApiKey;
-pub use auth::{AdminAccess, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
+pub(crate) use auth::{AdminAccess, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
 use upstream::RawUpstream;
 
 use std::collections::BTreeMap;
@@ -30,9 +30,9 @@ use serde::Deserialize;
 use serde_saphyr::{Location, Spanned};
 
 pub use expand::Lookup;
-pub use policy::{Access, PolicyConfig, RuleConfig};
-pub use secret::Secret;
-pub use shape::{ItemOverride, ListShape, ShapeConfig};
+pub(crate) use policy::{Access, PolicyConfig, RuleConfig};
+pub(crate) use secret::Secret;
+pub(crate) use shape::{ItemOverride, ListShape, ShapeConfig};
 
 /// The config `mcpmux serve` runs when no `--config` is given: two copies of
 /// the bundled example server, started as stdio children.
@@ -101,14 +101,14 @@ pub struct Config {
 
 /// A per-client request rate: `requests_per_second`, after a `burst`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateLimit {
+pub(crate) struct RateLimit {
     pub requests_per_second: u32,
     pub burst: u32,
 }
 
 /// Downstream session settings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SessionConfig {
+pub(crate) struct SessionConfig {
     /// A legacy session with no request for this long is removed.
     pub idle_timeout: Duration,
     /// Most sessions at once. At the limit, the least recently used session
@@ -122,7 +122,7 @@ pub struct SessionConfig {
 
 /// Downstream HTTP settings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HttpConfig {
+pub(crate) struct HttpConfig {
     /// Largest accepted request body; larger ones get 413.
     pub max_body_bytes: usize,
     /// Extra `Origin` values accepted besides loopback origins.
@@ -147,7 +147,7 @@ pub struct HttpConfig {
 
 /// One upstream MCP server.
 #[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamConfig {
+pub(crate) struct UpstreamConfig {
     /// `[a-z][a-z0-9-]{0,31}`; also the resource URI prefix.
     pub name: String,
     /// Prefix for tool and prompt names; `""` exposes original names.
@@ -174,7 +174,7 @@ pub struct UpstreamConfig {
 
 /// How the gateway notices an upstream that is up but does not answer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HealthConfig {
+pub(crate) struct HealthConfig {
     /// A `ping` is sent this often while the upstream is up.
     pub ping_interval: Duration,
     /// A ping not answered within this time marks the upstream unresponsive.
@@ -198,7 +198,7 @@ impl Default for HealthConfig {
 
 /// How the gateway picks the protocol era of an upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EraChoice {
+pub(crate) enum EraChoice {
     /// Probe with `server/discover`; fall back to `initialize`.
     Auto,
     /// Always `initialize` (2025 era).
@@ -210,14 +210,14 @@ pub enum EraChoice {
 /// How the gateway reaches an upstream.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum Transport {
+pub(crate) enum Transport {
     Stdio(StdioConfig),
     Remote(RemoteConfig),
 }
 
 /// A remote MCP server reached over HTTP.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RemoteConfig {
+pub(crate) struct RemoteConfig {
     pub url: String,
     /// Sent on every request; values may hold credentials.
     pub headers: BTreeMap<String, Secret>,
@@ -226,7 +226,7 @@ pub struct RemoteConfig {
 
 /// Which HTTP transport a remote upstream speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RemoteMode {
+pub(crate) enum RemoteMode {
     /// Streamable HTTP, falling back to legacy HTTP+SSE when the server
     /// refuses the initialize POST with 400, 404 or 405 (the spec's rule).
     Auto,
@@ -237,7 +237,7 @@ pub enum RemoteMode {
 
 /// A local MCP server started as a child process.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StdioConfig {
+pub(crate) struct StdioConfig {
     pub command: String,
     pub args: Vec<String>,
     pub env: BTreeMap<String, Secret>,
@@ -249,7 +249,7 @@ pub struct StdioConfig {
 /// The variables of the gateway's environment a stdio child inherits.
 /// Its own `env` is always added on top.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InheritEnv {
+pub(crate) enum InheritEnv {
     /// [`BASE_ENV`] plus these names (a trailing `*` matches a prefix).
     Base(Vec<String>),
     /// The whole environment of the gateway (secrets then cross upstreams).
@@ -258,14 +258,14 @@ pub enum InheritEnv {
 
 /// What every stdio child inherits: enough to find programs, a home, a
 /// locale, a time zone and a temp directory, and nothing that is a secret.
-pub const BASE_ENV: &[&str] = &[
+pub(crate) const BASE_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR", "TEMP",
     "TMP",
 ];
 
 impl InheritEnv {
     /// Whether the child inherits variable `name`.
-    pub fn admits(&self, name: &str) -> bool {
+    pub(crate) fn admits(&self, name: &str) -> bool {
         let matches = |pattern: &str| match pattern.strip_suffix('*') {
             Some(prefix) => name.starts_with(prefix),
             None => name == pattern,
@@ -486,7 +486,7 @@ impl Problems {
 /// ("upstream name \"X\" is empty").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum UpstreamNameError {
+pub(crate) enum UpstreamNameError {
     #[error("is empty")]
     Empty,
     #[error("must start with a lowercase letter a-z, not {0:?}")]
@@ -499,7 +499,7 @@ pub enum UpstreamNameError {
 }
 
 /// Upstream names: `[a-z][a-z0-9-]{0,31}`.
-pub fn check_upstream_name(name: &str) -> Result<(), UpstreamNameError> {
+pub(crate) fn check_upstream_name(name: &str) -> Result<(), UpstreamNameError> {
     let mut chars = name.chars();
     match chars.next() {
         None => return Err(UpstreamNameError::Empty),

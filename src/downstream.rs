@@ -12,19 +12,19 @@
 //! those use `session`; `session` uses `post_streams` and `throttle`; and
 //! `listener` and `wire` sit at the bottom.
 
-pub mod authn;
-pub mod dispatch;
-pub mod http;
-pub mod legacy_sse;
-pub mod listen;
-pub mod listener;
-pub mod modern;
-pub mod post_streams;
-pub mod resume;
-pub mod session;
-pub mod stdio;
-pub mod stream;
-pub mod throttle;
+pub(crate) mod authn;
+pub(crate) mod dispatch;
+pub(crate) mod http;
+pub(crate) mod legacy_sse;
+pub(crate) mod listen;
+pub(crate) mod listener;
+pub(crate) mod modern;
+pub(crate) mod post_streams;
+pub(crate) mod resume;
+pub(crate) mod session;
+pub(crate) mod stdio;
+pub(crate) mod stream;
+pub(crate) mod throttle;
 pub(crate) mod wire;
 
 use std::sync::Arc;
@@ -41,7 +41,7 @@ use crate::upstream::UpstreamState;
 use session::SessionTable;
 
 /// Everything a request handler needs, shared by all connections.
-pub struct AppState {
+pub(crate) struct AppState {
     pub router: Router,
     pub sessions: Arc<SessionTable>,
     pub http: HttpConfig,
@@ -69,13 +69,13 @@ pub struct AppState {
 
 impl AppState {
     /// The authenticator in force; none when authentication is off.
-    pub fn auth(&self) -> Option<Arc<crate::auth::Authenticator>> {
+    pub(crate) fn auth(&self) -> Option<Arc<crate::auth::Authenticator>> {
         self.auth.load_full()
     }
 
     /// Puts a reloaded config's `auth` and `rate_limit` in force: the next
     /// request of every client, session or not, is checked by them.
-    pub fn apply_edge(
+    pub(crate) fn apply_edge(
         &self,
         config: &crate::config::Config,
         shutdown: &tokio_util::sync::CancellationToken,
@@ -95,7 +95,7 @@ impl AppState {
     /// Takes one request from the caller's rate budget; the 429 when it
     /// has none left (counted by client).
     #[allow(clippy::result_large_err)]
-    pub fn admit_rate(
+    pub(crate) fn admit_rate(
         &self,
         identity: Option<&Arc<crate::auth::Identity>>,
         ip: Option<std::net::IpAddr>,
@@ -117,7 +117,7 @@ impl AppState {
     /// Rejects a browser `Origin` that is neither loopback nor configured (403),
     /// which stops DNS-rebinding pages from reaching a local gateway.
     #[allow(clippy::result_large_err)]
-    pub fn check_origin(&self, headers: &HeaderMap) -> Result<(), Response> {
+    pub(crate) fn check_origin(&self, headers: &HeaderMap) -> Result<(), Response> {
         self.check_host(headers)?;
         let Some(origin) = headers.get(header::ORIGIN) else {
             return Ok(());
@@ -199,7 +199,7 @@ fn is_loopback_origin(origin: &str) -> bool {
 }
 
 /// The axum application.
-pub fn app(state: Arc<AppState>) -> axum::Router {
+pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
     axum::Router::new()
         .route(
             "/mcp",

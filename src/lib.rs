@@ -41,6 +41,7 @@
 //! subscribers and their outboxes), `upstream` (one supervised actor per
 //! upstream server), `config`, `reload` and `protocol`.
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 pub(crate) mod auth;
 pub(crate) mod catalog;

@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 
 /// How a request ended, as a label value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Ok,
     Error,
     Cancelled,
@@ -69,7 +69,7 @@ struct NotificationLabels {
 
 /// Notification counts kept by every outbox, read at scrape time.
 #[derive(Debug, Default)]
-pub struct NotificationCounts {
+pub(crate) struct NotificationCounts {
     pub sent: AtomicU64,
     pub coalesced: AtomicU64,
     pub dropped: AtomicU64,
@@ -77,7 +77,7 @@ pub struct NotificationCounts {
 
 /// What the gateway looks like right now, for the state gauges and the
 /// counters kept elsewhere (which catch up at scrape).
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub upstreams: Vec<UpstreamSnapshot>,
     pub legacy_sessions: usize,
     pub listen_streams: usize,
@@ -92,7 +92,7 @@ pub struct Snapshot {
 }
 
 /// One upstream in a [`Snapshot`].
-pub struct UpstreamSnapshot {
+pub(crate) struct UpstreamSnapshot {
     pub name: String,
     /// Connected and answering.
     pub up: bool,
@@ -102,14 +102,14 @@ pub struct UpstreamSnapshot {
 }
 
 /// The HTTP listener in a [`Snapshot`].
-pub struct ConnectionSnapshot {
+pub(crate) struct ConnectionSnapshot {
     pub open: usize,
     /// Closed connections by reason: header_timeout, idle_timeout, evicted, refused.
     pub closed: [(&'static str, u64); 4],
 }
 
 /// The gateway's metrics registry.
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// Held by the scrape handler only; encoding needs `&Registry`.
     registry: Mutex<Registry>,
     operations: Family<OperationLabels, Histogram>,
@@ -141,7 +141,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let operations = Family::<OperationLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0005, 2.0, 16))
         });
@@ -240,7 +240,7 @@ impl Metrics {
 
     /// Counts a request refused for `reason` (`unauthenticated`,
     /// `rate_limit`, `policy`, ...).
-    pub fn denied(&self, client: &str, reason: &str) {
+    pub(crate) fn denied(&self, client: &str, reason: &str) {
         self.denials
             .get_or_create(&DenialLabels {
                 client: client.to_owned(),
@@ -250,7 +250,13 @@ impl Metrics {
     }
 
     /// Records one finished request.
-    pub fn observe(&self, method: &str, upstream: &str, outcome: Outcome, elapsed: Duration) {
+    pub(crate) fn observe(
+        &self,
+        method: &str,
+        upstream: &str,
+        outcome: Outcome,
+        elapsed: Duration,
+    ) {
         let labels = OperationLabels {
             mcp_method_name: method.to_owned(),
             upstream: upstream.to_owned(),
@@ -263,7 +269,7 @@ impl Metrics {
     }
 
     /// The text exposition, with state gauges read from `snapshot`.
-    pub fn render(&self, snapshot: &Snapshot, counts: &NotificationCounts) -> String {
+    pub(crate) fn render(&self, snapshot: &Snapshot, counts: &NotificationCounts) -> String {
         for upstream in &snapshot.upstreams {
             let labels = UpstreamLabels {
                 upstream: upstream.name.clone(),

@@ -13,7 +13,7 @@
 //! when its view of a kind changed, `resources/updated` for URIs it may
 //! read, log messages from upstreams it sees something of.
 
-pub mod outbox;
+pub(crate) mod outbox;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,17 +23,17 @@ use dashmap::DashMap;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-pub use outbox::Outbox;
+pub(crate) use outbox::Outbox;
 
 use crate::auth::Identity;
 use crate::catalog::ListKind;
 use crate::policy::{Seen, Views};
 use crate::upstream::{Interest, SubscriberId, SubscriptionTable, UpstreamEvents};
 
-pub use crate::protocol::LogLevel;
+pub(crate) use crate::protocol::LogLevel;
 
 /// One downstream receiver of notifications.
-pub struct Subscriber {
+pub(crate) struct Subscriber {
     pub id: SubscriberId,
     pub outbox: Outbox,
     /// The client's `logging/setLevel`; 0 until it sets one (no log messages).
@@ -50,7 +50,7 @@ pub struct Subscriber {
 
 /// Which `list_changed` notifications a subscriber asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListFilter {
+pub(crate) struct ListFilter {
     pub tools: bool,
     pub prompts: bool,
     pub resources: bool,
@@ -58,13 +58,13 @@ pub struct ListFilter {
 
 impl ListFilter {
     /// Every kind: what a legacy session receives.
-    pub const ALL: ListFilter = ListFilter {
+    pub(crate) const ALL: ListFilter = ListFilter {
         tools: true,
         prompts: true,
         resources: true,
     };
 
-    pub fn wants(&self, kind: ListKind) -> bool {
+    pub(crate) fn wants(&self, kind: ListKind) -> bool {
         match kind {
             ListKind::Tools => self.tools,
             ListKind::Prompts => self.prompts,
@@ -74,18 +74,18 @@ impl ListFilter {
 }
 
 impl Subscriber {
-    pub fn log_level(&self) -> Option<LogLevel> {
+    pub(crate) fn log_level(&self) -> Option<LogLevel> {
         LogLevel::from_u8(self.log_level.load(Ordering::Relaxed))
     }
 
     /// The authenticated client it belongs to, if any.
-    pub fn identity(&self) -> Option<&Arc<Identity>> {
+    pub(crate) fn identity(&self) -> Option<&Arc<Identity>> {
         self.identity.get()
     }
 }
 
 /// Routes upstream notifications to subscribers.
-pub struct NotifyHub {
+pub(crate) struct NotifyHub {
     subscribers: DashMap<SubscriberId, Arc<Subscriber>>,
     /// Notification counts of every outbox, for `/metrics`.
     counts: Arc<crate::metrics::NotificationCounts>,
@@ -133,21 +133,21 @@ impl NotifyHub {
         self.views.as_ref()
     }
 
-    pub fn subscriptions(&self) -> &SubscriptionTable {
+    pub(crate) fn subscriptions(&self) -> &SubscriptionTable {
         self.interest.table()
     }
 
-    pub fn subscriber_count(&self) -> usize {
+    pub(crate) fn subscriber_count(&self) -> usize {
         self.subscribers.len()
     }
 
     /// A new subscriber with an empty outbox that wants every list kind.
-    pub fn register(&self) -> Arc<Subscriber> {
+    pub(crate) fn register(&self) -> Arc<Subscriber> {
         self.register_as(None)
     }
 
     /// A new subscriber of `identity` (a session) that wants every list kind.
-    pub fn register_as(&self, identity: Option<Arc<Identity>>) -> Arc<Subscriber> {
+    pub(crate) fn register_as(&self, identity: Option<Arc<Identity>>) -> Arc<Subscriber> {
         let subscriber = self.insert(
             Outbox::new(self.counts.clone(), None),
             ListFilter::ALL,
@@ -161,7 +161,7 @@ impl NotifyHub {
 
     /// A new modern listen stream of `identity`: only the kinds in `wants`,
     /// every notification tagged with `_meta` `tag`.
-    pub fn register_listener(
+    pub(crate) fn register_listener(
         &self,
         wants: ListFilter,
         tag: String,
@@ -192,7 +192,7 @@ impl NotifyHub {
 
     /// A modern request's log tap: `upstream`'s log messages at `level` or
     /// above, for as long as the request runs. Unregister it when done.
-    pub fn register_log_tap(&self, upstream: Arc<str>, level: LogLevel) -> Arc<Subscriber> {
+    pub(crate) fn register_log_tap(&self, upstream: Arc<str>, level: LogLevel) -> Arc<Subscriber> {
         let none = ListFilter {
             tools: false,
             prompts: false,
@@ -224,7 +224,7 @@ impl NotifyHub {
 
     /// Removes a subscriber and everything it held: its URIs (unsubscribing
     /// upstream where it was the last) and its log level.
-    pub fn unregister(&self, id: SubscriberId) {
+    pub(crate) fn unregister(&self, id: SubscriberId) {
         let removed = self.subscribers.remove(&id).map(|(_, s)| s);
         if removed.as_ref().is_some_and(|s| s.outbox.is_tagged()) {
             self.listeners.fetch_sub(1, Ordering::Relaxed);
@@ -238,7 +238,7 @@ impl NotifyHub {
 
     /// Every subscriber learns that these lists changed (a subscriber of
     /// an identity: when its view of them changed).
-    pub fn lists_changed(&self, kinds: &[ListKind]) {
+    pub(crate) fn lists_changed(&self, kinds: &[ListKind]) {
         if kinds.is_empty() {
             return;
         }
@@ -289,7 +289,7 @@ impl NotifyHub {
     }
 
     /// An upstream resource changed: tell exactly its subscribers.
-    pub fn resource_updated(&self, upstream: &str, original_uri: &str) {
+    pub(crate) fn resource_updated(&self, upstream: &str, original_uri: &str) {
         let uri = self.interest.exposed_uri(upstream, original_uri);
         for id in self.interest.table().subscribers(&uri) {
             if let Some(subscriber) = self.subscribers.get(&id)
@@ -302,7 +302,7 @@ impl NotifyHub {
 
     /// An upstream log message: forwarded to subscribers whose level admits
     /// it, with the logger name prefixed by the upstream's.
-    pub fn log_message(&self, upstream: &str, params: Option<&RawValue>) {
+    pub(crate) fn log_message(&self, upstream: &str, params: Option<&RawValue>) {
         let Some(mut params) =
             params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
         else {
@@ -345,28 +345,28 @@ impl NotifyHub {
     }
 
     /// Records a subscriber's `logging/setLevel` and updates upstreams.
-    pub fn set_log_level(&self, subscriber: &Subscriber, level: LogLevel) {
+    pub(crate) fn set_log_level(&self, subscriber: &Subscriber, level: LogLevel) {
         subscriber.log_level.store(level as u8, Ordering::Relaxed);
         self.interest.want_level(|| self.wanted_level());
     }
 
     /// The most verbose level any subscriber wants.
-    pub fn wanted_level(&self) -> Option<LogLevel> {
+    pub(crate) fn wanted_level(&self) -> Option<LogLevel> {
         self.subscribers.iter().filter_map(|s| s.log_level()).min()
     }
 
     /// Notification counts, for `/metrics`.
-    pub fn counts(&self) -> &crate::metrics::NotificationCounts {
+    pub(crate) fn counts(&self) -> &crate::metrics::NotificationCounts {
         &self.counts
     }
 
     /// Open modern listen streams.
-    pub fn listener_count(&self) -> usize {
+    pub(crate) fn listener_count(&self) -> usize {
         self.listeners.load(Ordering::Relaxed)
     }
 
     /// Backlog sizes per subscriber, for tests and metrics.
-    pub fn backlogs(&self) -> HashMap<SubscriberId, outbox::Backlog> {
+    pub(crate) fn backlogs(&self) -> HashMap<SubscriberId, outbox::Backlog> {
         self.subscribers
             .iter()
             .map(|s| (s.id, s.outbox.backlog()))

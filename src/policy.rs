@@ -311,13 +311,13 @@ impl ListView {
 
 /// The current policy (none: everything is visible to everyone) and the
 /// catalog it filters. Shared by the router and the notify hub.
-pub struct Views {
+pub(crate) struct Views {
     catalog: Arc<CatalogStore>,
     policy: ArcSwapOption<Policy>,
 }
 
 impl Views {
-    pub fn new(catalog: Arc<CatalogStore>, config: Option<&PolicyConfig>) -> Views {
+    pub(crate) fn new(catalog: Arc<CatalogStore>, config: Option<&PolicyConfig>) -> Views {
         Views {
             catalog,
             policy: ArcSwapOption::new(config.map(|c| Arc::new(Policy::new(c)))),

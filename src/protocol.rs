@@ -14,20 +14,22 @@ use serde_json::value::RawValue;
 
 /// Legacy-era versions the gateway serves downstream, newest first
 /// (2024-11-05 for hosts on the HTTP+SSE transport).
-pub const DOWNSTREAM_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+pub(crate) const DOWNSTREAM_VERSIONS: &[&str] =
+    &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// Legacy-era versions the gateway accepts from an upstream's `initialize`.
-pub const UPSTREAM_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+pub(crate) const UPSTREAM_VERSIONS: &[&str] =
+    &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// The version the gateway asks upstreams for, and offers clients that ask for
 /// one it does not support.
-pub const LATEST_VERSION: &str = "2025-11-25";
+pub(crate) const LATEST_VERSION: &str = "2025-11-25";
 
 /// The stateless (modern) protocol revision the gateway serves.
-pub const MODERN_VERSION: &str = "2026-07-28";
+pub(crate) const MODERN_VERSION: &str = "2026-07-28";
 
 /// Every version the gateway serves downstream, newest first.
-pub const ALL_VERSIONS: &[&str] = &[
+pub(crate) const ALL_VERSIONS: &[&str] = &[
     "2026-07-28",
     "2025-11-25",
     "2025-06-18",
@@ -36,43 +38,43 @@ pub const ALL_VERSIONS: &[&str] = &[
 ];
 
 /// `_meta` keys of the modern era.
-pub mod meta {
-    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
-    pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+pub(crate) mod meta {
+    pub(crate) const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    pub(crate) const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    pub(crate) const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    pub(crate) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    pub(crate) const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+    pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 }
 
 /// Standard JSON-RPC and MCP error codes the gateway produces itself.
-pub mod code {
-    pub const PARSE_ERROR: i64 = -32700;
-    pub const INVALID_REQUEST: i64 = -32600;
-    pub const METHOD_NOT_FOUND: i64 = -32601;
-    pub const INVALID_PARAMS: i64 = -32602;
-    pub const INTERNAL_ERROR: i64 = -32603;
+pub(crate) mod code {
+    pub(crate) const PARSE_ERROR: i64 = -32700;
+    pub(crate) const INVALID_REQUEST: i64 = -32600;
+    pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
+    pub(crate) const INVALID_PARAMS: i64 = -32602;
+    pub(crate) const INTERNAL_ERROR: i64 = -32603;
     /// MCP: the requested resource does not exist (2025 era).
-    pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    pub(crate) const RESOURCE_NOT_FOUND: i64 = -32002;
     /// MCP 2026-07-28: an HTTP header does not match the body.
-    pub const HEADER_MISMATCH: i64 = -32020;
+    pub(crate) const HEADER_MISMATCH: i64 = -32020;
     /// MCP 2026-07-28: the request needs a capability the client did not declare.
-    pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+    pub(crate) const MISSING_CLIENT_CAPABILITY: i64 = -32021;
     /// MCP 2026-07-28: the requested protocol version is not supported.
-    pub const UNSUPPORTED_VERSION: i64 = -32022;
+    pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
     /// The request was cancelled by the client before an answer arrived.
-    pub const REQUEST_CANCELLED: i64 = -32800;
+    pub(crate) const REQUEST_CANCELLED: i64 = -32800;
     /// mcpmux: the upstream that owns the item is not connected.
-    pub const UPSTREAM_UNAVAILABLE: i64 = -32050;
+    pub(crate) const UPSTREAM_UNAVAILABLE: i64 = -32050;
     /// mcpmux: the upstream did not answer within its configured timeout.
-    pub const UPSTREAM_TIMEOUT: i64 = -32051;
+    pub(crate) const UPSTREAM_TIMEOUT: i64 = -32051;
     /// mcpmux: the upstream answered with something that is not valid MCP.
-    pub const UPSTREAM_PROTOCOL: i64 = -32052;
+    pub(crate) const UPSTREAM_PROTOCOL: i64 = -32052;
 }
 
 /// The two wire eras of MCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Era {
+pub(crate) enum Era {
     /// `initialize`, sessions, server-to-client requests (2024-11-05 to 2025-11-25).
     Legacy,
     /// Stateless, per-request `_meta` (2026-07-28).
@@ -80,18 +82,18 @@ pub enum Era {
 }
 
 /// Whether `version` is one the gateway serves to downstream clients.
-pub fn is_supported_downstream(version: &str) -> bool {
+pub(crate) fn is_supported_downstream(version: &str) -> bool {
     DOWNSTREAM_VERSIONS.contains(&version)
 }
 
 /// Deepest nesting of arrays and objects accepted in a client's message.
 /// Deeper messages are refused before they reach any upstream (some
 /// servers drop them silently, leaving the client waiting).
-pub const MAX_NESTING: usize = 128;
+pub(crate) const MAX_NESTING: usize = 128;
 
 /// Whether JSON `text` nests arrays and objects deeper than `max`. One pass
 /// over the bytes, aware of strings and escapes; it does not validate.
-pub fn nesting_exceeds(text: &str, max: usize) -> bool {
+pub(crate) fn nesting_exceeds(text: &str, max: usize) -> bool {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
@@ -121,7 +123,7 @@ pub fn nesting_exceeds(text: &str, max: usize) -> bool {
 }
 
 /// The error for a message [`nesting_exceeds`] refuses.
-pub fn too_deep() -> RpcError {
+pub(crate) fn too_deep() -> RpcError {
     RpcError::new(
         code::INVALID_REQUEST,
         format!("the message nests JSON arrays and objects deeper than {MAX_NESTING} levels"),
@@ -130,7 +132,7 @@ pub fn too_deep() -> RpcError {
 
 /// The envelope of one JSON-RPC message, with every body left raw.
 #[derive(Debug, Deserialize)]
-pub struct Envelope<'a> {
+pub(crate) struct Envelope<'a> {
     #[serde(borrow, default)]
     pub jsonrpc: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "raw_including_null")]
@@ -156,7 +158,7 @@ where
 
 /// What kind of message an [`Envelope`] holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MessageKind {
+pub(crate) enum MessageKind {
     Request,
     Notification,
     Response,
@@ -165,7 +167,7 @@ pub enum MessageKind {
 /// Why an envelope is not a valid JSON-RPC 2.0 message.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum EnvelopeError {
+pub(crate) enum EnvelopeError {
     #[error("the \"jsonrpc\" member must be exactly \"2.0\"")]
     Version,
     #[error("a request id must be a string or a number")]
@@ -176,7 +178,7 @@ pub enum EnvelopeError {
 
 impl<'a> Envelope<'a> {
     /// Parses one message's envelope; the bodies stay borrowed from `text`.
-    pub fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
+    pub(crate) fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
         let envelope = serde_json::from_str(text)?;
         // serde also reads a struct from an array, member by member.
         if text
@@ -192,7 +194,7 @@ impl<'a> Envelope<'a> {
     }
 
     /// Checks the JSON-RPC 2.0 rules and says what kind of message this is.
-    pub fn kind(&self) -> Result<MessageKind, EnvelopeError> {
+    pub(crate) fn kind(&self) -> Result<MessageKind, EnvelopeError> {
         if self.jsonrpc.as_deref() != Some("2.0") {
             return Err(EnvelopeError::Version);
         }
@@ -218,14 +220,14 @@ impl<'a> Envelope<'a> {
 
 /// A JSON-RPC error object the gateway builds itself.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RpcError {
+pub(crate) struct RpcError {
     pub code: i64,
     pub message: String,
     pub data: Option<serde_json::Value>,
 }
 
 impl RpcError {
-    pub fn new(code: i64, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: i64, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -233,13 +235,13 @@ impl RpcError {
         }
     }
 
-    pub fn with_data(mut self, data: serde_json::Value) -> Self {
+    pub(crate) fn with_data(mut self, data: serde_json::Value) -> Self {
         self.data = Some(data);
         self
     }
 
     /// The error object as JSON text.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let mut object = serde_json::json!({ "code": self.code, "message": self.message });
         if let Some(data) = &self.data {
             object["data"] = data.clone();
@@ -249,7 +251,7 @@ impl RpcError {
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"result":RESULT}`
-pub fn response_frame(id: &str, result: &str) -> String {
+pub(crate) fn response_frame(id: &str, result: &str) -> String {
     let mut out = String::with_capacity(40 + id.len() + result.len());
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
     out.push_str(id);
@@ -260,7 +262,7 @@ pub fn response_frame(id: &str, result: &str) -> String {
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"error":ERROR}` where `error` is already JSON.
-pub fn error_frame_raw(id: &str, error: &str) -> String {
+pub(crate) fn error_frame_raw(id: &str, error: &str) -> String {
     let mut out = String::with_capacity(40 + id.len() + error.len());
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
     out.push_str(id);
@@ -271,12 +273,12 @@ pub fn error_frame_raw(id: &str, error: &str) -> String {
 }
 
 /// An error response built from an [`RpcError`]; `id` is `null` when unknown.
-pub fn error_frame(id: Option<&str>, error: &RpcError) -> String {
+pub(crate) fn error_frame(id: Option<&str>, error: &RpcError) -> String {
     error_frame_raw(id.unwrap_or("null"), &error.to_json())
 }
 
 /// `{"jsonrpc":"2.0","id":N,"method":M,"params":P}` with a numeric id.
-pub fn request_frame(id: u64, method: &str, params: Option<&str>) -> String {
+pub(crate) fn request_frame(id: u64, method: &str, params: Option<&str>) -> String {
     let mut out = String::with_capacity(64 + params.map_or(0, str::len));
     let _ = write!(out, r#"{{"jsonrpc":"2.0","id":{id},"method":"#);
     push_json_string(&mut out, method);
@@ -289,7 +291,7 @@ pub fn request_frame(id: u64, method: &str, params: Option<&str>) -> String {
 }
 
 /// `{"jsonrpc":"2.0","method":M,"params":P}`
-pub fn notification_frame(method: &str, params: Option<&str>) -> String {
+pub(crate) fn notification_frame(method: &str, params: Option<&str>) -> String {
     let mut out = String::with_capacity(48 + params.map_or(0, str::len));
     out.push_str(r#"{"jsonrpc":"2.0","method":"#);
     push_json_string(&mut out, method);
@@ -302,19 +304,19 @@ pub fn notification_frame(method: &str, params: Option<&str>) -> String {
 }
 
 /// Appends `s` as a JSON string literal.
-pub fn push_json_string(out: &mut String, s: &str) {
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
     // serde_json's escaping cannot fail for a &str.
     out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
 
 /// MCP method names the gateway treats specially.
-pub mod method;
+pub(crate) mod method;
 
-pub use method::Method;
+pub(crate) use method::Method;
 
 /// MCP log levels, least to most severe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
+pub(crate) enum LogLevel {
     Debug = 1,
     Info,
     Notice,
@@ -337,11 +339,11 @@ impl LogLevel {
         Self::Emergency,
     ];
 
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|l| l.as_str() == s)
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Debug => "debug",
             Self::Info => "info",
@@ -355,7 +357,7 @@ impl LogLevel {
     }
 
     /// The level stored as `level as u8` (0: none).
-    pub fn from_u8(v: u8) -> Option<Self> {
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
         Self::ALL.into_iter().find(|l| *l as u8 == v)
     }
 }

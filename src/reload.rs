@@ -28,7 +28,7 @@ use crate::notify::NotifyHub;
 use crate::upstream::{self, Interest, UpstreamSet};
 
 /// How often the watcher looks at the config file.
-pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(2);
 
 /// What a reload changed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -62,7 +62,7 @@ struct Running {
 
 /// Owns the upstream supervisors so they can be added, removed and
 /// restarted one by one.
-pub struct UpstreamManager {
+pub(crate) struct UpstreamManager {
     catalog: Arc<CatalogStore>,
     set: Arc<UpstreamSet>,
     hub: Arc<NotifyHub>,
@@ -77,7 +77,7 @@ pub struct UpstreamManager {
 }
 
 impl UpstreamManager {
-    pub fn new(
+    pub(crate) fn new(
         catalog: Arc<CatalogStore>,
         set: Arc<UpstreamSet>,
         hub: Arc<NotifyHub>,
@@ -128,7 +128,7 @@ impl UpstreamManager {
     }
 
     /// Starts every upstream of the initial config (before any reload).
-    pub fn start_all(&self, configs: &[UpstreamConfig]) {
+    pub(crate) fn start_all(&self, configs: &[UpstreamConfig]) {
         let Ok(mut running) = self.running.try_lock() else {
             tracing::error!("upstreams started twice; ignored");
             return;
@@ -139,7 +139,7 @@ impl UpstreamManager {
     }
 
     /// Applies a new upstream list as a diff.
-    pub async fn apply(&self, configs: &[UpstreamConfig]) -> Diff {
+    pub(crate) async fn apply(&self, configs: &[UpstreamConfig]) -> Diff {
         let mut running = self.running.lock().await;
         let mut diff = Diff::default();
         let mut stopping = Vec::new();
@@ -230,7 +230,7 @@ fn needs_restart(old: &UpstreamConfig, new: &UpstreamConfig) -> bool {
 
 /// Reloads `path` when its content changes or on SIGHUP, until `stop`.
 /// `current` is the config the gateway runs; reloads replace it.
-pub async fn watch(
+pub(crate) async fn watch(
     path: PathBuf,
     manager: Arc<UpstreamManager>,
     edge: Arc<crate::downstream::AppState>,

@@ -9,7 +9,7 @@
 //! upstream that owns the request.
 
 mod forward;
-pub mod rewrite;
+pub(crate) mod rewrite;
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-pub use forward::InflightCall;
+pub(crate) use forward::InflightCall;
 
 use crate::auth::Identity;
 use crate::catalog::{CatalogStore, CursorError, ListKind};
@@ -30,7 +30,7 @@ use crate::upstream::{UpstreamError, UpstreamSet};
 use rewrite::{Params, json_string};
 
 /// The answer to one request.
-pub enum Reply {
+pub(crate) enum Reply {
     /// A complete JSON-RPC response frame.
     Ready(String),
     /// Frames of a forwarded call that streams progress: notifications
@@ -39,7 +39,7 @@ pub enum Reply {
 }
 
 /// Who sent a request and what the router may do for them.
-pub struct RequestContext {
+pub(crate) struct RequestContext {
     /// The session's calls in flight, by the client's request id.
     pub inflight: Arc<InflightCalls>,
     /// Where the session's notifications and subscriptions are kept; none
@@ -79,7 +79,7 @@ pub(crate) enum Admitted {
 /// a std mutex (held for one lookup, never across an await) costs a few
 /// dozen bytes where a sharded map would cost a kilobyte per session.
 #[derive(Default)]
-pub struct InflightCalls {
+pub(crate) struct InflightCalls {
     calls: std::sync::Mutex<std::collections::HashMap<Box<str>, InflightCall>>,
 }
 
@@ -88,12 +88,12 @@ impl InflightCalls {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
 
     /// Cancels every call upstream (the session ended); returns how many.
-    pub fn cancel_all(&self, reason: &str) -> usize {
+    pub(crate) fn cancel_all(&self, reason: &str) -> usize {
         let calls: Vec<InflightCall> = self.lock().drain().map(|(_, call)| call).collect();
         calls
             .iter()
@@ -139,7 +139,7 @@ impl InflightCalls {
 
 /// Where a router error came from, for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// The client sent something wrong.
     Downstream,
     /// An upstream failed or refused.
@@ -149,7 +149,7 @@ pub enum Fault {
 /// Why the router could not answer a request.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum RouteError {
+pub(crate) enum RouteError {
     #[error("method not found: {0}")]
     MethodNotFound(String),
     #[error("invalid params: {0}")]
@@ -175,7 +175,7 @@ pub enum RouteError {
 
 impl RouteError {
     /// The metrics outcome of a failed request.
-    pub fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Outcome {
         match self {
             Self::Cancelled | Self::Upstream(UpstreamError::Cancelled { .. }) => Outcome::Cancelled,
             Self::Upstream(UpstreamError::Timeout { .. }) => Outcome::Timeout,
@@ -189,7 +189,7 @@ impl RouteError {
     /// The one mapping from gateway errors to JSON-RPC errors. The era
     /// matters once: a missing resource is -32002 before 2026-07-28 and
     /// -32602 from it on.
-    pub fn to_rpc(&self, era: Era) -> (Fault, RpcError) {
+    pub(crate) fn to_rpc(&self, era: Era) -> (Fault, RpcError) {
         let message = self.to_string();
         match self {
             Self::MethodNotFound(_) => (
@@ -248,7 +248,7 @@ impl RouteError {
     /// The error response frame for request `id`. An upstream's own
     /// JSON-RPC error is passed through unchanged, except that a modern
     /// client gets -32602 where a legacy upstream said -32002.
-    pub fn to_frame(&self, id: &str, era: Era) -> String {
+    pub(crate) fn to_frame(&self, id: &str, era: Era) -> String {
         if let Self::Upstream(UpstreamError::Rpc { error, .. }) = self {
             if era == Era::Modern
                 && let Ok(mut object) =
@@ -265,7 +265,7 @@ impl RouteError {
 }
 
 /// What the gateway offers clients of either era.
-pub fn capabilities() -> Value {
+pub(crate) fn capabilities() -> Value {
     json!({
         "tools": { "listChanged": true },
         "prompts": { "listChanged": true },
@@ -278,7 +278,7 @@ pub fn capabilities() -> Value {
 /// How long a modern client may cache a merged list page. The gateway
 /// announces every change with `list_changed`, so the TTL only bounds how
 /// stale a client without a listen stream can be.
-pub const LIST_TTL_MS: u64 = 60_000;
+pub(crate) const LIST_TTL_MS: u64 = 60_000;
 
 /// The caller's subscriber, which only session-based requests have.
 fn subscriber(ctx: &RequestContext) -> Result<&Arc<Subscriber>, RouteError> {
@@ -288,7 +288,7 @@ fn subscriber(ctx: &RequestContext) -> Result<&Arc<Subscriber>, RouteError> {
 }
 
 /// Answers requests from the merged catalog and the upstream set.
-pub struct Router {
+pub(crate) struct Router {
     catalog: Arc<CatalogStore>,
     upstreams: Arc<UpstreamSet>,
     hub: Arc<NotifyHub>,
@@ -299,7 +299,7 @@ pub struct Router {
 }
 
 impl Router {
-    pub fn new(
+    pub(crate) fn new(
         catalog: Arc<CatalogStore>,
         upstreams: Arc<UpstreamSet>,
         hub: Arc<NotifyHub>,
@@ -322,24 +322,24 @@ impl Router {
         self
     }
 
-    pub fn metrics(&self) -> &Arc<Metrics> {
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
 
-    pub fn hub(&self) -> &Arc<NotifyHub> {
+    pub(crate) fn hub(&self) -> &Arc<NotifyHub> {
         &self.hub
     }
 
-    pub fn catalog(&self) -> &Arc<CatalogStore> {
+    pub(crate) fn catalog(&self) -> &Arc<CatalogStore> {
         &self.catalog
     }
 
-    pub fn upstreams(&self) -> &Arc<UpstreamSet> {
+    pub(crate) fn upstreams(&self) -> &Arc<UpstreamSet> {
         &self.upstreams
     }
 
     /// The `initialize` result for a client that agreed on `version`.
-    pub fn initialize_result(&self, version: &str, identity: Option<&Identity>) -> String {
+    pub(crate) fn initialize_result(&self, version: &str, identity: Option<&Identity>) -> String {
         let mut result = json!({
             "protocolVersion": version,
             "capabilities": capabilities(),
@@ -374,14 +374,14 @@ impl Router {
 
     /// Whether `identity` may see and use the tool, prompt or URI `key`.
     /// A hidden one is answered exactly like an unknown one.
-    pub fn allows(&self, identity: Option<&Identity>, key: &str) -> bool {
+    pub(crate) fn allows(&self, identity: Option<&Identity>, key: &str) -> bool {
         self.hub
             .views()
             .is_none_or(|views| views.allows(identity, key))
     }
 
     /// Answers one request. `id` is the raw JSON of the client's request id.
-    pub async fn request(
+    pub(crate) async fn request(
         &self,
         ctx: &RequestContext,
         id: &RawValue,
@@ -465,7 +465,12 @@ impl Router {
     }
 
     /// Handles a client notification.
-    pub fn notification(&self, ctx: &RequestContext, method: &str, params: Option<&RawValue>) {
+    pub(crate) fn notification(
+        &self,
+        ctx: &RequestContext,
+        method: &str,
+        params: Option<&RawValue>,
+    ) {
         if Method::from_name(method) == Method::Cancelled {
             forward::cancel(ctx, params);
         }

@@ -9,7 +9,7 @@
 
 /// One dispatched event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SseEvent {
+pub(crate) struct SseEvent {
     /// The `event:` field; `None` means the default type, "message".
     pub event: Option<String>,
     pub data: String,
@@ -20,16 +20,16 @@ pub struct SseEvent {
 }
 
 /// A line longer than this is a protocol error.
-pub const MAX_LINE: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_LINE: usize = 16 * 1024 * 1024;
 
 /// The stream broke the format.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("event stream line longer than {MAX_LINE} bytes")]
-pub struct LineTooLong;
+pub(crate) struct LineTooLong;
 
 /// Parser state between chunks.
 #[derive(Debug, Default)]
-pub struct SseParser {
+pub(crate) struct SseParser {
     line: Vec<u8>,
     data: Vec<String>,
     event: Option<String>,
@@ -41,7 +41,7 @@ pub struct SseParser {
 
 impl SseParser {
     /// Feeds bytes; returns the events they complete.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<SseEvent>, LineTooLong> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<Vec<SseEvent>, LineTooLong> {
         let mut events = Vec::new();
         for &byte in chunk {
             if self.after_cr {

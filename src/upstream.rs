@@ -9,18 +9,18 @@
 //! in-flight request, withdraws the upstream's items, and restarts it with
 //! exponential backoff and jitter. Shutdown never triggers a restart.
 
-pub mod connection;
+pub(crate) mod connection;
 mod events;
-pub mod handshake;
-pub mod http;
+pub(crate) mod handshake;
+pub(crate) mod http;
 mod interest;
 mod legacy_sse;
-pub mod link;
+pub(crate) mod link;
 mod listen;
 mod message;
-pub mod noise;
+pub(crate) mod noise;
 mod remote;
-pub mod stdio;
+pub(crate) mod stdio;
 mod subscriptions;
 
 use std::collections::HashMap;
@@ -35,13 +35,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub(crate) use connection::Request;
-pub use connection::{Answer, Connection, ListsChanged, ProgressRoute};
-pub use events::UpstreamEvents;
-pub use handshake::ServerHello;
-pub use interest::Interest;
+pub(crate) use connection::{Answer, Connection, ListsChanged, ProgressRoute};
+pub(crate) use events::UpstreamEvents;
+pub(crate) use handshake::ServerHello;
+pub(crate) use interest::Interest;
 pub(crate) use interest::Subscribed;
 pub(crate) use message::Origin;
-pub use subscriptions::{SubscriberId, SubscriptionTable};
+pub(crate) use subscriptions::{SubscriberId, SubscriptionTable};
 
 use crate::catalog::{CatalogStore, ListKind, UpstreamView};
 use crate::config::{EraChoice, UpstreamConfig};
@@ -64,7 +64,7 @@ const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why a request to an upstream failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
-pub enum UpstreamError {
+pub(crate) enum UpstreamError {
     #[error("upstream '{upstream}' is unavailable: {reason}")]
     Unavailable { upstream: String, reason: String },
     #[error("upstream '{upstream}' did not answer within {}", humantime::format_duration(*.timeout))]
@@ -89,7 +89,7 @@ pub enum UpstreamError {
 impl UpstreamError {
     /// What went wrong, without the upstream's name (for a state's reason,
     /// which is shown next to the name already).
-    pub fn cause(&self) -> String {
+    pub(crate) fn cause(&self) -> String {
         match self {
             Self::Unavailable { reason, .. } => reason.clone(),
             Self::Timeout { timeout, .. } => {
@@ -106,7 +106,7 @@ impl UpstreamError {
 /// Why a transport could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum LinkError {
+pub(crate) enum LinkError {
     #[error("could not start {command:?}: {source}")]
     Spawn {
         command: String,
@@ -177,7 +177,7 @@ impl UpstreamState {
 
 /// A cheap, cloneable reference to one upstream's actor.
 #[derive(Clone)]
-pub struct UpstreamHandle {
+pub(crate) struct UpstreamHandle {
     shared: Arc<Shared>,
 }
 
@@ -223,17 +223,17 @@ struct Shared {
 }
 
 impl UpstreamHandle {
-    pub fn name(&self) -> &Arc<str> {
+    pub(crate) fn name(&self) -> &Arc<str> {
         &self.shared.name
     }
 
     /// The per-request deadline from config.
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         self.shared.timeout
     }
 
     /// The live connection, or why there is none.
-    pub fn connection(&self) -> Result<Arc<Connection>, UpstreamError> {
+    pub(crate) fn connection(&self) -> Result<Arc<Connection>, UpstreamError> {
         self.shared
             .conn
             .load_full()
@@ -241,7 +241,7 @@ impl UpstreamHandle {
     }
 
     /// The error for a call the upstream cannot take now, naming its state.
-    pub fn unavailable(&self) -> UpstreamError {
+    pub(crate) fn unavailable(&self) -> UpstreamError {
         UpstreamError::Unavailable {
             upstream: self.shared.name.to_string(),
             reason: format!("it is {}", self.shared.state.borrow().describe()),
@@ -251,7 +251,7 @@ impl UpstreamHandle {
     /// Waits (at most the configured `start_wait`) while the upstream is
     /// starting; true once it is up. Used for names whose items are not in
     /// the catalog because their upstream is not up yet.
-    pub async fn wait_started(&self) -> bool {
+    pub(crate) async fn wait_started(&self) -> bool {
         let mut state = self.watch_state();
         let up = state.wait_for(|s| !matches!(s, UpstreamState::Starting));
         match tokio::time::timeout(self.shared.start_wait, up).await {
@@ -265,7 +265,7 @@ impl UpstreamHandle {
 
     /// Records how a call ended: a run of timeouts makes the supervisor
     /// ping at once; any answer ends the run.
-    pub fn note_call(&self, timed_out: bool) {
+    pub(crate) fn note_call(&self, timed_out: bool) {
         if !timed_out {
             self.shared.call_timeouts.store(0, Ordering::Relaxed);
             return;
@@ -281,7 +281,7 @@ impl UpstreamHandle {
     /// reconnect attempt is made at once and awaited (until `deadline`), so
     /// the first call after an outage succeeds once the server is back and
     /// fails fast while it is not.
-    pub async fn connection_on_demand(
+    pub(crate) async fn connection_on_demand(
         &self,
         deadline: tokio::time::Instant,
     ) -> Result<Arc<Connection>, UpstreamError> {
@@ -322,7 +322,7 @@ impl UpstreamHandle {
     /// Waits (until `deadline`) for a ready connection other than `failed`,
     /// whose session the server forgot: the state may still say ready for
     /// a moment after the old connection failed.
-    pub async fn reconnected(
+    pub(crate) async fn reconnected(
         &self,
         failed: &Connection,
         deadline: tokio::time::Instant,
@@ -353,26 +353,26 @@ impl UpstreamHandle {
     }
 
     /// What the upstream declared in its last handshake.
-    pub fn hello(&self) -> Option<Arc<ServerHello>> {
+    pub(crate) fn hello(&self) -> Option<Arc<ServerHello>> {
         self.shared.hello.load_full()
     }
 
-    pub fn state(&self) -> UpstreamState {
+    pub(crate) fn state(&self) -> UpstreamState {
         self.shared.state.borrow().clone()
     }
 
     /// A receiver that sees every state change.
-    pub fn watch_state(&self) -> watch::Receiver<UpstreamState> {
+    pub(crate) fn watch_state(&self) -> watch::Receiver<UpstreamState> {
         self.shared.state.subscribe()
     }
 
     /// How many times the upstream has been restarted.
-    pub fn restarts(&self) -> u64 {
+    pub(crate) fn restarts(&self) -> u64 {
         self.shared.restarts.load(Ordering::Relaxed)
     }
 
     /// The process id of a stdio upstream's current child.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         match self.shared.pid.load(Ordering::Relaxed) {
             0 => None,
             pid => Some(pid),
@@ -380,13 +380,13 @@ impl UpstreamHandle {
     }
 
     /// Tells a modern upstream's supervisor that the URIs to watch changed.
-    pub fn watch_set_changed(&self) {
+    pub(crate) fn watch_set_changed(&self) {
         self.shared.listen_changed.notify_one();
     }
 
     /// Like [`Self::watch_set_changed`], and waits (at most `timeout`) until
     /// the upstream has acknowledged a listen stream that includes the change.
-    pub async fn watch_set_changed_and_applied(&self, timeout: Duration) {
+    pub(crate) async fn watch_set_changed_and_applied(&self, timeout: Duration) {
         let mut generation = self.shared.listen_generation.subscribe();
         let before = *generation.borrow_and_update();
         self.watch_set_changed();
@@ -397,32 +397,32 @@ impl UpstreamHandle {
     }
 
     /// Whether `/readyz` waits for it.
-    pub fn required(&self) -> bool {
+    pub(crate) fn required(&self) -> bool {
         self.shared.required
     }
 
     /// How it is reached: stdio, http, streamable-http or sse.
-    pub fn transport(&self) -> &'static str {
+    pub(crate) fn transport(&self) -> &'static str {
         self.shared.transport
     }
 
     /// Tools, prompts, resources and templates it contributes.
-    pub fn item_counts(&self) -> [usize; 4] {
+    pub(crate) fn item_counts(&self) -> [usize; 4] {
         std::array::from_fn(|i| self.shared.counts[i].load(Ordering::Relaxed))
     }
 
     /// Whether its resource URIs are exposed as `{upstream}+{uri}`.
-    pub fn namespaces_uris(&self) -> bool {
+    pub(crate) fn namespaces_uris(&self) -> bool {
         self.shared.namespace_uris
     }
 
     /// Lines of stderr or stray stdout dropped by the log rate limit.
-    pub fn suppressed_lines(&self) -> u64 {
+    pub(crate) fn suppressed_lines(&self) -> u64 {
         self.shared.noise.suppressed()
     }
 
     /// Whether the upstream speaks the modern era (as of its last handshake).
-    pub fn is_modern(&self) -> bool {
+    pub(crate) fn is_modern(&self) -> bool {
         self.hello().is_some_and(|h| h.modern)
     }
 
@@ -433,13 +433,13 @@ impl UpstreamHandle {
 
 /// The configured upstreams by name. Swapped whole when the set changes.
 #[derive(Default)]
-pub struct UpstreamSet {
+pub(crate) struct UpstreamSet {
     by_name: ArcSwap<HashMap<Arc<str>, UpstreamHandle>>,
 }
 
 impl UpstreamSet {
     /// Removes an upstream (a reload dropped it).
-    pub fn remove(&self, name: &str) {
+    pub(crate) fn remove(&self, name: &str) {
         self.by_name.rcu(|map| {
             let mut map = HashMap::clone(map);
             map.remove(name);
@@ -448,7 +448,7 @@ impl UpstreamSet {
     }
 
     /// Adds (or replaces) an upstream.
-    pub fn insert(&self, handle: UpstreamHandle) {
+    pub(crate) fn insert(&self, handle: UpstreamHandle) {
         self.by_name.rcu(|map| {
             let mut map = HashMap::clone(map);
             map.insert(handle.name().clone(), handle.clone());
@@ -456,18 +456,18 @@ impl UpstreamSet {
         });
     }
 
-    pub fn get(&self, name: &str) -> Option<UpstreamHandle> {
+    pub(crate) fn get(&self, name: &str) -> Option<UpstreamHandle> {
         self.by_name.load().get(name).cloned()
     }
 
-    pub fn all(&self) -> Vec<UpstreamHandle> {
+    pub(crate) fn all(&self) -> Vec<UpstreamHandle> {
         self.by_name.load().values().cloned().collect()
     }
 }
 
 /// Starts the supervisor for one upstream on `tracker`: its events go to
 /// `events`, and `interest` is what clients want of it.
-pub fn spawn(
+pub(crate) fn spawn(
     config: UpstreamConfig,
     catalog: Arc<CatalogStore>,
     events: Arc<dyn UpstreamEvents>,

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 /// One mirrored parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderParam {
+pub(crate) struct HeaderParam {
     /// The `x-mcp-header` value: the header is `Mcp-Param-{name}`.
     pub name: String,
     /// Property names from the schema root to the parameter.
@@ -26,7 +26,7 @@ pub struct HeaderParam {
 /// catalog then leaves the tool out).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum AnnotationError {
+pub(crate) enum AnnotationError {
     /// Two parameters name the same header, ignoring case.
     #[error("x-mcp-header {0:?} is used twice")]
     Duplicate(String),
@@ -47,7 +47,7 @@ pub enum AnnotationError {
 /// arguments.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum HeaderMismatch {
+pub(crate) enum HeaderMismatch {
     /// The argument is present, its header is not; holds the header name.
     #[error("the {0} header is missing")]
     Missing(String),
@@ -65,7 +65,7 @@ pub enum HeaderMismatch {
 
 /// The annotated parameters of a tool's `inputSchema`, or why the tool
 /// definition is invalid.
-pub fn from_schema(schema: &Value) -> Result<Vec<HeaderParam>, AnnotationError> {
+pub(crate) fn from_schema(schema: &Value) -> Result<Vec<HeaderParam>, AnnotationError> {
     let mut found = Vec::new();
     walk(schema, &mut Vec::new(), true, &mut found)?;
     let mut seen = std::collections::HashSet::new();
@@ -161,7 +161,7 @@ fn as_text(value: &Value) -> Option<String> {
 }
 
 /// The `Mcp-Param-*` headers for a call's arguments.
-pub fn headers_for(params: &[HeaderParam], arguments: &Value) -> Vec<(String, String)> {
+pub(crate) fn headers_for(params: &[HeaderParam], arguments: &Value) -> Vec<(String, String)> {
     params
         .iter()
         .filter_map(|p| {
@@ -172,7 +172,7 @@ pub fn headers_for(params: &[HeaderParam], arguments: &Value) -> Vec<(String, St
 }
 
 /// Checks a modern client's `Mcp-Param-*` headers against the arguments.
-pub fn validate(
+pub(crate) fn validate(
     params: &[HeaderParam],
     arguments: &Value,
     header: impl Fn(&str) -> Option<String>,
@@ -204,7 +204,7 @@ pub fn validate(
 
 /// A header value: the text itself when it is plain visible ASCII, else
 /// the `=?base64?…?=` sentinel form.
-pub fn encode(text: &str) -> String {
+pub(crate) fn encode(text: &str) -> String {
     let plain = !text.is_empty()
         && text.bytes().all(|b| (0x20..0x7f).contains(&b))
         && text.trim() == text
@@ -217,7 +217,7 @@ pub fn encode(text: &str) -> String {
 }
 
 /// Decodes a header value that may use the `=?base64?…?=` sentinel.
-pub fn decode(value: &str) -> Option<String> {
+pub(crate) fn decode(value: &str) -> Option<String> {
     match value
         .strip_prefix("=?base64?")
         .and_then(|v| v.strip_suffix("?="))
@@ -228,7 +228,7 @@ pub fn decode(value: &str) -> Option<String> {
 }
 
 /// The `arguments` of a `tools/call` params object.
-pub fn arguments(params: &Map<String, Value>) -> Value {
+pub(crate) fn arguments(params: &Map<String, Value>) -> Value {
     params.get("arguments").cloned().unwrap_or(Value::Null)
 }
 

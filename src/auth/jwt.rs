@@ -20,7 +20,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// reads the same keys, so this is rare.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum SetupError {
+pub(crate) enum SetupError {
     /// An `algorithms` entry `jsonwebtoken` does not know.
     #[error("{algorithm}: {reason}")]
     Algorithm {

@@ -8,16 +8,16 @@
 //! a scheme. The original name or URI is what reaches the upstream.
 
 /// The longest name hosts accept.
-pub const MAX_NAME_LEN: usize = 64;
+pub(crate) const MAX_NAME_LEN: usize = 64;
 
 /// Separator between a prefix and an upstream's own tool or prompt name.
-pub const NAME_SEPARATOR: &str = "__";
+pub(crate) const NAME_SEPARATOR: &str = "__";
 
 /// Separator between an upstream name and an upstream's own URI.
-pub const URI_SEPARATOR: char = '+';
+pub(crate) const URI_SEPARATOR: char = '+';
 
 /// The name a tool or prompt is exposed under before collision handling.
-pub fn exposed_name(prefix: &str, original: &str) -> String {
+pub(crate) fn exposed_name(prefix: &str, original: &str) -> String {
     let mut joined = String::with_capacity(prefix.len() + NAME_SEPARATOR.len() + original.len());
     if !prefix.is_empty() {
         joined.push_str(prefix);
@@ -42,7 +42,7 @@ pub fn exposed_name(prefix: &str, original: &str) -> String {
 }
 
 /// `base` cut to fit, then `_` and eight hex digits of a hash of `seed`.
-pub fn with_hash_suffix(base: &str, seed: &str) -> String {
+pub(crate) fn with_hash_suffix(base: &str, seed: &str) -> String {
     let suffix = format!("_{:08x}", fnv1a(seed.as_bytes()) as u32);
     // `base` holds only ASCII here, so byte slicing is on char boundaries.
     let keep = base.len().min(MAX_NAME_LEN - suffix.len());
@@ -64,7 +64,7 @@ fn is_name_char(c: char) -> bool {
 }
 
 /// 64-bit FNV-1a: stable across releases and platforms, unlike `DefaultHasher`.
-pub fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         hash ^= u64::from(*b);
@@ -74,7 +74,7 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// `{upstream}+{uri}`
-pub fn namespaced_uri(upstream: &str, uri: &str) -> String {
+pub(crate) fn namespaced_uri(upstream: &str, uri: &str) -> String {
     let mut out = String::with_capacity(upstream.len() + 1 + uri.len());
     out.push_str(upstream);
     out.push(URI_SEPARATOR);
@@ -84,7 +84,7 @@ pub fn namespaced_uri(upstream: &str, uri: &str) -> String {
 
 /// Splits `{upstream}+{uri}` into its parts. Upstream names cannot contain
 /// `+`, so the first `+` is the separator.
-pub fn split_uri(namespaced: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_uri(namespaced: &str) -> Option<(&str, &str)> {
     namespaced.split_once(URI_SEPARATOR)
 }
 

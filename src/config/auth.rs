@@ -11,7 +11,7 @@ use super::{Lookup, Problems};
 
 /// How clients authenticate.
 #[derive(Debug, Clone, PartialEq)]
-pub enum AuthConfig {
+pub(crate) enum AuthConfig {
     /// Anyone who reaches the port may use everything (the config says so).
     Off,
     On(Box<AuthSettings>),
@@ -19,7 +19,7 @@ pub enum AuthConfig {
 
 /// Authentication settings when it is on.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AuthSettings {
+pub(crate) struct AuthSettings {
     pub api_keys: Vec<ApiKey>,
     pub jwt: Option<JwtConfig>,
     /// The gateway's resource URI (RFC 9728 `resource`); by default the
@@ -37,7 +37,7 @@ pub struct AuthSettings {
 
 /// One API key: its client's name and the SHA-256 of the key.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey {
+pub(crate) struct ApiKey {
     pub client: String,
     pub sha256: [u8; 32],
 }
@@ -53,7 +53,7 @@ impl std::fmt::Debug for ApiKey {
 
 /// Where JWT verification keys come from.
 #[derive(Debug, Clone, PartialEq)]
-pub enum JwtKeys {
+pub(crate) enum JwtKeys {
     /// A JWKS document, fetched at start, on an unknown `kid` and on an interval.
     Jwks(String),
     /// Public keys in PEM.
@@ -62,7 +62,7 @@ pub enum JwtKeys {
 
 /// JWT bearer tokens from an identity provider.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JwtConfig {
+pub(crate) struct JwtConfig {
     pub issuer: String,
     pub audience: String,
     pub keys: JwtKeys,
@@ -82,7 +82,7 @@ pub struct JwtConfig {
 
 /// Access to `/status` and `/metrics` (probes are always open).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AdminAccess {
+pub(crate) enum AdminAccess {
     Open,
     /// Any authenticated client.
     Clients,
@@ -91,14 +91,14 @@ pub enum AdminAccess {
 }
 
 /// Algorithms a JWT may use (asymmetric only).
-pub const JWT_ALGORITHMS: &[&str] = &[
+pub(super) const JWT_ALGORITHMS: &[&str] = &[
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
 ];
 /// Accepted by default.
 const DEFAULT_ALGORITHMS: &[&str] = &["RS256", "ES256", "EdDSA"];
 
 /// The SHA-256 digest of `text`.
-pub fn sha256(text: &[u8]) -> [u8; 32] {
+pub(crate) fn sha256(text: &[u8]) -> [u8; 32] {
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text);
     let mut out = [0u8; 32];
     out.copy_from_slice(digest.as_ref());

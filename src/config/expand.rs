@@ -56,7 +56,7 @@ impl Lookup {
 /// Why a string could not be expanded.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ExpandError {
+pub(super) enum ExpandError {
     #[error(
         "environment variable {0} is not set and has no default (write ${{{0}:-default}} to give one)"
     )]
@@ -68,7 +68,7 @@ pub enum ExpandError {
 }
 
 /// Expands every `${...}` in `input`.
-pub fn expand(input: &str, lookup: &Lookup) -> Result<String, ExpandError> {
+pub(super) fn expand(input: &str, lookup: &Lookup) -> Result<String, ExpandError> {
     if !input.contains('$') {
         return Ok(input.to_owned());
     }

@@ -11,7 +11,7 @@ use super::Problems;
 
 /// What a client gets when no rule names it or any of its scopes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// Everything.
     Allow,
     /// Nothing.
@@ -20,7 +20,7 @@ pub enum Access {
 
 /// The validated `policy` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyConfig {
+pub(crate) struct PolicyConfig {
     /// For an authenticated client that no rule applies to.
     pub default: Access,
     /// Rules by client name (`Identity::client`), in file order.
@@ -33,7 +33,7 @@ pub struct PolicyConfig {
 /// resource URIs and templates. A `!pattern` written in `allow` is kept
 /// here in `deny`, without the `!`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuleConfig {
+pub(crate) struct RuleConfig {
     pub allow: Vec<String>,
     pub deny: Vec<String>,
 }

@@ -5,15 +5,15 @@ use std::fmt;
 /// A config value that may hold a credential. Formatting prints a mask;
 /// only [`Secret::expose`] gives the value, at the point it is used.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+pub(crate) struct Secret(String);
 
 impl Secret {
-    pub fn new(value: String) -> Self {
+    pub(crate) fn new(value: String) -> Self {
         Self(value)
     }
 
     /// The value itself, for handing to a child process or a request header.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }

@@ -11,7 +11,7 @@ use super::Problems;
 
 /// How one upstream's items are exposed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShapeConfig {
+pub(crate) struct ShapeConfig {
     pub tools: ListShape,
     pub prompts: ListShape,
     /// `false` hides the upstream's resources and templates: they are not
@@ -32,14 +32,14 @@ impl Default for ShapeConfig {
 
 impl ShapeConfig {
     /// Whether it changes nothing.
-    pub fn is_identity(&self) -> bool {
+    pub(crate) fn is_identity(&self) -> bool {
         *self == Self::default()
     }
 }
 
 /// Shaping of an upstream's tools or prompts, by their original names.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ListShape {
+pub(crate) struct ListShape {
     /// Globs of the names exposed; empty: every name.
     pub allow: Vec<String>,
     /// Globs of names not exposed (a `!glob` in `allow` lands here).
@@ -52,7 +52,7 @@ pub struct ListShape {
 
 /// Fields of one tool or prompt replaced by the config.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ItemOverride {
+pub(crate) struct ItemOverride {
     pub title: Option<String>,
     pub description: Option<String>,
     /// Tools only: merged into the tool's `annotations`.
@@ -62,7 +62,7 @@ pub struct ItemOverride {
 /// MCP tool annotations (hints) that an override sets.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Annotations {
+pub(crate) struct Annotations {
     #[serde(default)]
     pub title: Option<String>,
     #[serde(default)]

@@ -20,7 +20,7 @@ const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 
 /// The client behind a request: `None` when authentication is off.
 #[allow(clippy::result_large_err)]
-pub async fn identify(
+pub(crate) async fn identify(
     state: &AppState,
     headers: &HeaderMap,
 ) -> Result<Option<Arc<Identity>>, Response> {
@@ -36,7 +36,7 @@ pub async fn identify(
 /// Refuses a request whose session belongs to another client: exactly like
 /// an unknown session, so sessions cannot be probed.
 #[allow(clippy::result_large_err)]
-pub fn check_owner(
+pub(crate) fn check_owner(
     owner: Option<&Arc<Identity>>,
     caller: Option<&Arc<Identity>>,
 ) -> Result<(), Response> {
@@ -127,7 +127,7 @@ fn metadata_url(resource: &str) -> String {
 }
 
 /// `GET /.well-known/oauth-protected-resource[/mcp]`: how to get a token.
-pub async fn protected_resource(
+pub(crate) async fn protected_resource(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> Response {
@@ -156,7 +156,7 @@ pub async fn protected_resource(
 
 /// `/status` and `/metrics` as `auth.admin` says.
 #[allow(clippy::result_large_err)]
-pub async fn admit_admin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+pub(crate) async fn admit_admin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
     let Some(auth) = state.auth() else {
         return Ok(());
     };

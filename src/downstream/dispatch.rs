@@ -19,7 +19,7 @@ use crate::protocol::{self, Envelope, MessageKind, RpcError, code};
 use crate::router::{Reply, RequestContext};
 
 /// What became of one message.
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A request's answer.
     Reply(Reply),
     /// A notification or a response: nothing to send back.
@@ -29,7 +29,7 @@ pub enum Outcome {
 /// Handles one message of `session`. `initialize` here only negotiates the
 /// version (the session already exists); `can_stream` says whether the
 /// transport can carry progress before the answer.
-pub async fn handle(
+pub(crate) async fn handle(
     state: &AppState,
     session: &Session,
     envelope: &Envelope<'_>,
@@ -73,7 +73,7 @@ pub async fn handle(
 }
 
 /// The version to agree on: the client's if supported, else the latest.
-pub fn negotiate(params: Option<&RawValue>) -> Result<&'static str, RpcError> {
+pub(crate) fn negotiate(params: Option<&RawValue>) -> Result<&'static str, RpcError> {
     let requested = params
         .and_then(|p| {
             serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p.get()).ok()
@@ -117,7 +117,7 @@ fn initialize(
 }
 
 /// Sends a reply's frames to the session's reply channel, in order.
-pub async fn send_reply(replies: &mpsc::Sender<String>, reply: Reply) {
+pub(crate) async fn send_reply(replies: &mpsc::Sender<String>, reply: Reply) {
     match reply {
         Reply::Ready(frame) => {
             let _ = replies.send(frame).await;
@@ -133,7 +133,7 @@ pub async fn send_reply(replies: &mpsc::Sender<String>, reply: Reply) {
 }
 
 /// One thing to write to a single-stream transport.
-pub enum Outgoing {
+pub(crate) enum Outgoing {
     /// An answer (or progress) for a request.
     Reply(String),
     /// A notification from the outbox, with its event id.
@@ -141,7 +141,7 @@ pub enum Outgoing {
 }
 
 /// Answers first, then notifications, until `stop` or the session ends.
-pub fn outgoing(
+pub(crate) fn outgoing(
     session: Arc<Session>,
     replies: mpsc::Receiver<String>,
     stop: CancellationToken,

@@ -53,7 +53,7 @@ fn accepts(headers: &HeaderMap) -> Accepts {
     }
 }
 
-pub async fn post(
+pub(crate) async fn post(
     State(state): State<Arc<AppState>>,
     peer: ClientPeer,
     headers: HeaderMap,
@@ -177,7 +177,7 @@ fn initialize(
     response
 }
 
-pub async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub(crate) async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if let Err(denied) = state.check_origin(&headers) {
         return denied;
     }

@@ -47,7 +47,7 @@ impl Drop for SessionOnStream {
     }
 }
 
-pub async fn open(
+pub(crate) async fn open(
     State(state): State<Arc<AppState>>,
     peer: ClientPeer,
     headers: HeaderMap,
@@ -101,12 +101,12 @@ pub async fn open(
 }
 
 #[derive(Deserialize)]
-pub struct SessionQuery {
+pub(crate) struct SessionQuery {
     #[serde(rename = "sessionId")]
     session_id: Option<String>,
 }
 
-pub async fn message(
+pub(crate) async fn message(
     State(state): State<Arc<AppState>>,
     peer: ClientPeer,
     Query(query): Query<SessionQuery>,

@@ -36,7 +36,7 @@ impl Drop for Listening {
 
 /// Opens a listen stream for `identity` (none while authentication is
 /// off): its `list_changed` and `resources/updated` follow that client's view.
-pub async fn open(
+pub(crate) async fn open(
     state: &Arc<AppState>,
     identity: Option<Arc<crate::auth::Identity>>,
     id: &RawValue,

@@ -47,10 +47,10 @@ use tracing::Instrument as _;
 use crate::config::HttpConfig;
 
 /// How long a connection that finds every slot taken waits for one.
-pub const CONNECTION_WAIT: Duration = Duration::from_millis(500);
+pub(crate) const CONNECTION_WAIT: Duration = Duration::from_millis(500);
 /// Connections waiting for a slot at once (an eighth of the cap, at least
 /// 8); more are closed at once. Each holds a file descriptor.
-pub const MAX_WAITING: usize = 256;
+pub(crate) const MAX_WAITING: usize = 256;
 /// File descriptors kept free for upstream children, their pipes, HTTP
 /// clients and logs when the connection cap is derived from the fd limit:
 /// a quarter of the limit, at most this many.
@@ -60,7 +60,7 @@ const OVERFLOW_DEADLINE: Duration = Duration::from_secs(2);
 
 /// What the guard counts, for `/metrics` and `/status`.
 #[derive(Debug, Default)]
-pub struct ConnectionCounts {
+pub(crate) struct ConnectionCounts {
     /// Connections holding a slot now.
     pub open: AtomicUsize,
     /// Closed for taking longer than `http.header_read_timeout` to send headers.
@@ -75,7 +75,7 @@ pub struct ConnectionCounts {
 
 impl ConnectionCounts {
     /// The figures for `/metrics`.
-    pub fn snapshot(&self) -> crate::metrics::ConnectionSnapshot {
+    pub(crate) fn snapshot(&self) -> crate::metrics::ConnectionSnapshot {
         let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
         crate::metrics::ConnectionSnapshot {
             open: self.open.load(Ordering::Relaxed),
@@ -107,7 +107,7 @@ struct Guard {
 /// The state of one admitted connection, shared by its socket and the
 /// middleware that sees its requests.
 #[derive(Debug)]
-pub struct ConnTrack {
+pub(crate) struct ConnTrack {
     id: u64,
     /// Requests whose response body has not been dropped yet.
     active: AtomicUsize,
@@ -133,7 +133,7 @@ impl ConnTrack {
 
 /// Who is on the other end of a request: its address and its connection.
 #[derive(Debug, Clone)]
-pub struct Peer {
+pub(crate) struct Peer {
     pub addr: SocketAddr,
     track: Arc<ConnTrack>,
 }
@@ -206,7 +206,7 @@ impl Guard {
 }
 
 /// The listener axum serves: admitted connections arrive from the acceptor.
-pub struct GuardedListener {
+pub(crate) struct GuardedListener {
     admitted: mpsc::Receiver<(GuardedIo, SocketAddr)>,
     local: SocketAddr,
 }
@@ -230,7 +230,7 @@ impl axum::serve::Listener for GuardedListener {
 
 /// Starts the acceptor on `listener` (until `shutdown`, on `tracker`) and
 /// returns the listener for axum and the counters.
-pub fn guard(
+pub(crate) fn guard(
     listener: TcpListener,
     http: &HttpConfig,
     shutdown: CancellationToken,
@@ -284,7 +284,7 @@ fn fd_limit() -> u64 {
 /// Raises the soft open-file limit to the hard limit, so the connection cap
 /// (not the kernel) decides when clients are turned away. Returns the limit
 /// in force.
-pub fn raise_fd_limit() -> u64 {
+pub(crate) fn raise_fd_limit() -> u64 {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     match getrlimit(Resource::RLIMIT_NOFILE) {
         Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
@@ -411,7 +411,7 @@ async fn overflow(stream: TcpStream, max_connections: usize) {
 }
 
 /// An admitted connection's socket. Holds its slot until dropped.
-pub struct GuardedIo {
+pub(crate) struct GuardedIo {
     stream: TcpStream,
     track: Arc<ConnTrack>,
     guard: Arc<Guard>,
@@ -568,7 +568,7 @@ impl Drop for InProgress {
 
 /// Middleware: marks the connection busy while a request is in progress,
 /// including while its response body (an SSE stream, say) is being sent.
-pub async fn track_requests(request: Request, next: Next) -> Response {
+pub(crate) async fn track_requests(request: Request, next: Next) -> Response {
     let Some(ConnectInfo(peer)) = request.extensions().get::<ConnectInfo<Peer>>().cloned() else {
         return next.run(request).await;
     };

@@ -45,7 +45,7 @@ const METHODS: &[&str] = &[
 /// Whether a message belongs to the modern era: its `_meta` names a
 /// protocol version, or it is a method only the modern era has, or it
 /// carries no session and a version header that is not a legacy one.
-pub fn is_modern(headers: &HeaderMap, envelope: &Envelope<'_>) -> bool {
+pub(crate) fn is_modern(headers: &HeaderMap, envelope: &Envelope<'_>) -> bool {
     if envelope.params.is_some_and(names_a_version) {
         return true;
     }
@@ -90,7 +90,7 @@ fn names_a_version(params: &RawValue) -> bool {
 }
 
 /// What a valid modern request carries besides its method.
-pub struct Validated {
+pub(crate) struct Validated {
     pub log_level: Option<LogLevel>,
 }
 
@@ -115,7 +115,10 @@ fn mismatch(id: Option<&RawValue>, message: String) -> Response {
 
 /// Checks `_meta` and the mirrored headers of a modern request.
 #[allow(clippy::result_large_err)]
-pub fn validate(headers: &HeaderMap, envelope: &Envelope<'_>) -> Result<Validated, Response> {
+pub(crate) fn validate(
+    headers: &HeaderMap,
+    envelope: &Envelope<'_>,
+) -> Result<Validated, Response> {
     let id = envelope.id;
     let invalid = |message: &str| {
         reject(
@@ -219,7 +222,7 @@ pub fn validate(headers: &HeaderMap, envelope: &Envelope<'_>) -> Result<Validate
 }
 
 /// Serves one modern message.
-pub async fn handle(
+pub(crate) async fn handle(
     state: &Arc<AppState>,
     headers: &HeaderMap,
     envelope: &Envelope<'_>,

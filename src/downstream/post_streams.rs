@@ -25,14 +25,14 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// Events kept per POST stream; older ones are dropped first.
-pub const EVENTS_PER_STREAM: usize = 64;
+pub(crate) const EVENTS_PER_STREAM: usize = 64;
 /// Finished POST streams kept per session for a late resume.
-pub const FINISHED_KEPT: usize = 16;
+pub(crate) const FINISHED_KEPT: usize = 16;
 /// How long a finished POST stream stays resumable.
-pub const FINISHED_TTL: Duration = Duration::from_secs(300);
+pub(crate) const FINISHED_TTL: Duration = Duration::from_secs(300);
 
 /// A session's POST streams, live and recently finished.
-pub struct PostStreams {
+pub(crate) struct PostStreams {
     table: Mutex<Table>,
     /// Stream buffers alive anywhere (table, pump tasks, readers).
     buffers: Arc<watch::Sender<usize>>,
@@ -80,7 +80,7 @@ impl Table {
 
 /// The resume target named by a `Last-Event-ID` is not there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UnknownStream;
+pub(crate) struct UnknownStream;
 
 impl PostStreams {
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -115,34 +115,34 @@ impl PostStreams {
     }
 
     /// Forgets every stream (the session closed).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         let mut table = self.lock();
         table.closed = true;
         table.streams.clear();
     }
 
     /// Applies the time and count bounds (called by the session sweeper).
-    pub fn expire(&self) {
+    pub(crate) fn expire(&self) {
         self.lock().trim(Instant::now());
     }
 
     /// Streams kept for resuming, live or finished.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().streams.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The number of stream buffers still allocated, including those only a
     /// pump task or a reader holds.
-    pub fn watch_buffers(&self) -> watch::Receiver<usize> {
+    pub(crate) fn watch_buffers(&self) -> watch::Receiver<usize> {
         self.buffers.subscribe()
     }
 
     /// The sequence number of stream `id`'s latest event, as it changes.
-    pub fn watch_stream(&self, id: u64) -> Option<watch::Receiver<u64>> {
+    pub(crate) fn watch_stream(&self, id: u64) -> Option<watch::Receiver<u64>> {
         self.lock().streams.get(&id).map(|s| s.last.subscribe())
     }
 }

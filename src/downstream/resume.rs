@@ -44,7 +44,7 @@ use super::wire::rpc_error_response;
 use crate::protocol::code;
 
 /// The reconnection delay sent in the `retry:` field.
-pub const RETRY: Duration = Duration::from_millis(1000);
+pub(crate) const RETRY: Duration = Duration::from_millis(1000);
 /// A floor for the keep-alive interval (`http.sse_keepalive`, never zero
 /// when configured).
 const MIN_KEEPALIVE: Duration = Duration::from_millis(100);
@@ -152,7 +152,7 @@ fn primes(session: &Session) -> bool {
 /// The `text/event-stream` answer to a session's request: the frames go
 /// into a new resumable stream of the session, pumped by a task, and this
 /// response is that stream's first reader.
-pub fn respond(
+pub(crate) fn respond(
     state: &AppState,
     session: &Session,
     mut frames: mpsc::Receiver<String>,
@@ -184,7 +184,7 @@ pub fn respond(
 /// events after it, then live ones until the response. `None` when the
 /// header is absent or names no POST stream (the notification stream
 /// handles it).
-pub fn get(state: &AppState, session: &Session, headers: &HeaderMap) -> Option<Response> {
+pub(crate) fn get(state: &AppState, session: &Session, headers: &HeaderMap) -> Option<Response> {
     let value = headers.get("last-event-id")?.to_str().ok()?;
     let (id, after) = parse_event_id(value)?;
     Some(match session.resumable.resume(id, after) {

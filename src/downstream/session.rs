@@ -55,7 +55,7 @@ fn eviction_batch(limit: usize) -> usize {
 }
 
 /// One client session.
-pub struct Session {
+pub(crate) struct Session {
     pub id: Arc<str>,
     /// The protocol version agreed in `initialize` (set once).
     pub protocol_version: std::sync::OnceLock<String>,
@@ -124,7 +124,7 @@ impl Session {
 
 /// Why a session ended, for logs.
 #[derive(Debug, Clone, Copy)]
-pub enum CloseReason {
+pub(crate) enum CloseReason {
     Deleted,
     Idle,
     /// Made room for a new session (table or per-client limit).
@@ -148,7 +148,7 @@ impl CloseReason {
 }
 
 /// Every live session. Guards are never held across an await.
-pub struct SessionTable {
+pub(crate) struct SessionTable {
     sessions: DashMap<Arc<str>, Arc<Session>>,
     hub: Arc<NotifyHub>,
     epoch: Instant,
@@ -168,7 +168,7 @@ pub struct SessionTable {
 }
 
 /// Counts an open notification stream for as long as it lives.
-pub struct StreamGuard {
+pub(crate) struct StreamGuard {
     session: Arc<Session>,
     table: Arc<SessionTable>,
 }
@@ -187,7 +187,7 @@ impl Drop for StreamGuard {
 /// counts against it is busy (a stream open or a call in flight).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum TooManySessions {
+pub(crate) enum TooManySessions {
     #[error(
         "the gateway has reached its limit of {0} sessions (sessions.max), all of them busy; retry later"
     )]
@@ -215,7 +215,7 @@ impl TooManySessions {
 }
 
 impl SessionTable {
-    pub fn new(hub: Arc<NotifyHub>, config: &crate::config::SessionConfig) -> Self {
+    pub(crate) fn new(hub: Arc<NotifyHub>, config: &crate::config::SessionConfig) -> Self {
         Self {
             sessions: DashMap::new(),
             hub,
@@ -231,7 +231,7 @@ impl SessionTable {
     }
 
     /// Sessions evicted to make room so far.
-    pub fn evicted(&self) -> u64 {
+    pub(crate) fn evicted(&self) -> u64 {
         self.evicted.load(Ordering::Relaxed)
     }
 
@@ -280,12 +280,12 @@ impl SessionTable {
     }
 
     /// A receiver of the session count.
-    pub fn watch_count(&self) -> watch::Receiver<usize> {
+    pub(crate) fn watch_count(&self) -> watch::Receiver<usize> {
         self.count.subscribe()
     }
 
     /// Marks a notification stream open on `session` until the guard drops.
-    pub fn open_stream(self: &Arc<Self>, session: &Arc<Session>) -> StreamGuard {
+    pub(crate) fn open_stream(self: &Arc<Self>, session: &Arc<Session>) -> StreamGuard {
         session.streams.fetch_add(1, Ordering::Relaxed);
         StreamGuard {
             session: session.clone(),
@@ -297,7 +297,7 @@ impl SessionTable {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.sessions.len()
     }
 
@@ -305,7 +305,7 @@ impl SessionTable {
     /// remote address `ip`; neither for stdio), evicting an idle session
     /// when a limit is reached. Sessions are counted per identity, or per
     /// address when authentication is off.
-    pub fn create(
+    pub(crate) fn create(
         &self,
         protocol_version: Option<&str>,
         replies: Option<tokio::sync::mpsc::Sender<String>>,
@@ -354,14 +354,14 @@ impl SessionTable {
     }
 
     /// The session with this id, marked as just used.
-    pub fn touch(&self, id: &str) -> Option<Arc<Session>> {
+    pub(crate) fn touch(&self, id: &str) -> Option<Arc<Session>> {
         let session = self.sessions.get(id)?.clone();
         session.last_seen.store(self.now_ms(), Ordering::Relaxed);
         Some(session)
     }
 
     /// Ends a session; returns false if there was none.
-    pub fn close(&self, id: &str, reason: CloseReason) -> bool {
+    pub(crate) fn close(&self, id: &str, reason: CloseReason) -> bool {
         match self.sessions.remove(id) {
             Some((_, session)) => {
                 if let Some(key) = &session.client {
@@ -383,7 +383,7 @@ impl SessionTable {
     }
 
     /// Ends every session idle longer than the timeout; returns how many.
-    pub fn expire_idle(&self) -> usize {
+    pub(crate) fn expire_idle(&self) -> usize {
         let limit = u64::try_from(self.idle_timeout.as_millis()).unwrap_or(u64::MAX);
         let now = self.now_ms();
         self.sessions.iter().for_each(|s| s.resumable.expire());
@@ -400,7 +400,7 @@ impl SessionTable {
     }
 
     /// Ends every session (shutdown).
-    pub fn close_all(&self) {
+    pub(crate) fn close_all(&self) {
         let ids: Vec<Arc<str>> = self.sessions.iter().map(|s| s.key().clone()).collect();
         for id in ids {
             self.close(&id, CloseReason::Shutdown);
@@ -408,7 +408,11 @@ impl SessionTable {
     }
 
     /// Runs [`Self::expire_idle`] periodically until `shutdown`.
-    pub fn spawn_sweeper(self: &Arc<Self>, shutdown: CancellationToken, tracker: &TaskTracker) {
+    pub(crate) fn spawn_sweeper(
+        self: &Arc<Self>,
+        shutdown: CancellationToken,
+        tracker: &TaskTracker,
+    ) {
         let table = self.clone();
         let period =
             (self.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));

@@ -29,7 +29,7 @@ use crate::upstream::stdio::read_line_capped;
 const REPLY_CAPACITY: usize = 256;
 
 /// Serves one MCP session over `input`/`output` until input ends or `stop`.
-pub async fn run<R, W>(
+pub(crate) async fn run<R, W>(
     state: Arc<AppState>,
     input: R,
     mut output: W,

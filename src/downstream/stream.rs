@@ -27,7 +27,7 @@ use super::session::{Session, StreamGuard};
 use super::wire::{VERSION_HEADER, rpc_error_response, session_header};
 use crate::protocol::{self, code};
 
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<Arc<AppState>>,
     peer: ClientPeer,
     headers: HeaderMap,

@@ -19,7 +19,7 @@ use crate::config::RateLimit;
 use crate::protocol::code;
 
 /// Whom a request counts against: its client, else its address.
-pub fn client_key(identity: Option<&Arc<Identity>>, ip: Option<IpAddr>) -> Option<Arc<str>> {
+pub(crate) fn client_key(identity: Option<&Arc<Identity>>, ip: Option<IpAddr>) -> Option<Arc<str>> {
     match (identity, ip) {
         (Some(id), _) => Some(format!("client {}", id.client).into()),
         (None, Some(ip)) => Some(format!("address {ip}").into()),
@@ -28,14 +28,14 @@ pub fn client_key(identity: Option<&Arc<Identity>>, ip: Option<IpAddr>) -> Optio
 }
 
 /// The buckets of every client.
-pub struct Throttle {
+pub(crate) struct Throttle {
     limit: RateLimit,
     buckets: DefaultKeyedRateLimiter<Arc<str>>,
     clock: DefaultClock,
 }
 
 impl Throttle {
-    pub fn new(limit: RateLimit) -> Throttle {
+    pub(crate) fn new(limit: RateLimit) -> Throttle {
         let per_second = NonZeroU32::new(limit.requests_per_second).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(limit.burst).unwrap_or(NonZeroU32::MIN);
         Throttle {
@@ -46,20 +46,20 @@ impl Throttle {
     }
 
     /// Takes one request from `key`'s bucket, or says when to come back.
-    pub fn check(&self, key: &Arc<str>) -> Result<(), Duration> {
+    pub(crate) fn check(&self, key: &Arc<str>) -> Result<(), Duration> {
         self.buckets
             .check_key(key)
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 
     /// Forgets buckets that are full again (run now and then).
-    pub fn forget_idle(&self) {
+    pub(crate) fn forget_idle(&self) {
         self.buckets.retain_recent();
         self.buckets.shrink_to_fit();
     }
 
     /// The 429 for `key`, which must wait `wait`.
-    pub fn refusal(&self, key: &str, wait: Duration) -> Response {
+    pub(crate) fn refusal(&self, key: &str, wait: Duration) -> Response {
         let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         let mut response = rpc_error_response(
             StatusCode::TOO_MANY_REQUESTS,

@@ -27,20 +27,20 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::ListKind;
 
 /// Logging and other messages queued per subscriber before the oldest drop.
-pub const MESSAGE_CAPACITY: usize = 256;
+pub(crate) const MESSAGE_CAPACITY: usize = 256;
 /// Delivered events kept for `Last-Event-ID` replay.
-pub const REPLAY_CAPACITY: usize = 256;
+pub(crate) const REPLAY_CAPACITY: usize = 256;
 
 /// The list kinds that have their own `list_changed` (templates share resources').
 const NOTIFIED_KINDS: [ListKind; 3] = [ListKind::Tools, ListKind::Prompts, ListKind::Resources];
 
 /// One event handed to a stream: its id and its JSON-RPC frame.
-pub type Event = (u64, Arc<str>);
+pub(crate) type Event = (u64, Arc<str>);
 
 /// Events a resuming client missed are no longer in the replay ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the requested events are no longer in the replay buffer")]
-pub struct Evicted;
+pub(crate) struct Evicted;
 
 /// Snapshot of one subscriber's outbox: its notifications waiting to be
 /// read, those kept for replay, and those dropped. For tests and metrics.
@@ -69,7 +69,7 @@ struct State {
 
 /// A subscriber's pending notifications and delivered-event ring.
 #[derive(Default)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     state: Mutex<State>,
     /// Wakes the attached stream; a permit is kept if it is not waiting.
     wake: Notify,
@@ -83,7 +83,10 @@ pub struct Outbox {
 impl Outbox {
     /// An outbox counting into `counts`, whose notifications carry `_meta`
     /// `tag` (JSON text) when given.
-    pub fn new(counts: Arc<crate::metrics::NotificationCounts>, tag: Option<String>) -> Self {
+    pub(crate) fn new(
+        counts: Arc<crate::metrics::NotificationCounts>,
+        tag: Option<String>,
+    ) -> Self {
         Self {
             tag,
             counts,
@@ -92,7 +95,7 @@ impl Outbox {
     }
 
     /// Whether this is a modern listen stream's outbox.
-    pub fn is_tagged(&self) -> bool {
+    pub(crate) fn is_tagged(&self) -> bool {
         self.tag.is_some()
     }
 
@@ -100,7 +103,7 @@ impl Outbox {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn mark_list_changed(&self, kind: ListKind) {
+    pub(crate) fn mark_list_changed(&self, kind: ListKind) {
         let slot = match kind {
             ListKind::Tools => 0,
             ListKind::Prompts => 1,
@@ -116,7 +119,7 @@ impl Outbox {
     }
 
     /// Queues `resources/updated` for a namespaced URI (once per URI).
-    pub fn mark_updated(&self, uri: Arc<str>) {
+    pub(crate) fn mark_updated(&self, uri: Arc<str>) {
         if !self.lock().updated.insert(uri) {
             self.counts
                 .coalesced
@@ -126,7 +129,7 @@ impl Outbox {
     }
 
     /// Queues any other notification frame; drops the oldest when full.
-    pub fn push_message(&self, frame: Arc<str>) {
+    pub(crate) fn push_message(&self, frame: Arc<str>) {
         let mut state = self.lock();
         if state.messages.len() >= MESSAGE_CAPACITY {
             state.messages.pop_front();
@@ -142,7 +145,7 @@ impl Outbox {
 
     /// Takes the next pending notification, gives it an id and keeps it in
     /// the replay ring. List changes go first, then updates, then messages.
-    pub fn next_event(&self) -> Option<Event> {
+    pub(crate) fn next_event(&self) -> Option<Event> {
         let mut state = self.lock();
         let frame: Arc<str> = if let Some(slot) = state.list_changed.iter().position(|p| *p) {
             state.list_changed[slot] = false;
@@ -177,7 +180,7 @@ impl Outbox {
 
     /// Events after `last_id` still in the ring, or [`Evicted`] when some
     /// were already dropped from it (the caller should resync).
-    pub fn replay_after(&self, last_id: u64) -> Result<Vec<Event>, Evicted> {
+    pub(crate) fn replay_after(&self, last_id: u64) -> Result<Vec<Event>, Evicted> {
         let state = self.lock();
         let oldest = state
             .replay
@@ -195,7 +198,7 @@ impl Outbox {
     }
 
     /// Marks everything a client could have missed as changed.
-    pub fn resync(&self, watched: impl IntoIterator<Item = Arc<str>>) {
+    pub(crate) fn resync(&self, watched: impl IntoIterator<Item = Arc<str>>) {
         let mut state = self.lock();
         state.list_changed = [true; 3];
         state.updated.extend(watched);
@@ -205,7 +208,7 @@ impl Outbox {
 
     /// Attaches a new stream, ending the one attached before (a message is
     /// delivered on exactly one stream). Returns the new stream's token.
-    pub fn attach_stream(&self, parent: &CancellationToken) -> CancellationToken {
+    pub(crate) fn attach_stream(&self, parent: &CancellationToken) -> CancellationToken {
         let token = parent.child_token();
         if let Some(previous) = self.lock().stream.replace(token.clone()) {
             previous.cancel();
@@ -214,11 +217,11 @@ impl Outbox {
     }
 
     /// Waits until something may be pending.
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         self.wake.notified().await;
     }
 
-    pub fn backlog(&self) -> Backlog {
+    pub(crate) fn backlog(&self) -> Backlog {
         let state = self.lock();
         Backlog {
             pending: state.list_changed.iter().filter(|p| **p).count()

@@ -8,13 +8,13 @@ macro_rules! methods {
         $(
             $(#[$doc])*
             #[allow(dead_code, reason = "one constant per name in the table, used or not")]
-            pub const $constant: &str = $name;
+            pub(crate) const $constant: &str = $name;
         )*
 
         /// A JSON-RPC method the gateway understands, in either direction;
         /// any other name is kept as [`Method::Other`].
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-        pub enum Method {
+        pub(crate) enum Method {
             $($(#[$doc])* $variant,)*
             /// A method the gateway has no special handling for.
             Other(Arc<str>),
@@ -22,7 +22,7 @@ macro_rules! methods {
 
         impl Method {
             /// The method called `name`.
-            pub fn from_name(name: &str) -> Method {
+            pub(crate) fn from_name(name: &str) -> Method {
                 match name {
                     $($name => Method::$variant,)*
                     other => Method::Other(other.into()),
@@ -30,7 +30,7 @@ macro_rules! methods {
             }
 
             /// Its name on the wire.
-            pub fn name(&self) -> &str {
+            pub(crate) fn name(&self) -> &str {
                 match self {
                     $(Method::$variant => $name,)*
                     Method::Other(name) => name,
@@ -76,7 +76,7 @@ impl Method {
     /// For `tools/call` and `prompts/get` the `name` parameter, for
     /// `resources/read` the `uri` one, is what the request is about (the
     /// modern era mirrors it into `Mcp-Name`).
-    pub fn names_its_target(&self) -> bool {
+    pub(crate) fn names_its_target(&self) -> bool {
         matches!(
             self,
             Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead

@@ -38,7 +38,7 @@ pub(super) struct Call<'p> {
 }
 
 /// Where a client's in-flight request went upstream.
-pub struct InflightCall {
+pub(crate) struct InflightCall {
     conn: Weak<Connection>,
     upstream_id: u64,
 }

@@ -18,7 +18,7 @@ use crate::catalog::naming;
 /// checked by the router, which answers "invalid params: " and this.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ParamsError {
+pub(crate) enum ParamsError {
     #[error("params must be an object")]
     NotAnObject,
     #[error("_meta must be an object")]
@@ -39,14 +39,14 @@ pub enum ParamsError {
 }
 
 /// A request's params, member by member.
-pub struct Params<'a> {
+pub(crate) struct Params<'a> {
     members: IndexMap<String, &'a RawValue>,
     meta: Option<Map<String, Value>>,
 }
 
 impl<'a> Params<'a> {
     /// Parses an object of params; absent params are an empty object.
-    pub fn parse(raw: Option<&'a RawValue>) -> Result<Self, ParamsError> {
+    pub(crate) fn parse(raw: Option<&'a RawValue>) -> Result<Self, ParamsError> {
         let mut members: IndexMap<String, &'a RawValue> = match raw {
             None => IndexMap::new(),
             Some(raw) => serde_json::from_str(raw.get()).map_err(|_| ParamsError::NotAnObject)?,
@@ -61,7 +61,7 @@ impl<'a> Params<'a> {
     }
 
     /// A string member, or why it is missing.
-    pub fn string(&self, key: &str) -> Result<String, ParamsError> {
+    pub(crate) fn string(&self, key: &str) -> Result<String, ParamsError> {
         let raw = self
             .members
             .get(key)
@@ -70,12 +70,12 @@ impl<'a> Params<'a> {
     }
 
     /// A member's raw JSON.
-    pub fn raw(&self, key: &str) -> Option<&'a RawValue> {
+    pub(crate) fn raw(&self, key: &str) -> Option<&'a RawValue> {
         self.members.get(key).copied()
     }
 
     /// A string member that may be absent or null.
-    pub fn optional_string(&self, key: &str) -> Result<Option<String>, ParamsError> {
+    pub(crate) fn optional_string(&self, key: &str) -> Result<Option<String>, ParamsError> {
         match self.members.get(key) {
             None => Ok(None),
             Some(raw) if raw.get() == "null" => Ok(None),
@@ -86,7 +86,7 @@ impl<'a> Params<'a> {
     }
 
     /// An object member, parsed.
-    pub fn object(&self, key: &str) -> Result<Map<String, Value>, ParamsError> {
+    pub(crate) fn object(&self, key: &str) -> Result<Map<String, Value>, ParamsError> {
         let raw = self
             .members
             .get(key)
@@ -95,14 +95,14 @@ impl<'a> Params<'a> {
     }
 
     /// Drops every `_meta` member whose key starts with `prefix`.
-    pub fn strip_meta_prefix(&mut self, prefix: &str) {
+    pub(crate) fn strip_meta_prefix(&mut self, prefix: &str) {
         if let Some(meta) = &mut self.meta {
             meta.retain(|key, _| !key.starts_with(prefix));
         }
     }
 
     /// Sets a `_meta` member the client did not set itself.
-    pub fn default_meta(&mut self, key: &str, value: Value) {
+    pub(crate) fn default_meta(&mut self, key: &str, value: Value) {
         self.meta
             .get_or_insert_with(Map::new)
             .entry(key.to_owned())
@@ -110,13 +110,13 @@ impl<'a> Params<'a> {
     }
 
     /// The client's `_meta.progressToken`, if it asked for progress.
-    pub fn progress_token(&self) -> Option<&Value> {
+    pub(crate) fn progress_token(&self) -> Option<&Value> {
         self.meta.as_ref()?.get("progressToken")
     }
 
     /// The params to send upstream: `key` replaced by `value` (JSON text),
     /// and the progress token replaced by `progress` or removed.
-    pub fn build(&self, key: &str, value: &str, progress: Option<u64>) -> String {
+    pub(crate) fn build(&self, key: &str, value: &str, progress: Option<u64>) -> String {
         let mut out = String::with_capacity(
             64 + self
                 .members
@@ -167,14 +167,18 @@ impl<'a> Params<'a> {
 }
 
 /// JSON text of a string.
-pub fn json_string(s: &str) -> String {
+pub(crate) fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     crate::protocol::push_json_string(&mut out, s);
     out
 }
 
 /// The result with every upstream URI namespaced under `upstream`.
-pub fn namespace_result<'r>(method: &str, upstream: &str, result: &'r RawValue) -> Cow<'r, str> {
+pub(crate) fn namespace_result<'r>(
+    method: &str,
+    upstream: &str,
+    result: &'r RawValue,
+) -> Cow<'r, str> {
     let text = result.get();
     // A fast pre-check, not a parse: a body that cannot hold a "uri" key is
     // passed through without being parsed. Escaped keys could spell "uri"
@@ -210,7 +214,7 @@ pub fn namespace_result<'r>(method: &str, upstream: &str, result: &'r RawValue) 
 /// (legacy upstreams send none), and for `resources/read` with caching
 /// hints. Without hints from the upstream a read is `private` and
 /// immediately stale: the gateway cannot know who may share it.
-pub fn modern_result(method: &str, body: &str) -> String {
+pub(crate) fn modern_result(method: &str, body: &str) -> String {
     let Ok(mut members) = serde_json::from_str::<IndexMap<String, Box<RawValue>>>(body) else {
         return body.to_owned();
     };
@@ -229,7 +233,7 @@ pub fn modern_result(method: &str, body: &str) -> String {
 
 /// A gateway-built result object with `resultType` and caching hints
 /// spliced in front of its members.
-pub fn cacheable(result: &str, ttl_ms: u64, scope: &str) -> String {
+pub(crate) fn cacheable(result: &str, ttl_ms: u64, scope: &str) -> String {
     let rest = result.strip_prefix('{').unwrap_or(result);
     let separator = if rest.trim_start().starts_with('}') {
         ""

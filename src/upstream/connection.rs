@@ -26,13 +26,13 @@ use crate::protocol::{self, Envelope, MessageKind, Method};
 
 /// Outbound frames waiting for the transport's writer. When full, senders
 /// wait: a stalled upstream slows only the callers of that upstream.
-pub const OUTBOUND_CAPACITY: usize = 256;
+pub(crate) const OUTBOUND_CAPACITY: usize = 256;
 
 /// What an upstream answered to one request: its `result`, or an error.
-pub type Answer = Result<Box<RawValue>, UpstreamError>;
+pub(crate) type Answer = Result<Box<RawValue>, UpstreamError>;
 
 /// Where progress for one forwarded request goes.
-pub struct ProgressRoute {
+pub(crate) struct ProgressRoute {
     /// The client's own `progressToken`, restored on the way back.
     pub client_token: Box<RawValue>,
     /// Frames for the client's response stream. Progress is sent with
@@ -55,11 +55,11 @@ struct Pending {
 /// The lists a `list_changed` (or a lost listen stream) says are out of
 /// date, for the supervisor to refetch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListsChanged(pub &'static [ListKind]);
+pub(crate) struct ListsChanged(pub &'static [ListKind]);
 
 impl ListsChanged {
     /// Every list: a modern upstream's listen stream was lost.
-    pub const ALL: ListsChanged = ListsChanged(&ListKind::ALL);
+    pub(crate) const ALL: ListsChanged = ListsChanged(&ListKind::ALL);
 
     /// The lists an upstream's `list_changed` notification names.
     fn of(method: &Method) -> Option<ListsChanged> {
@@ -98,7 +98,7 @@ impl<'a> Request<'a> {
 }
 
 /// The gateway's client state for one upstream transport session.
-pub struct Connection {
+pub(crate) struct Connection {
     upstream: Arc<str>,
     /// Drained by the transport's writer task.
     outbound: mpsc::Sender<Outgoing>,
@@ -152,12 +152,12 @@ impl Connection {
         }
     }
 
-    pub fn upstream(&self) -> &Arc<str> {
+    pub(crate) fn upstream(&self) -> &Arc<str> {
         &self.upstream
     }
 
     /// A fresh request id on this connection.
-    pub fn next_id(&self) -> u64 {
+    pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
@@ -179,11 +179,11 @@ impl Connection {
 
     /// From now on every request carries `meta` in its `_meta` (the
     /// upstream speaks 2026-07-28).
-    pub fn set_modern(&self, meta: Map<String, Value>) {
+    pub(crate) fn set_modern(&self, meta: Map<String, Value>) {
         let _ = self.modern_meta.set(meta);
     }
 
-    pub fn is_modern(&self) -> bool {
+    pub(crate) fn is_modern(&self) -> bool {
         self.modern_meta.get().is_some()
     }
 
@@ -294,7 +294,7 @@ impl Connection {
     }
 
     /// Sends a request and waits for its answer, up to `timeout`.
-    pub async fn request(
+    pub(crate) async fn request(
         &self,
         method: Method,
         params: Option<&str>,
@@ -316,7 +316,11 @@ impl Connection {
     }
 
     /// Sends a notification; errors only if the connection is gone.
-    pub async fn notify(&self, method: Method, params: Option<&str>) -> Result<(), UpstreamError> {
+    pub(crate) async fn notify(
+        &self,
+        method: Method,
+        params: Option<&str>,
+    ) -> Result<(), UpstreamError> {
         let message = self.outgoing(None, method, params);
         self.outbound
             .send(message)
@@ -327,24 +331,24 @@ impl Connection {
     /// Queues a request whose answer nobody waits for (the reader drops
     /// it as unknown). Keeps its place in line with later requests, so it
     /// reaches the upstream before them. False if the queue is full or closed.
-    pub fn send_detached(&self, method: Method, params: Option<&str>) -> bool {
+    pub(crate) fn send_detached(&self, method: Method, params: Option<&str>) -> bool {
         let message = self.outgoing(Some(self.next_id()), method, params);
         self.outbound.try_send(message).is_ok()
     }
 
     /// Marks the upstream session as forgotten by the server; pending and
     /// later failures report [`UpstreamError::SessionExpired`].
-    pub fn mark_session_expired(&self) {
+    pub(crate) fn mark_session_expired(&self) {
         self.session_expired.store(true, Ordering::Relaxed);
     }
 
     /// Whether the server forgot our session ([`Self::mark_session_expired`]).
-    pub fn session_expired(&self) -> bool {
+    pub(crate) fn session_expired(&self) -> bool {
         self.session_expired.load(Ordering::Relaxed)
     }
 
     /// Records which of the upstream's tools mirror parameters into headers.
-    pub fn set_tool_headers(
+    pub(crate) fn set_tool_headers(
         &self,
         map: std::collections::HashMap<String, Arc<[crate::xheader::HeaderParam]>>,
     ) {
@@ -352,42 +356,42 @@ impl Connection {
     }
 
     /// The `x-mcp-header` parameters of one of the upstream's tools.
-    pub fn tool_headers(&self, tool: &str) -> Option<Arc<[crate::xheader::HeaderParam]>> {
+    pub(crate) fn tool_headers(&self, tool: &str) -> Option<Arc<[crate::xheader::HeaderParam]>> {
         self.tool_headers.load().get(tool).cloned()
     }
 
     /// Resolves when the upstream acknowledges listen request `id`.
-    pub fn expect_ack(&self, id: u64) -> oneshot::Receiver<()> {
+    pub(crate) fn expect_ack(&self, id: u64) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         self.acks.insert(id, tx);
         rx
     }
 
     /// Stops waiting for listen request `id`'s acknowledgment.
-    pub fn forget_ack(&self, id: u64) {
+    pub(crate) fn forget_ack(&self, id: u64) {
         self.acks.remove(&id);
     }
 
     /// Whether request `id` is still waiting for its answer.
-    pub fn is_pending(&self, id: u64) -> bool {
+    pub(crate) fn is_pending(&self, id: u64) -> bool {
         self.pending.contains_key(&id)
     }
 
     /// Fails request `id` with `error` (the transport could not deliver it).
-    pub fn fail(&self, id: u64, error: UpstreamError) {
+    pub(crate) fn fail(&self, id: u64, error: UpstreamError) {
         if let Some((_, pending)) = self.pending.remove(&id) {
             let _ = pending.reply.send(Err(error));
         }
     }
 
     /// Drops the pending entry for `id` without telling the upstream.
-    pub fn forget(&self, id: u64) {
+    pub(crate) fn forget(&self, id: u64) {
         self.pending.remove(&id);
     }
 
     /// Stops waiting for `id` and sends `notifications/cancelled` for it.
     /// Returns false if the request had already finished.
-    pub fn cancel(&self, id: u64, reason: &str) -> bool {
+    pub(crate) fn cancel(&self, id: u64, reason: &str) -> bool {
         let Some((_, pending)) = self.pending.remove(&id) else {
             return false;
         };
@@ -408,7 +412,7 @@ impl Connection {
     }
 
     /// Marks the connection closed and fails every pending request.
-    pub fn close(&self, reason: impl Into<String>) {
+    pub(crate) fn close(&self, reason: impl Into<String>) {
         let _ = self.close_reason.set(reason.into());
         self.closed.cancel();
         let ids: Vec<u64> = self.pending.iter().map(|e| *e.key()).collect();
@@ -420,7 +424,7 @@ impl Connection {
     }
 
     /// Handles one message from the upstream.
-    pub async fn dispatch(&self, line: &str) {
+    pub(crate) async fn dispatch(&self, line: &str) {
         let envelope = match Envelope::parse(line) {
             Ok(e) => e,
             Err(e) => {

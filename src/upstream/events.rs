@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use crate::catalog::ListKind;
 
 /// Receives what upstreams announce.
-pub trait UpstreamEvents: Send + Sync {
+pub(crate) trait UpstreamEvents: Send + Sync {
     /// `upstream`'s resource `original_uri` (as the upstream knows it) changed.
     fn resource_updated(&self, upstream: &str, original_uri: &str);
     /// A `notifications/message` from `upstream`, its params as sent.

@@ -21,7 +21,7 @@ const MAX_PAGES: usize = 10_000;
 
 /// What the upstream said about itself in `initialize` or `server/discover`.
 #[derive(Debug, Clone)]
-pub struct ServerHello {
+pub(crate) struct ServerHello {
     pub protocol_version: String,
     /// The upstream speaks the stateless 2026-07-28 era.
     pub modern: bool,
@@ -32,12 +32,12 @@ pub struct ServerHello {
 
 impl ServerHello {
     /// Whether the upstream declared capability `name` (e.g. "tools").
-    pub fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.capabilities.get(name).is_some_and(|v| !v.is_null())
     }
 
     /// Whether the upstream supports `resources/subscribe`.
-    pub fn can_subscribe(&self) -> bool {
+    pub(crate) fn can_subscribe(&self) -> bool {
         self.capabilities
             .get("resources")
             .and_then(|r| r.get("subscribe"))
@@ -59,7 +59,7 @@ struct InitializeResult {
 }
 
 /// Runs the legacy-era handshake on a fresh connection.
-pub async fn initialize(
+pub(crate) async fn initialize(
     conn: &Connection,
     timeout: Duration,
 ) -> Result<ServerHello, UpstreamError> {
@@ -100,7 +100,7 @@ pub async fn initialize(
 }
 
 /// The `_meta` the gateway sends on every request to a modern upstream.
-pub fn modern_meta() -> Map<String, Value> {
+pub(crate) fn modern_meta() -> Map<String, Value> {
     let meta = serde_json::json!({
         protocol::meta::PROTOCOL_VERSION: protocol::MODERN_VERSION,
         protocol::meta::CLIENT_CAPABILITIES: {},
@@ -128,7 +128,7 @@ struct DiscoverResult {
 /// Probes for the modern era with `server/discover`. `None` means the
 /// upstream answered with anything but a 2026-07-28 discovery (an error,
 /// a timeout, another version): fall back to `initialize`.
-pub async fn discover(conn: &Connection, timeout: Duration) -> Option<ServerHello> {
+pub(crate) async fn discover(conn: &Connection, timeout: Duration) -> Option<ServerHello> {
     let params = Value::Object(Map::from_iter([(
         "_meta".to_owned(),
         Value::Object(modern_meta()),
@@ -168,7 +168,7 @@ pub async fn discover(conn: &Connection, timeout: Duration) -> Option<ServerHell
 }
 
 /// Fetches every list the upstream declared, all pages, concurrently.
-pub async fn fetch_lists(
+pub(crate) async fn fetch_lists(
     conn: &Connection,
     hello: &ServerHello,
     timeout: Duration,
@@ -196,7 +196,7 @@ pub async fn fetch_lists(
 }
 
 /// Walks every page of one list.
-pub async fn fetch_list(
+pub(crate) async fn fetch_list(
     conn: &Connection,
     kind: ListKind,
     timeout: Duration,

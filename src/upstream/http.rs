@@ -36,7 +36,7 @@ use crate::protocol::Method;
 use crate::sse::SseParser;
 
 /// POSTs in flight at once per upstream; more wait for a slot.
-pub const MAX_CONCURRENT_POSTS: usize = 64;
+pub(crate) const MAX_CONCURRENT_POSTS: usize = 64;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest JSON body accepted from an upstream.
 const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -46,7 +46,7 @@ const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// One session with a remote upstream.
-pub struct HttpLink {
+pub(crate) struct HttpLink {
     shared: Arc<RemoteSession>,
     writer: JoinHandle<()>,
 }
@@ -105,18 +105,18 @@ impl HttpLink {
     }
 
     /// Waits until the link ends and says why.
-    pub async fn wait_ended(&self) -> String {
+    pub(crate) async fn wait_ended(&self) -> String {
         self.shared.ended.cancelled().await;
         self.shared.reason()
     }
 
     /// Whether the server forgot the session (restart without delay).
-    pub fn session_expired(&self) -> bool {
+    pub(crate) fn session_expired(&self) -> bool {
         self.shared.ended.is_cancelled() && self.shared.conn.session_expired()
     }
 
     /// Ends the session: a best-effort DELETE, then every task stops.
-    pub async fn stop(&mut self) -> String {
+    pub(crate) async fn stop(&mut self) -> String {
         let was_running = !self.shared.ended.is_cancelled();
         self.shared.end("stopped by the gateway");
         self.writer.abort();

@@ -20,7 +20,7 @@ use crate::catalog::naming;
 use crate::protocol::{LogLevel, Method};
 
 /// Subscriptions and the log level, for every upstream.
-pub struct Interest {
+pub(crate) struct Interest {
     table: SubscriptionTable,
     upstreams: Arc<UpstreamSet>,
     /// The level last asked of session-based upstreams; read and changed
@@ -46,7 +46,7 @@ impl Default for Interest {
 }
 
 impl Interest {
-    pub fn new(upstreams: Arc<UpstreamSet>) -> Self {
+    pub(crate) fn new(upstreams: Arc<UpstreamSet>) -> Self {
         Self {
             table: SubscriptionTable::default(),
             upstreams,
@@ -55,7 +55,7 @@ impl Interest {
     }
 
     /// The subscription table, to read (who watches a URI, a subscriber's URIs, counts).
-    pub fn table(&self) -> &SubscriptionTable {
+    pub(crate) fn table(&self) -> &SubscriptionTable {
         &self.table
     }
 

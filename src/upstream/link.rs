@@ -14,7 +14,7 @@ use super::message::Outgoing;
 use super::stdio::StdioChild;
 use crate::config::Transport;
 
-pub enum Link {
+pub(crate) enum Link {
     Stdio(Box<StdioChild>),
     Http(HttpLink),
 }
@@ -44,7 +44,7 @@ impl Link {
     }
 
     /// The child's process id (stdio only).
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         match self {
             Link::Stdio(child) => child.pid(),
             Link::Http(_) => None,
@@ -52,7 +52,7 @@ impl Link {
     }
 
     /// Waits until the transport ends, and says why.
-    pub async fn wait_ended(&mut self) -> String {
+    pub(crate) async fn wait_ended(&mut self) -> String {
         match self {
             Link::Stdio(child) => format!("its process {}", child.wait_ended().await),
             Link::Http(link) => link.wait_ended().await,
@@ -61,7 +61,7 @@ impl Link {
 
     /// Whether the upstream should be re-initialized at once rather than
     /// after a backoff (an HTTP server that forgot our session).
-    pub fn restart_now(&self) -> bool {
+    pub(crate) fn restart_now(&self) -> bool {
         match self {
             Link::Stdio(_) => false,
             Link::Http(link) => link.session_expired(),
@@ -69,7 +69,7 @@ impl Link {
     }
 
     /// Stops the transport and releases everything it holds.
-    pub async fn stop(&mut self) -> String {
+    pub(crate) async fn stop(&mut self) -> String {
         match self {
             Link::Stdio(child) => child.stop().await,
             Link::Http(link) => link.stop().await,

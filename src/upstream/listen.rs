@@ -17,7 +17,7 @@ use super::handshake::ServerHello;
 use crate::protocol::Method;
 
 /// One open listen request.
-pub struct Listen {
+pub(super) struct Listen {
     pub id: u64,
     pub answer: oneshot::Receiver<Answer>,
     /// Resolves when the upstream has acknowledged the stream.
@@ -27,7 +27,11 @@ pub struct Listen {
 
 /// Opens a listen stream for the upstream's list kinds and the URIs
 /// clients watch on it (`uris`, as the upstream knows them).
-pub async fn open(conn: &Connection, hello: &ServerHello, uris: Vec<Arc<str>>) -> Option<Listen> {
+pub(super) async fn open(
+    conn: &Connection,
+    hello: &ServerHello,
+    uris: Vec<Arc<str>>,
+) -> Option<Listen> {
     let announces = |capability: &str| {
         hello
             .capabilities

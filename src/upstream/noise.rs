@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 /// Lines per second logged per upstream, after a burst of [`BURST`].
-pub const LINES_PER_SECOND: u32 = 100;
-pub const BURST: u32 = 200;
+pub(crate) const LINES_PER_SECOND: u32 = 100;
+pub(crate) const BURST: u32 = 200;
 
 /// The quota of one upstream's noise.
-pub struct NoiseFilter {
+pub(crate) struct NoiseFilter {
     limiter: DefaultDirectRateLimiter,
     /// Lines dropped since the last one logged.
     pending: AtomicU64,
@@ -41,7 +41,7 @@ impl Default for NoiseFilter {
 impl NoiseFilter {
     /// Whether to log the next line: `Some(n)` with the lines suppressed
     /// since the last one logged, or `None` to drop it (counted).
-    pub fn admit(&self) -> Option<u64> {
+    pub(crate) fn admit(&self) -> Option<u64> {
         match self.limiter.check() {
             Ok(()) => Some(self.pending.swap(0, Ordering::Relaxed)),
             Err(_) => {
@@ -53,7 +53,7 @@ impl NoiseFilter {
     }
 
     /// Lines suppressed so far.
-    pub fn suppressed(&self) -> u64 {
+    pub(crate) fn suppressed(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }
 }

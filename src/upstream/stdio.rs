@@ -39,7 +39,7 @@ const TERM_GRACE: Duration = Duration::from_secs(3);
 const EXIT_AFTER_EOF: Duration = Duration::from_millis(250);
 
 /// A running upstream child and the signal that its stdout has ended.
-pub struct StdioChild {
+pub(crate) struct StdioChild {
     upstream: Arc<str>,
     child: Child,
     pid: Option<Pid>,
@@ -130,12 +130,12 @@ impl StdioChild {
     }
 
     /// The child's process id.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.pid.map(|p| p.as_raw() as u32)
     }
 
     /// Waits until the child exits or closes its stdout, and says why.
-    pub async fn wait_ended(&mut self) -> String {
+    pub(crate) async fn wait_ended(&mut self) -> String {
         tokio::select! {
             status = self.child.wait() => describe(status),
             () = self.stdout_done.cancelled() => {
@@ -150,7 +150,7 @@ impl StdioChild {
     }
 
     /// Stops the child (close stdin, SIGTERM, SIGKILL) and reaps it.
-    pub async fn stop(&mut self) -> String {
+    pub(crate) async fn stop(&mut self) -> String {
         let status = self.terminate().await;
         self.reaped.cancel();
         status
@@ -303,7 +303,7 @@ async fn drain_stderr(
 /// Reads one `\n`-terminated line into `buf` (without the newline), keeping
 /// at most `max` bytes and discarding the rest of an over-long line. Returns
 /// `None` at end of input, or whether the line was cut.
-pub async fn read_line_capped<R: AsyncBufRead + Unpin>(
+pub(crate) async fn read_line_capped<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     buf: &mut Vec<u8>,
     max: usize,

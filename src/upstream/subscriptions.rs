@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// Who is subscribed: a legacy session or a modern listen stream.
-pub type SubscriberId = u64;
+pub(crate) type SubscriberId = u64;
 
 /// A URI's place in the table.
 struct Entry {
@@ -32,7 +32,7 @@ struct Tables {
 
 /// What the caller must tell the upstream after a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpstreamChange {
+pub(crate) struct UpstreamChange {
     pub upstream: Arc<str>,
     /// The URI as the upstream knows it.
     pub original: Arc<str>,
@@ -40,7 +40,7 @@ pub struct UpstreamChange {
 
 /// URI → subscribers, with reverse indexes.
 #[derive(Default)]
-pub struct SubscriptionTable {
+pub(crate) struct SubscriptionTable {
     tables: Mutex<Tables>,
 }
 
@@ -51,7 +51,7 @@ impl SubscriptionTable {
 
     /// Adds `subscriber` to `uri`. Returns the upstream subscription to make
     /// when this is the URI's first subscriber.
-    pub fn subscribe(
+    pub(crate) fn subscribe(
         &self,
         subscriber: SubscriberId,
         uri: &str,
@@ -88,7 +88,11 @@ impl SubscriptionTable {
 
     /// Removes `subscriber` from `uri`. Returns the upstream unsubscription
     /// to make when it was the last subscriber.
-    pub fn unsubscribe(&self, subscriber: SubscriberId, uri: &str) -> Option<UpstreamChange> {
+    pub(crate) fn unsubscribe(
+        &self,
+        subscriber: SubscriberId,
+        uri: &str,
+    ) -> Option<UpstreamChange> {
         let mut t = self.lock();
         if let Some(uris) = t.by_subscriber.get_mut(&subscriber) {
             uris.remove(uri);
@@ -101,7 +105,7 @@ impl SubscriptionTable {
 
     /// Removes a subscriber from every URI (its session or stream ended).
     /// Returns the upstream unsubscriptions this implies.
-    pub fn remove_subscriber(&self, subscriber: SubscriberId) -> Vec<UpstreamChange> {
+    pub(crate) fn remove_subscriber(&self, subscriber: SubscriberId) -> Vec<UpstreamChange> {
         let mut t = self.lock();
         let Some(uris) = t.by_subscriber.remove(&subscriber) else {
             return Vec::new();
@@ -112,7 +116,7 @@ impl SubscriptionTable {
     }
 
     /// The subscribers of `uri`.
-    pub fn subscribers(&self, uri: &str) -> Vec<SubscriberId> {
+    pub(crate) fn subscribers(&self, uri: &str) -> Vec<SubscriberId> {
         self.lock()
             .by_uri
             .get(uri)
@@ -121,7 +125,7 @@ impl SubscriptionTable {
     }
 
     /// The URIs `subscriber` watches.
-    pub fn uris_of(&self, subscriber: SubscriberId) -> Vec<Arc<str>> {
+    pub(crate) fn uris_of(&self, subscriber: SubscriberId) -> Vec<Arc<str>> {
         self.lock()
             .by_subscriber
             .get(&subscriber)
@@ -130,7 +134,7 @@ impl SubscriptionTable {
     }
 
     /// Every URI of `upstream` that has subscribers, as the upstream knows it.
-    pub fn originals_of_upstream(&self, upstream: &str) -> Vec<Arc<str>> {
+    pub(crate) fn originals_of_upstream(&self, upstream: &str) -> Vec<Arc<str>> {
         let t = self.lock();
         t.by_upstream
             .get(upstream)
@@ -144,12 +148,12 @@ impl SubscriptionTable {
     }
 
     /// Number of URIs with at least one subscriber.
-    pub fn uri_count(&self) -> usize {
+    pub(crate) fn uri_count(&self) -> usize {
         self.lock().by_uri.len()
     }
 
     /// Number of (URI, subscriber) pairs.
-    pub fn entry_count(&self) -> usize {
+    pub(crate) fn entry_count(&self) -> usize {
         self.lock()
             .by_uri
             .values()
