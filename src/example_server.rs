@@ -93,6 +93,8 @@ pub(crate) async fn serve(
     extension: Box<dyn Extension>,
 ) -> std::io::Result<()> {
     let (out, mut outbound) = mpsc::channel::<String>(256);
+    // Not a gateway task: the demo server is a process of its own, with no
+    // tracker; its tasks end when stdin closes and the process exits.
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
         while let Some(line) = outbound.recv().await {
@@ -121,6 +123,7 @@ pub(crate) async fn serve(
             continue;
         };
         let server = server.clone();
+        // One task per request, so slow calls overlap (see `serve`).
         tokio::spawn(async move { server.handle(message).await });
     }
     // Streams the extension holds open never end on their own; closed input

@@ -145,6 +145,8 @@ mod tests {
     use crate::catalog::{CatalogStore, ListKind, UpstreamLists, UpstreamView};
     use crate::config::{Config, Lookup, ShapeConfig};
 
+    /// The config with `upstream_yaml` under one upstream, or its error
+    /// lines as `mcpmux check` prints them (what the tests compare).
     fn parse(upstream_yaml: &str) -> Result<Config, Vec<String>> {
         let text = format!(
             "upstreams:\n  weather:\n    command: srv\n{upstream_yaml}\nauth: {{ mode: off }}\n"
