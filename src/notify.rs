@@ -14,6 +14,7 @@
 //! read, log messages from upstreams it sees something of.
 
 pub(crate) mod outbox;
+mod asks;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,7 +29,10 @@ pub(crate) use outbox::Outbox;
 use crate::auth::Identity;
 use crate::catalog::ListKind;
 use crate::policy::{Seen, Views};
-use crate::upstream::{Interest, SubscriberId, SubscriptionTable, UpstreamEvents};
+use crate::protocol::Method;
+use crate::upstream::{
+    AskRefused, ClientAnswer, ClientAsk, Interest, SubscriberId, SubscriptionTable, UpstreamEvents,
+};
 
 pub(crate) use crate::protocol::LogLevel;
 
@@ -46,6 +50,8 @@ pub(crate) struct Subscriber {
     identity: std::sync::OnceLock<Arc<Identity>>,
     /// The views it was last told about, under a policy.
     seen: Seen,
+    /// Requests upstreams asked of this client, waiting for its answers.
+    pub(crate) asks: asks::Asks,
 }
 
 /// Which `list_changed` notifications a subscriber asked for.
@@ -96,6 +102,8 @@ pub(crate) struct NotifyHub {
     /// changes its level.
     interest: Arc<Interest>,
     next_id: AtomicU64,
+    /// The counter behind gateway-issued ids of requests for clients.
+    next_ask: AtomicU64,
     /// The policy and the catalog it filters; none: no policy machinery.
     views: Option<Arc<Views>>,
 }
@@ -119,6 +127,7 @@ impl NotifyHub {
             listeners: std::sync::atomic::AtomicUsize::new(0),
             interest,
             next_id: AtomicU64::new(1),
+            next_ask: AtomicU64::new(1),
             views,
         }
     }
@@ -217,6 +226,7 @@ impl NotifyHub {
             only_upstream,
             identity: std::sync::OnceLock::new(),
             seen: Seen::default(),
+            asks: asks::Asks::default(),
         });
         self.subscribers.insert(subscriber.id, subscriber.clone());
         subscriber
@@ -344,6 +354,27 @@ impl NotifyHub {
         }
     }
 
+    /// A client's answer (`result` or `error`) to request `id` the gateway
+    /// sent it on behalf of an upstream; false if no such request waits for
+    /// this subscriber (another session's id is as unknown as a made-up one).
+    pub(crate) fn answer(&self, subscriber: SubscriberId, id: &str, answer: ClientAnswer) -> bool {
+        self.subscribers
+            .get(&subscriber)
+            .is_some_and(|s| s.asks.answer(id, answer))
+    }
+
+    /// Records the capabilities a session's client declared in `initialize`.
+    pub(crate) fn set_client_capabilities(&self, subscriber: &Subscriber, params: Option<&RawValue>) {
+        let capabilities = params
+            .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
+            .and_then(|mut p| match p.remove("capabilities") {
+                Some(Value::Object(c)) => Some(c),
+                _ => None,
+            })
+            .unwrap_or_default();
+        subscriber.asks.set_capabilities(capabilities);
+    }
+
     /// Records a subscriber's `logging/setLevel` and updates upstreams.
     pub(crate) fn set_log_level(&self, subscriber: &Subscriber, level: LogLevel) {
         subscriber.log_level.store(level as u8, Ordering::Relaxed);
@@ -386,6 +417,27 @@ impl UpstreamEvents for NotifyHub {
 
     fn lists_changed(&self, kinds: &[ListKind]) {
         NotifyHub::lists_changed(self, kinds);
+    }
+
+    fn ask_client(
+        &self,
+        session: u64,
+        method: &Method,
+        params: Option<&RawValue>,
+    ) -> Result<ClientAsk, AskRefused> {
+        let subscriber = self
+            .subscribers
+            .get(&session)
+            .map(|s| s.clone())
+            .ok_or(AskRefused::SessionGone)?;
+        let id: Arc<str> = format!("mcpmux-{}", self.next_ask.fetch_add(1, Ordering::Relaxed)).into();
+        subscriber.asks.register(id, method, params)
+    }
+
+    fn forget_ask(&self, session: u64, id: &str) {
+        if let Some(subscriber) = self.subscribers.get(&session) {
+            subscriber.asks.forget(id);
+        }
     }
 }
 

@@ -36,7 +36,7 @@ use tokio_util::task::TaskTracker;
 
 pub(crate) use connection::Request;
 pub(crate) use connection::{Answer, Connection, ListsChanged, ProgressRoute};
-pub(crate) use events::UpstreamEvents;
+pub(crate) use events::{AskRefused, ClientAnswer, ClientAsk, UpstreamEvents};
 pub(crate) use handshake::ServerHello;
 pub(crate) use interest::Interest;
 pub(crate) use interest::Subscribed;

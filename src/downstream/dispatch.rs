@@ -50,8 +50,21 @@ pub(crate) async fn handle(
             state.router.notification(&ctx, method, envelope.params);
             Outcome::Accepted
         }
-        // Answers to server-to-client requests; the gateway sends none.
-        (MessageKind::Response, _) | (MessageKind::Request, None) => Outcome::Accepted,
+        // A client's answer to a request an upstream asked of it, by the
+        // gateway-issued id; only this session's own requests match.
+        (MessageKind::Response, Some(id)) => {
+            let answer = match (envelope.result, envelope.error) {
+                (Some(result), _) => Ok(result.to_owned()),
+                (None, Some(error)) => Err(error.to_owned()),
+                (None, None) => return Outcome::Accepted,
+            };
+            let id: String = serde_json::from_str(id.get()).unwrap_or_default();
+            if !state.router.hub().answer(session.subscriber.id, &id, answer) {
+                tracing::debug!(parent: &session.span, id, "answer to no request of this session; ignored");
+            }
+            Outcome::Accepted
+        }
+        (MessageKind::Response, None) | (MessageKind::Request, None) => Outcome::Accepted,
         (MessageKind::Request, Some(id)) if method == protocol::method::INITIALIZE => {
             Outcome::Reply(Reply::Ready(initialize(
                 state,
@@ -105,6 +118,10 @@ fn initialize(
     match negotiate(params) {
         Ok(version) => {
             let _ = session.protocol_version.set(version.to_owned());
+            state
+                .router
+                .hub()
+                .set_client_capabilities(&session.subscriber, params);
             protocol::response_frame(
                 id.get(),
                 &state

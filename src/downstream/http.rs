@@ -164,6 +164,10 @@ fn initialize(
         Ok(s) => s,
         Err(e) => return e.refusal(Some(id)),
     };
+    state
+        .router
+        .hub()
+        .set_client_capabilities(&session.subscriber, envelope.params);
     let frame = protocol::response_frame(
         id,
         &state

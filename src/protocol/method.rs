@@ -70,6 +70,12 @@ methods! {
     ResourcesListChanged, RESOURCES_LIST_CHANGED = "notifications/resources/list_changed";
     /// A server asks its client for the roots it may use.
     RootsList, ROOTS_LIST = "roots/list";
+    /// A server asks its client's model for a completion.
+    CreateMessage, CREATE_MESSAGE = "sampling/createMessage";
+    /// A server asks its client's user for input (a form or a URL).
+    Elicit, ELICIT = "elicitation/create";
+    /// A URL-mode elicitation finished.
+    ElicitationComplete, ELICITATION_COMPLETE = "notifications/elicitation/complete";
 }
 
 impl Method {

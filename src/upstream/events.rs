@@ -3,12 +3,39 @@
 //! who listens.
 //!
 //! Calls come from an upstream's reader task (resource updates, log
-//! messages) and its supervisor (list changes); an implementation must not
-//! block or wait on a client.
+//! messages, requests for a client) and its supervisor (list changes); an
+//! implementation must not block or wait on a client.
+
+use std::sync::Arc;
 
 use serde_json::value::RawValue;
+use tokio::sync::oneshot;
 
 use crate::catalog::ListKind;
+use crate::protocol::Method;
+
+/// A client's answer to a request an upstream asked of it: its `result`,
+/// or its `error` object.
+pub(crate) type ClientAnswer = Result<Box<RawValue>, Box<RawValue>>;
+
+/// A request registered with the session it is for.
+pub(crate) struct ClientAsk {
+    /// The gateway-issued id the client sees (unique in the gateway).
+    pub(crate) id: Arc<str>,
+    /// Resolves with the client's answer; fails if the session ends.
+    pub(crate) answer: oneshot::Receiver<ClientAnswer>,
+}
+
+/// Why a request for a client cannot be sent to it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum AskRefused {
+    #[error("the session that made this call has ended")]
+    SessionGone,
+    /// The client did not declare the capability the request needs.
+    #[error("the client that made this call does not support {0}")]
+    MissingCapability(&'static str),
+}
 
 /// Receives what upstreams announce.
 pub(crate) trait UpstreamEvents: Send + Sync {
@@ -18,4 +45,14 @@ pub(crate) trait UpstreamEvents: Send + Sync {
     fn log_message(&self, upstream: &str, params: Option<&RawValue>);
     /// These merged lists changed: an upstream came, went or refreshed.
     fn lists_changed(&self, kinds: &[ListKind]);
+    /// Registers a request (`sampling/createMessage`, `elicitation/create`,
+    /// `roots/list`) for downstream session `session`, if it can take it.
+    fn ask_client(
+        &self,
+        session: u64,
+        method: &Method,
+        params: Option<&RawValue>,
+    ) -> Result<ClientAsk, AskRefused>;
+    /// Forgets a request nobody waits for any more (timed out, or its call ended).
+    fn forget_ask(&self, session: u64, id: &str);
 }

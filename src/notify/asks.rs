@@ -1,0 +1,155 @@
+//! Requests upstreams asked of one downstream session (sampling,
+//! elicitation, roots), waiting for the client's answer.
+//!
+//! Each has a gateway-issued id; the client answers with a response
+//! carrying that id on the same session, and only there. The table belongs
+//! to the session's subscriber: when the session ends it is dropped, and
+//! every waiter learns so at once. Entries also leave when answered, and
+//! when the waiter gives up (`forget`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use tokio::sync::oneshot;
+
+use crate::protocol::Method;
+use crate::upstream::{AskRefused, ClientAnswer, ClientAsk};
+
+/// Requests waiting for one client, and what the client can answer.
+#[derive(Default)]
+pub(crate) struct Asks {
+    /// The `capabilities` the client declared in `initialize` (set once).
+    capabilities: OnceLock<Map<String, Value>>,
+    /// Gateway-issued id → the waiter. A std mutex, held for one lookup.
+    waiting: Mutex<HashMap<Arc<str>, oneshot::Sender<ClientAnswer>>>,
+}
+
+impl Asks {
+    /// Records the client's declared capabilities (the first call wins).
+    pub(crate) fn set_capabilities(&self, capabilities: Map<String, Value>) {
+        let _ = self.capabilities.set(capabilities);
+    }
+
+    /// Registers a request under `id`, if the client declared what it needs.
+    pub(crate) fn register(
+        &self,
+        id: Arc<str>,
+        method: &Method,
+        params: Option<&RawValue>,
+    ) -> Result<ClientAsk, AskRefused> {
+        self.check(method, params)?;
+        let (tx, answer) = oneshot::channel();
+        self.lock().insert(id.clone(), tx);
+        Ok(ClientAsk { id, answer })
+    }
+
+    /// Hands the client's answer to its waiter; false if none waits for `id`.
+    pub(crate) fn answer(&self, id: &str, answer: ClientAnswer) -> bool {
+        match self.lock().remove(id) {
+            Some(waiter) => waiter.send(answer).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Drops the entry for `id` (its waiter gave up).
+    pub(crate) fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// Requests still waiting for this client.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, oneshot::Sender<ClientAnswer>>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the client declared the capability `method` needs: `sampling`,
+    /// `roots`, or `elicitation` (its `url` mode only if declared as such;
+    /// an empty `elicitation` object means form mode, as in 2025-06-18).
+    fn check(&self, method: &Method, params: Option<&RawValue>) -> Result<(), AskRefused> {
+        let declared = self.capabilities.get();
+        let has = |name: &str| declared.is_some_and(|c| c.get(name).is_some());
+        match method {
+            Method::CreateMessage if !has("sampling") => {
+                Err(AskRefused::MissingCapability("sampling"))
+            }
+            Method::RootsList if !has("roots") => Err(AskRefused::MissingCapability("roots")),
+            Method::Elicit => {
+                let elicitation = declared.and_then(|c| c.get("elicitation"));
+                let Some(elicitation) = elicitation else {
+                    return Err(AskRefused::MissingCapability("elicitation"));
+                };
+                let url_mode = params
+                    .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
+                    .is_some_and(|p| p.get("mode").and_then(Value::as_str) == Some("url"));
+                let form_only = elicitation.get("url").is_none();
+                match url_mode && form_only {
+                    true => Err(AskRefused::MissingCapability("URL-mode elicitation")),
+                    false => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn declared(capabilities: Value) -> Asks {
+        let asks = Asks::default();
+        if let Value::Object(map) = capabilities {
+            asks.set_capabilities(map);
+        }
+        asks
+    }
+
+    fn raw(value: Value) -> Box<RawValue> {
+        serde_json::value::to_raw_value(&value).unwrap()
+    }
+
+    #[test]
+    fn requests_need_the_capability_the_client_declared() {
+        let none = declared(json!({}));
+        for (method, what) in [
+            (Method::CreateMessage, "sampling"),
+            (Method::Elicit, "elicitation"),
+            (Method::RootsList, "roots"),
+        ] {
+            let refused = none.register("a".into(), &method, None).err();
+            assert_eq!(refused, Some(AskRefused::MissingCapability(what)));
+        }
+        assert_eq!(none.len(), 0);
+        let form = declared(json!({ "elicitation": {} }));
+        let url = raw(json!({ "mode": "url", "url": "https://example.com" }));
+        assert!(form.register("a".into(), &Method::Elicit, None).is_ok());
+        assert_eq!(
+            form.register("b".into(), &Method::Elicit, Some(&url)).err(),
+            Some(AskRefused::MissingCapability("URL-mode elicitation"))
+        );
+        let both = declared(json!({ "elicitation": { "form": {}, "url": {} } }));
+        assert!(both.register("c".into(), &Method::Elicit, Some(&url)).is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_answer_reaches_its_waiter_once_and_a_dropped_table_fails_the_rest() {
+        let asks = declared(json!({ "sampling": {} }));
+        let first = asks.register("g-1".into(), &Method::CreateMessage, None).unwrap();
+        let second = asks.register("g-2".into(), &Method::CreateMessage, None).unwrap();
+        assert!(asks.answer("g-1", Ok(raw(json!({ "ok": 1 })))));
+        assert!(!asks.answer("g-1", Ok(raw(json!({})))), "answered twice");
+        assert!(!asks.answer("unknown", Ok(raw(json!({})))));
+        let got = first.answer.await.unwrap().unwrap();
+        assert_eq!(got.get(), r#"{"ok":1}"#);
+        assert_eq!(asks.len(), 1);
+        drop(asks);
+        assert!(second.answer.await.is_err(), "the session's end is seen");
+    }
+}
