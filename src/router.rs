@@ -10,6 +10,8 @@
 
 mod forward;
 pub mod rewrite;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 

@@ -431,4 +431,6 @@ impl SessionTable {
 }
 
 #[cfg(test)]
+mod sweeper_tests;
+#[cfg(test)]
 mod tests;

@@ -571,3 +571,6 @@ impl Connection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
