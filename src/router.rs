@@ -10,6 +10,8 @@
 
 mod forward;
 pub(crate) mod rewrite;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
@@ -99,6 +101,12 @@ impl InflightCalls {
             .iter()
             .filter(|call| call.cancel_upstream(reason))
             .count()
+    }
+
+    /// Calls in flight (tests look).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
     }
 
     /// Records a new call, unless its id is already in flight or the

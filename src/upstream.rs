@@ -22,6 +22,8 @@ pub(crate) mod noise;
 mod remote;
 pub(crate) mod stdio;
 mod subscriptions;
+#[cfg(test)]
+pub(crate) mod test_support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -436,4 +436,6 @@ impl SessionTable {
 }
 
 #[cfg(test)]
+mod sweeper_tests;
+#[cfg(test)]
 mod tests;

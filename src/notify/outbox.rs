@@ -303,3 +303,6 @@ mod tests {
         assert!(outbox.replay_after(1).is_err());
     }
 }
+
+#[cfg(test)]
+mod delivery_tests;

@@ -4,7 +4,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -306,7 +308,7 @@ impl Exchange {
             progress: route,
         };
         let queued = conn.send_request(upstream_id, request);
-        match tokio::time::timeout_at(deadline.into(), queued).await {
+        match tokio::time::timeout_at(deadline, queued).await {
             Ok(rx) => rx,
             Err(_) => {
                 conn.forget(upstream_id);
@@ -413,7 +415,7 @@ impl Exchange {
         failed: &Connection,
     ) -> Result<Box<RawValue>, RouteError> {
         let deadline = self.started + self.timeout;
-        let conn = self.handle.reconnected(failed, deadline.into()).await?;
+        let conn = self.handle.reconnected(failed, deadline).await?;
         let upstream_id = conn.next_id();
         let params = match &self.progress {
             Some(_) => with_progress_token(&self.params, upstream_id),
@@ -454,7 +456,7 @@ impl Exchange {
                     // The pending entry was removed without an answer: cancelled.
                     Err(_) => Err(RouteError::Cancelled),
                 },
-                () = tokio::time::sleep_until(deadline.into()) => {
+                () = tokio::time::sleep_until(deadline) => {
                     let progressed = self.started + Duration::from_millis(self.last_progress.load(Ordering::Relaxed));
                     if progressed + self.timeout > deadline {
                         deadline = progressed + self.timeout;

@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use dashmap::DashMap;
 use serde_json::value::RawValue;
@@ -154,6 +154,18 @@ impl Connection {
 
     pub(crate) fn upstream(&self) -> &Arc<str> {
         &self.upstream
+    }
+
+    /// Requests waiting for an answer (tests look).
+    #[cfg(test)]
+    pub(crate) fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether the connection has closed (tests look).
+    #[cfg(test)]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
     }
 
     /// A fresh request id on this connection.
@@ -561,3 +573,6 @@ impl Connection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -266,3 +266,6 @@ mod tests {
         assert_eq!(table.uri_count(), 0);
     }
 }
+
+#[cfg(test)]
+mod table_tests;

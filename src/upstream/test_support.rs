@@ -1,0 +1,172 @@
+//! Test doubles for unit tests of the upstream layer and of the modules
+//! that use it: a [`Connection`] driven by the test (what the gateway sends
+//! is read from its outbound queue, what the upstream says is fed to
+//! [`Connection::dispatch`]), an [`UpstreamHandle`] around such a
+//! connection with no supervisor, and an [`UpstreamEvents`] that records
+//! every call. No process, socket or task is started.
+
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+
+use super::message::Outgoing;
+use super::noise::NoiseFilter;
+use super::{Connection, ListsChanged, Shared, UpstreamEvents, UpstreamHandle, UpstreamState};
+use crate::catalog::ListKind;
+
+/// Room in the fake's queues: far more than any test sends.
+const QUEUE: usize = 64;
+
+/// Every call an upstream made on its [`UpstreamEvents`], in order.
+#[derive(Default)]
+pub(crate) struct Recorder {
+    /// `(upstream, original URI)` of each `resource_updated`.
+    pub(crate) updated: Mutex<Vec<(String, String)>>,
+    /// `(upstream, params JSON)` of each `log_message`.
+    pub(crate) logs: Mutex<Vec<(String, Option<String>)>>,
+    /// The kinds of each `lists_changed`.
+    pub(crate) lists: Mutex<Vec<Vec<ListKind>>>,
+}
+
+impl UpstreamEvents for Recorder {
+    fn resource_updated(&self, upstream: &str, original_uri: &str) {
+        self.updated
+            .lock()
+            .unwrap()
+            .push((upstream.to_owned(), original_uri.to_owned()));
+    }
+
+    fn log_message(&self, upstream: &str, params: Option<&serde_json::value::RawValue>) {
+        self.logs
+            .lock()
+            .unwrap()
+            .push((upstream.to_owned(), params.map(|p| p.get().to_owned())));
+    }
+
+    fn lists_changed(&self, kinds: &[ListKind]) {
+        self.lists.lock().unwrap().push(kinds.to_vec());
+    }
+}
+
+/// One upstream as the test plays it: the gateway's [`Connection`] and the
+/// other ends of its queues.
+pub(crate) struct FakeUpstream {
+    pub(crate) conn: Arc<Connection>,
+    /// What the gateway sends the upstream.
+    pub(crate) sent: mpsc::Receiver<Outgoing>,
+    /// The list changes the connection queues for the supervisor.
+    pub(crate) list_changes: mpsc::Receiver<ListsChanged>,
+    pub(crate) events: Arc<Recorder>,
+}
+
+impl FakeUpstream {
+    /// A fresh, open connection to an upstream called `name`.
+    pub(crate) fn new(name: &str) -> Self {
+        let (outbound, sent) = mpsc::channel(QUEUE);
+        let (changes, list_changes) = mpsc::channel(QUEUE);
+        let events = Arc::new(Recorder::default());
+        let conn = Arc::new(Connection::new(
+            name.into(),
+            outbound,
+            changes,
+            events.clone(),
+            Arc::new(NoiseFilter::default()),
+        ));
+        Self {
+            conn,
+            sent,
+            list_changes,
+            events,
+        }
+    }
+
+    /// The next message the gateway sends (it must send one, within an
+    /// hour of tokio's clock).
+    pub(crate) async fn next_sent(&mut self) -> Outgoing {
+        within(self.sent.recv())
+            .await
+            .expect("the connection is alive")
+    }
+
+    /// A message already queued, if any.
+    pub(crate) fn try_sent(&mut self) -> Option<Outgoing> {
+        self.sent.try_recv().ok()
+    }
+
+    /// Answers request `id` with `result` (JSON text).
+    pub(crate) async fn answer(&self, id: u64, result: &str) {
+        let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
+        self.conn.dispatch(&line).await;
+    }
+
+    /// Sends the gateway a notification.
+    pub(crate) async fn notify(&self, method: &str, params: Value) {
+        let line = serde_json::json!({ "jsonrpc": "2.0", "method": method, "params": params });
+        self.conn.dispatch(&line.to_string()).await;
+    }
+}
+
+/// Awaits `future` for at most an hour of tokio's clock: a test whose
+/// expectation is broken fails (under a paused clock, at once) instead of
+/// hanging.
+pub(crate) async fn within<F: std::future::Future>(future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(3_600), future)
+        .await
+        .expect("nothing happened within an hour")
+}
+
+/// A message's frame as JSON.
+pub(crate) fn frame_of(message: &Outgoing) -> Value {
+    serde_json::from_slice(&message.frame).expect("frames are JSON")
+}
+
+impl UpstreamHandle {
+    /// A ready upstream with no supervisor: calls go to `conn` (none: it is
+    /// down) and wait at most `timeout`.
+    pub(crate) fn for_test(name: &str, timeout: Duration, conn: Option<Arc<Connection>>) -> Self {
+        let handle = UpstreamHandle {
+            shared: Arc::new(Shared {
+                name: name.into(),
+                timeout,
+                start_wait: Duration::ZERO,
+                call_timeouts: AtomicU32::new(0),
+                call_timeouts_limit: 3,
+                ping_now: tokio::sync::Notify::new(),
+                noise: Arc::default(),
+                conn: ArcSwapOption::empty(),
+                hello: ArcSwapOption::empty(),
+                state: watch::Sender::new(UpstreamState::Ready),
+                restarts: AtomicU64::new(0),
+                pid: AtomicU32::new(0),
+                listen_changed: tokio::sync::Notify::new(),
+                listen_generation: watch::Sender::new(0),
+                reconnect_now: tokio::sync::Notify::new(),
+                remote: false,
+                namespace_uris: true,
+                required: false,
+                transport: "stdio",
+                counts: Default::default(),
+            }),
+        };
+        handle.replace_connection(conn);
+        handle
+    }
+
+    /// Swaps the live connection, as the supervisor does after a restart,
+    /// and says the upstream is ready again (or down without one).
+    pub(crate) fn replace_connection(&self, conn: Option<Arc<Connection>>) {
+        let state = match conn {
+            Some(_) => UpstreamState::Ready,
+            None => UpstreamState::Down {
+                reason: "stopped by the test".into(),
+                retry_at: None,
+            },
+        };
+        self.shared.conn.store(conn);
+        self.set_state(state);
+    }
+}
