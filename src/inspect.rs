@@ -84,6 +84,9 @@ pub struct Stats {
     pub subscriptions: usize,
     /// Each subscriber's outbox, in no particular order.
     pub backlogs: Vec<Backlog>,
+    /// Requests upstreams asked of clients (sampling, elicitation, roots)
+    /// that wait for the client's answer.
+    pub asks_waiting: usize,
 }
 
 /// A 2025-era session's resumable POST answers (`text/event-stream`

@@ -326,6 +326,7 @@ impl Gateway {
             subscribed_uris: table.uri_count(),
             subscriptions: table.entry_count(),
             backlogs: hub.backlogs().into_values().collect(),
+            asks_waiting: hub.asks_waiting(),
         }
     }
 

@@ -13,8 +13,8 @@
 //! when its view of a kind changed, `resources/updated` for URIs it may
 //! read, log messages from upstreams it sees something of.
 
-pub(crate) mod outbox;
 mod asks;
+pub(crate) mod outbox;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -363,8 +363,17 @@ impl NotifyHub {
             .is_some_and(|s| s.asks.answer(id, answer))
     }
 
+    /// Requests for clients that wait for an answer, over every subscriber.
+    pub(crate) fn asks_waiting(&self) -> usize {
+        self.subscribers.iter().map(|s| s.asks.len()).sum()
+    }
+
     /// Records the capabilities a session's client declared in `initialize`.
-    pub(crate) fn set_client_capabilities(&self, subscriber: &Subscriber, params: Option<&RawValue>) {
+    pub(crate) fn set_client_capabilities(
+        &self,
+        subscriber: &Subscriber,
+        params: Option<&RawValue>,
+    ) {
         let capabilities = params
             .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
             .and_then(|mut p| match p.remove("capabilities") {
@@ -430,7 +439,8 @@ impl UpstreamEvents for NotifyHub {
             .get(&session)
             .map(|s| s.clone())
             .ok_or(AskRefused::SessionGone)?;
-        let id: Arc<str> = format!("mcpmux-{}", self.next_ask.fetch_add(1, Ordering::Relaxed)).into();
+        let id: Arc<str> =
+            format!("mcpmux-{}", self.next_ask.fetch_add(1, Ordering::Relaxed)).into();
         subscriber.asks.register(id, method, params)
     }
 

@@ -582,13 +582,16 @@ impl Supervisor {
         let (out_tx, out_rx) = mpsc::channel(connection::OUTBOUND_CAPACITY);
         let (note_tx, mut note_rx) = mpsc::channel(NOTIFICATION_CAPACITY);
         let noise = self.handle.shared.noise.clone();
-        let conn = Arc::new(Connection::new(
-            name.clone(),
-            out_tx,
-            note_tx,
-            self.events.clone(),
-            noise.clone(),
-        ));
+        let conn = Arc::new(
+            Connection::new(
+                name.clone(),
+                out_tx,
+                note_tx,
+                self.events.clone(),
+                noise.clone(),
+            )
+            .with_asks(self.tasks.clone(), self.config.timeout),
+        );
         let mut child = match Link::start(
             name.clone(),
             &self.config.transport,

@@ -59,7 +59,11 @@ pub(crate) async fn handle(
                 (None, None) => return Outcome::Accepted,
             };
             let id: String = serde_json::from_str(id.get()).unwrap_or_default();
-            if !state.router.hub().answer(session.subscriber.id, &id, answer) {
+            if !state
+                .router
+                .hub()
+                .answer(session.subscriber.id, &id, answer)
+            {
                 tracing::debug!(parent: &session.span, id, "answer to no request of this session; ignored");
             }
             Outcome::Accepted

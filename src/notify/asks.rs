@@ -135,14 +135,21 @@ mod tests {
             Some(AskRefused::MissingCapability("URL-mode elicitation"))
         );
         let both = declared(json!({ "elicitation": { "form": {}, "url": {} } }));
-        assert!(both.register("c".into(), &Method::Elicit, Some(&url)).is_ok());
+        assert!(
+            both.register("c".into(), &Method::Elicit, Some(&url))
+                .is_ok()
+        );
     }
 
     #[tokio::test]
     async fn an_answer_reaches_its_waiter_once_and_a_dropped_table_fails_the_rest() {
         let asks = declared(json!({ "sampling": {} }));
-        let first = asks.register("g-1".into(), &Method::CreateMessage, None).unwrap();
-        let second = asks.register("g-2".into(), &Method::CreateMessage, None).unwrap();
+        let first = asks
+            .register("g-1".into(), &Method::CreateMessage, None)
+            .unwrap();
+        let second = asks
+            .register("g-2".into(), &Method::CreateMessage, None)
+            .unwrap();
         assert!(asks.answer("g-1", Ok(raw(json!({ "ok": 1 })))));
         assert!(!asks.answer("g-1", Ok(raw(json!({})))), "answered twice");
         assert!(!asks.answer("unknown", Ok(raw(json!({})))));

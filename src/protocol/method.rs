@@ -100,8 +100,8 @@ mod tests {
             assert_eq!(Method::from_name(name).name(), name);
         }
         assert_eq!(Method::from_name("tools/call"), Method::ToolsCall);
-        let other = Method::from_name("sampling/createMessage");
-        assert_eq!(other, Method::Other("sampling/createMessage".into()));
-        assert_eq!(other.name(), "sampling/createMessage");
+        let other = Method::from_name("tasks/get");
+        assert_eq!(other, Method::Other("tasks/get".into()));
+        assert_eq!(other.name(), "tasks/get");
     }
 }

@@ -196,13 +196,30 @@ pub(super) async fn run(
         client: ctx.identity.as_ref().map(|i| i.client.clone()),
         item: call.item,
     };
-    if !streaming {
+    // A 2025-era session's call may be asked back by its upstream
+    // (sampling, elicitation, roots): its reply then becomes a stream.
+    let askable = ctx.can_stream && ctx.era == Era::Legacy && ctx.subscriber.is_some();
+    if !streaming && !askable {
         let rx = exchange
             .send(&conn, upstream_id, &exchange.params, None)
             .await;
         let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
         drop(guard);
         return Reply::Ready(frame);
+    }
+    if !streaming {
+        let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
+        exchange.progress = Some((None, sink));
+        let route = exchange.route();
+        let rx = exchange
+            .send(&conn, upstream_id, &exchange.params, route)
+            .await;
+        let finishing = Box::pin(async move {
+            let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
+            drop(guard);
+            frame
+        });
+        return answer_or_stream(finishing, frames, tasks).await;
     }
 
     let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
@@ -214,7 +231,7 @@ pub(super) async fn run(
     }
     let client_token = serde_json::value::to_raw_value(&client_token.unwrap_or(Value::Null))
         .unwrap_or_else(|_| RawValue::NULL.to_owned());
-    exchange.progress = Some((client_token, sink.clone()));
+    exchange.progress = Some((Some(client_token), sink.clone()));
     let route = exchange.route();
     let rx = exchange
         .send(&conn, upstream_id, &exchange.params, route)
@@ -229,6 +246,57 @@ pub(super) async fn run(
     };
     tasks.spawn(tracing::Instrument::instrument(finish, span));
     Reply::Streaming(frames)
+}
+
+/// A plain answer, unless the upstream asks the client something first:
+/// then the reply becomes a stream of those requests and the answer, fed
+/// by a task (on the tracker) until the call ends.
+async fn answer_or_stream(
+    mut finishing: std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>,
+    mut frames: mpsc::Receiver<String>,
+    tasks: &tokio_util::task::TaskTracker,
+) -> Reply {
+    let first = tokio::select! {
+        frame = &mut finishing => return Reply::Ready(frame),
+        first = frames.recv() => first,
+    };
+    let (out, reply) = mpsc::channel(STREAM_CAPACITY);
+    if let Some(first) = first {
+        let _ = out.try_send(first);
+    }
+    let feed = async move {
+        let mut frames = Some(frames);
+        loop {
+            let next = async {
+                match frames.as_mut() {
+                    Some(f) => f.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                frame = &mut finishing => {
+                    let _ = out.send(frame).await;
+                    return;
+                }
+                more = next => {
+                    let delivered = match more {
+                        Some(frame) => out.send(frame).await.is_ok(),
+                        None => false,
+                    };
+                    // The client is gone: its call's stream closes, which
+                    // ends the requests waiting on it.
+                    if !delivered {
+                        frames = None;
+                    }
+                }
+            }
+        }
+    };
+    tasks.spawn(tracing::Instrument::instrument(
+        feed,
+        tracing::debug_span!("asked call"),
+    ));
+    Reply::Streaming(reply)
 }
 
 /// The bookkeeping of one forwarded request while it waits.
@@ -247,8 +315,9 @@ struct Exchange {
     /// Milliseconds after `started` of the latest progress (written by the
     /// connection's reader).
     last_progress: Arc<AtomicU64>,
-    /// The client's progress token and its stream, when progress streams.
-    progress: Option<(Box<RawValue>, mpsc::Sender<String>)>,
+    /// The client's progress token (if it asked for progress) and the
+    /// call's stream, when the reply streams or may become a stream.
+    progress: Option<(Option<Box<RawValue>>, mpsc::Sender<String>)>,
     era: Era,
     /// Upstream log messages for this request's stream (modern `logLevel`).
     log_tap: Option<LogTap>,

@@ -28,13 +28,18 @@ use crate::protocol::{self, Envelope, MessageKind, Method};
 /// wait: a stalled upstream slows only the callers of that upstream.
 pub(crate) const OUTBOUND_CAPACITY: usize = 256;
 
+/// How long a client has to answer a relayed request, unless configured.
+const DEFAULT_ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What an upstream answered to one request: its `result`, or an error.
 pub(crate) type Answer = Result<Box<RawValue>, UpstreamError>;
 
 /// Where progress for one forwarded request goes.
 pub(crate) struct ProgressRoute {
-    /// The client's own `progressToken`, restored on the way back.
-    pub client_token: Box<RawValue>,
+    /// The client's own `progressToken`, restored on the way back; none
+    /// when the client asked for no progress (the stream may still carry
+    /// requests for the client, see `ask`).
+    pub client_token: Option<Box<RawValue>>,
     /// Frames for the client's response stream. Progress is sent with
     /// `try_send`: when the client is this far behind, progress is dropped
     /// (a later progress notification supersedes it); the result never is.
@@ -125,6 +130,11 @@ pub(crate) struct Connection {
     events: Arc<dyn UpstreamEvents>,
     /// Rate limit of the warnings about lines that are not JSON-RPC.
     noise: Arc<super::noise::NoiseFilter>,
+    /// Where relayed requests for clients wait (the gateway's tracker);
+    /// unset only for a connection without a supervisor (unit tests).
+    tasks: Option<tokio_util::task::TaskTracker>,
+    /// How long a client has to answer a relayed request.
+    ask_timeout: std::time::Duration,
 }
 
 impl Connection {
@@ -149,7 +159,21 @@ impl Connection {
             list_changes,
             events,
             noise,
+            tasks: None,
+            ask_timeout: DEFAULT_ASK_TIMEOUT,
         }
+    }
+
+    /// Runs relayed requests for clients on `tasks`, each waiting at most
+    /// `timeout` for the client's answer.
+    pub(crate) fn with_asks(
+        mut self,
+        tasks: tokio_util::task::TaskTracker,
+        timeout: std::time::Duration,
+    ) -> Self {
+        self.tasks = Some(tasks);
+        self.ask_timeout = timeout;
+        self
     }
 
     pub(crate) fn upstream(&self) -> &Arc<str> {
@@ -437,6 +461,12 @@ impl Connection {
 
     /// Handles one message from the upstream.
     pub(crate) async fn dispatch(&self, line: &str) {
+        self.dispatch_from(line, None).await;
+    }
+
+    /// Handles one message that arrived on the response stream of request
+    /// `via` (a Streamable HTTP POST), or on no request's stream.
+    pub(crate) async fn dispatch_from(&self, line: &str, via: Option<u64>) {
         let envelope = match Envelope::parse(line) {
             Ok(e) => e,
             Err(e) => {
@@ -449,7 +479,7 @@ impl Connection {
         match envelope.kind() {
             Ok(MessageKind::Response) => self.on_response(&envelope),
             Ok(MessageKind::Notification) => self.on_notification(&envelope),
-            Ok(MessageKind::Request) => self.on_request(&envelope),
+            Ok(MessageKind::Request) => self.on_request(&envelope, via),
             Err(e) => {
                 tracing::warn!(upstream = %self.upstream, error = %e, "invalid message from upstream; ignored");
             }
@@ -535,7 +565,10 @@ impl Connection {
         let Some(route) = &pending.progress else {
             return;
         };
-        let token: Value = serde_json::from_str(route.client_token.get()).unwrap_or(Value::Null);
+        let Some(client_token) = &route.client_token else {
+            return;
+        };
+        let token: Value = serde_json::from_str(client_token.get()).unwrap_or(Value::Null);
         params.insert("progressToken".into(), token);
         let elapsed = u64::try_from(route.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         route.last_progress.store(elapsed, Ordering::Relaxed);
@@ -548,15 +581,17 @@ impl Connection {
         }
     }
 
-    /// Answers the server-to-client requests the gateway handles itself.
-    fn on_request(&self, envelope: &Envelope<'_>) {
-        let id = envelope.id.map_or("null", RawValue::get);
+    /// Answers `ping`; relays what only a client can answer; refuses the rest.
+    fn on_request(&self, envelope: &Envelope<'_>, via: Option<u64>) {
+        let Some(id) = envelope.id else { return };
         let method = Method::from_name(envelope.method.as_deref().unwrap_or_default());
-        let frame = match &method {
-            Method::Ping => protocol::response_frame(id, "{}"),
-            Method::RootsList => protocol::response_frame(id, r#"{"roots":[]}"#),
-            other => protocol::error_frame(
-                Some(id),
+        match method {
+            Method::Ping => self.reply(protocol::response_frame(id.get(), "{}")),
+            Method::CreateMessage | Method::Elicit | Method::RootsList => {
+                self.on_ask(id, method, envelope.params, via)
+            }
+            other => self.reply(protocol::error_frame(
+                Some(id.get()),
                 &protocol::RpcError::new(
                     protocol::code::METHOD_NOT_FOUND,
                     format!(
@@ -564,15 +599,13 @@ impl Connection {
                         other.name()
                     ),
                 ),
-            ),
-        };
-        // Never block the reader: a full queue means the upstream is not
-        // reading its input, and a ping it cannot read needs no answer.
-        if self.outbound.try_send(Outgoing::new(None, frame)).is_err() {
-            tracing::debug!(upstream = %self.upstream, method = method.name(), "outbound queue full; reply dropped");
+            )),
         }
     }
 }
 
+mod ask;
+#[cfg(test)]
+mod ask_tests;
 #[cfg(test)]
 mod tests;

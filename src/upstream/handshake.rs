@@ -65,7 +65,12 @@ pub(crate) async fn initialize(
 ) -> Result<ServerHello, UpstreamError> {
     let params = serde_json::json!({
         "protocolVersion": LATEST_VERSION,
-        "capabilities": {},
+        // Relayed to the client whose call caused them (see `connection::ask`).
+        "capabilities": {
+            "sampling": {},
+            "elicitation": { "form": {}, "url": {} },
+            "roots": {},
+        },
         "clientInfo": { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
     })
     .to_string();

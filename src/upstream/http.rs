@@ -373,7 +373,7 @@ impl RemoteSession {
                 })
             });
             if answers {
-                return self.deliver(&body).await;
+                return self.deliver(&body, sent.id).await;
             }
             if self.lost_session(status, had_session, sent) {
                 let snippet: String = body.chars().take(200).collect();
@@ -397,7 +397,7 @@ impl RemoteSession {
             self.post_stream(sent, response).await;
         } else if content_type.starts_with("application/json") {
             match read_limited(response, MAX_BODY).await {
-                Ok(body) => self.deliver_json(&body).await,
+                Ok(body) => self.deliver_json(&body, sent.id).await,
                 Err(e) => self.fail(sent, self.protocol(e.to_string())),
             }
         } else if let Some(id) = sent.id {
@@ -412,14 +412,14 @@ impl RemoteSession {
         }
     }
 
-    async fn deliver_json(&self, body: &str) {
+    async fn deliver_json(&self, body: &str, via: Option<u64>) {
         match serde_json::from_str::<Vec<Box<serde_json::value::RawValue>>>(body) {
             Ok(batch) => {
                 for message in batch {
-                    self.deliver(message.get()).await;
+                    self.deliver(message.get(), via).await;
                 }
             }
-            Err(_) => self.deliver(body).await,
+            Err(_) => self.deliver(body, via).await,
         }
     }
 
@@ -430,7 +430,10 @@ impl RemoteSession {
         let mut retry = DEFAULT_RETRY;
         let mut response = response;
         for attempt in 0..=MAX_RESUMES {
-            if let Err(e) = self.read_events(response, &mut last_id, &mut retry).await {
+            if let Err(e) = self
+                .read_events(response, &mut last_id, &mut retry, sent.id)
+                .await
+            {
                 tracing::debug!(upstream = %self.upstream, error = %e, "POST stream broke");
             }
             let Some(id) = sent.id.filter(|id| self.conn.is_pending(*id)) else {
@@ -476,12 +479,14 @@ impl RemoteSession {
             .map_err(|e| self.unavailable(format!("request failed: {}", e.without_url())))
     }
 
-    /// Dispatches every event of an SSE body until it ends or the link does.
+    /// Dispatches every event of an SSE body until it ends or the link does;
+    /// `via` is the request whose POST the body answers.
     pub(super) async fn read_events(
         &self,
         response: Response,
         last_id: &mut Option<String>,
         retry: &mut Duration,
+        via: Option<u64>,
     ) -> Result<(), BodyError> {
         let mut parser = SseParser::default();
         let mut body = response.bytes_stream();
@@ -503,7 +508,7 @@ impl RemoteSession {
                 }
                 let is_message = event.event.as_deref().is_none_or(|e| e == "message");
                 if is_message && !event.data.trim().is_empty() {
-                    self.deliver(&event.data).await;
+                    self.deliver(&event.data, via).await;
                 }
             }
         }
@@ -535,7 +540,7 @@ impl RemoteSession {
                     delay = DEFAULT_RETRY;
                     let mut last = from;
                     let mut retry = DEFAULT_RETRY;
-                    if let Err(e) = self.read_events(r, &mut last, &mut retry).await {
+                    if let Err(e) = self.read_events(r, &mut last, &mut retry, None).await {
                         tracing::debug!(upstream = %self.upstream, error = %e, "notification stream broke");
                     }
                     *self.last_event_id.lock().unwrap_or_else(|e| e.into_inner()) = last;

@@ -110,7 +110,7 @@ async fn read_stream(
                     }
                 }
                 None | Some("message") if !event.data.trim().is_empty() => {
-                    shared.deliver(&event.data).await
+                    shared.deliver(&event.data, None).await
                 }
                 _ => {}
             }

@@ -101,8 +101,9 @@ impl RemoteSession {
     }
 
     /// Hands one received message to the connection, noting the protocol
-    /// version the initialize answer carries.
-    pub(super) async fn deliver(&self, message: &str) {
+    /// version the initialize answer carries. `via` is the request whose
+    /// POST stream carried it (none: the standalone or legacy stream).
+    pub(super) async fn deliver(&self, message: &str, via: Option<u64>) {
         let unknown_version = self
             .version
             .lock()
@@ -117,6 +118,6 @@ impl RemoteSession {
         {
             *self.version.lock().unwrap_or_else(|e| e.into_inner()) = Some(header);
         }
-        self.conn.dispatch(message).await;
+        self.conn.dispatch_from(message, via).await;
     }
 }

@@ -11,15 +11,23 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::message::Outgoing;
 use super::noise::NoiseFilter;
-use super::{Connection, ListsChanged, Shared, UpstreamEvents, UpstreamHandle, UpstreamState};
+use super::{
+    AskRefused, ClientAnswer, ClientAsk, Connection, ListsChanged, Shared, UpstreamEvents,
+    UpstreamHandle, UpstreamState,
+};
 use crate::catalog::ListKind;
+use crate::protocol::Method;
 
 /// Room in the fake's queues: far more than any test sends.
 const QUEUE: usize = 64;
+
+/// A request for a client: the session, the method, the gateway-issued id
+/// and where its answer goes.
+pub(crate) type Asked = (u64, Method, Arc<str>, oneshot::Sender<ClientAnswer>);
 
 /// Every call an upstream made on its [`UpstreamEvents`], in order.
 #[derive(Default)]
@@ -30,6 +38,13 @@ pub(crate) struct Recorder {
     pub(crate) logs: Mutex<Vec<(String, Option<String>)>>,
     /// The kinds of each `lists_changed`.
     pub(crate) lists: Mutex<Vec<Vec<ListKind>>>,
+    /// Each request for a client: the session, the method, the
+    /// gateway-issued id and where its answer goes.
+    pub(crate) asked: Mutex<Vec<Asked>>,
+    /// Forgotten requests: `(session, id)`.
+    pub(crate) forgotten: Mutex<Vec<(u64, String)>>,
+    /// When set, every request for a client is refused with this.
+    pub(crate) refuse: Mutex<Option<AskRefused>>,
 }
 
 impl UpstreamEvents for Recorder {
@@ -49,6 +64,29 @@ impl UpstreamEvents for Recorder {
 
     fn lists_changed(&self, kinds: &[ListKind]) {
         self.lists.lock().unwrap().push(kinds.to_vec());
+    }
+
+    fn ask_client(
+        &self,
+        session: u64,
+        method: &Method,
+        _params: Option<&serde_json::value::RawValue>,
+    ) -> Result<ClientAsk, AskRefused> {
+        if let Some(refused) = self.refuse.lock().unwrap().clone() {
+            return Err(refused);
+        }
+        let mut asked = self.asked.lock().unwrap();
+        let id: Arc<str> = format!("ask-{}", asked.len() + 1).into();
+        let (tx, answer) = oneshot::channel();
+        asked.push((session, method.clone(), id.clone(), tx));
+        Ok(ClientAsk { id, answer })
+    }
+
+    fn forget_ask(&self, session: u64, id: &str) {
+        self.forgotten
+            .lock()
+            .unwrap()
+            .push((session, id.to_owned()));
     }
 }
 

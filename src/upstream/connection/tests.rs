@@ -258,7 +258,7 @@ async fn progress_goes_to_the_calls_stream_under_the_clients_token() {
     let id = up.conn.next_id();
     let request = Request {
         progress: Some(ProgressRoute {
-            client_token: serde_json::value::to_raw_value("client-token").unwrap(),
+            client_token: Some(serde_json::value::to_raw_value("client-token").unwrap()),
             sink,
             last_progress: last_progress.clone(),
             started,
@@ -358,7 +358,7 @@ async fn server_requests_are_answered_or_refused() {
         .dispatch(r#"{"jsonrpc":"2.0","id":8,"method":"roots/list"}"#)
         .await;
     up.conn
-        .dispatch(r#"{"jsonrpc":"2.0","id":"s","method":"sampling/createMessage","params":{}}"#)
+        .dispatch(r#"{"jsonrpc":"2.0","id":"s","method":"experimental/thing","params":{}}"#)
         .await;
 
     let pong = up.next_sent().await;

@@ -1,0 +1,244 @@
+//! Requests an upstream asks of a client (`sampling/createMessage`,
+//! `elicitation/create`, `roots/list`): finding the client that caused
+//! them, relaying them on that call's stream, and answering the upstream.
+//!
+//! The origin is never guessed. A request that arrives on the stream of a
+//! call (a Streamable HTTP POST) belongs to that call. Otherwise (stdio, a
+//! standalone stream) it belongs to the one session whose calls are in
+//! flight on this upstream; when calls of several sessions are in flight,
+//! or none, it is refused with a clear error. One task per relayed request
+//! (on the gateway's tracker) waits for the client's answer, the call's
+//! end, or the timeout, and always answers the upstream under its own id.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+
+use super::{Connection, Outgoing};
+use crate::protocol::{self, Method, RpcError, code};
+use crate::upstream::events::{AskRefused, ClientAsk};
+use crate::upstream::message::Origin;
+
+/// Why a request for a client was not relayed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum NotRelayed {
+    #[error("no client call is in flight on this upstream to ask")]
+    NoCall,
+    #[error(
+        "calls of several sessions are in flight on this upstream and its transport does not say which one this request is for; mcpmux does not guess"
+    )]
+    Ambiguous,
+    #[error(
+        "the call it belongs to came from a stateless (2026-07-28) request, which cannot be asked back"
+    )]
+    Stateless,
+    #[error("the call it belongs to cannot carry requests to its client (no event stream)")]
+    NoStream,
+    #[error(transparent)]
+    Refused(#[from] AskRefused),
+}
+
+impl NotRelayed {
+    /// The JSON-RPC error the upstream gets.
+    fn to_rpc(&self, method: &Method) -> RpcError {
+        let code = match self {
+            NotRelayed::Refused(AskRefused::MissingCapability(_)) => code::METHOD_NOT_FOUND,
+            _ => code::INTERNAL_ERROR,
+        };
+        RpcError::new(
+            code,
+            format!("mcpmux cannot relay {}: {self}", method.name()),
+        )
+    }
+}
+
+/// The call a request for a client is relayed through.
+struct Target {
+    session: u64,
+    sink: mpsc::Sender<String>,
+    last_progress: Arc<std::sync::atomic::AtomicU64>,
+    started: tokio::time::Instant,
+}
+
+impl Connection {
+    /// Relays a request for a client, or answers it at once with why not.
+    /// `via` is the request whose stream carried it, when the transport says.
+    pub(super) fn on_ask(
+        &self,
+        id: &RawValue,
+        method: Method,
+        params: Option<&RawValue>,
+        via: Option<u64>,
+    ) {
+        let target = self.asked_through(via);
+        let asked = target.and_then(|t| {
+            let ask = self.events.ask_client(t.session, &method, params)?;
+            Ok((t, ask))
+        });
+        let (target, ask) = match asked {
+            Ok(found) => found,
+            Err(NotRelayed::NoCall) if method == Method::RootsList => {
+                // Asked outside any call (say, right after the handshake):
+                // the gateway has no roots of its own to offer.
+                return self.reply(protocol::response_frame(id.get(), r#"{"roots":[]}"#));
+            }
+            Err(why) => {
+                tracing::info!(upstream = %self.upstream, method = method.name(), reason = %why, "request for a client refused");
+                return self.reply(protocol::error_frame(Some(id.get()), &why.to_rpc(&method)));
+            }
+        };
+        let task = Relay {
+            upstream: self.upstream.clone(),
+            outbound: self.outbound.clone(),
+            events: self.events.clone(),
+            upstream_id: id.to_owned(),
+            method,
+            params: params.map(ToOwned::to_owned),
+            target,
+            ask,
+            timeout: self.ask_timeout,
+        }
+        .run();
+        let span = tracing::info_span!("ask", upstream = %self.upstream);
+        match &self.tasks {
+            Some(tasks) => {
+                tasks.spawn(tracing::Instrument::instrument(task, span));
+            }
+            // Only a connection built without a supervisor (unit tests) has no tracker.
+            None => {
+                tokio::spawn(tracing::Instrument::instrument(task, span));
+            }
+        }
+    }
+
+    /// Queues an answer to the upstream without waiting (the reader never waits).
+    pub(super) fn reply(&self, frame: String) {
+        if self.outbound.try_send(Outgoing::new(None, frame)).is_err() {
+            tracing::debug!(upstream = %self.upstream, "outbound queue full; reply dropped");
+        }
+    }
+
+    /// The call whose client a request is for: the one whose stream carried
+    /// it, or else the one session with calls in flight here.
+    fn asked_through(&self, via: Option<u64>) -> Result<Target, NotRelayed> {
+        if let Some(entry) = via.and_then(|id| self.pending.get(&id)) {
+            return target_of(&entry.origin, entry.progress.as_ref());
+        }
+        let mut found: Option<(u64, Target)> = None;
+        let mut sessions = std::collections::HashSet::new();
+        for entry in &self.pending {
+            let Origin::Client { session, .. } = &entry.origin else {
+                continue;
+            };
+            sessions.insert(*session);
+            if sessions.len() > 1 {
+                return Err(NotRelayed::Ambiguous);
+            }
+            // The newest call of the session carries it.
+            if found.as_ref().is_none_or(|(id, _)| *entry.key() > *id) {
+                found = Some((
+                    *entry.key(),
+                    target_of(&entry.origin, entry.progress.as_ref())?,
+                ));
+            }
+        }
+        found.map(|(_, t)| t).ok_or(NotRelayed::NoCall)
+    }
+}
+
+fn target_of(origin: &Origin, route: Option<&super::ProgressRoute>) -> Result<Target, NotRelayed> {
+    let Origin::Client { session, .. } = origin else {
+        return Err(NotRelayed::NoCall);
+    };
+    let session = session.ok_or(NotRelayed::Stateless)?;
+    let route = route.ok_or(NotRelayed::NoStream)?;
+    Ok(Target {
+        session,
+        sink: route.sink.clone(),
+        last_progress: route.last_progress.clone(),
+        started: route.started,
+    })
+}
+
+/// One relayed request, owned by its task.
+struct Relay {
+    upstream: Arc<str>,
+    outbound: mpsc::Sender<Outgoing>,
+    events: Arc<dyn crate::upstream::UpstreamEvents>,
+    /// The upstream's own id for the request, answered with.
+    upstream_id: Box<RawValue>,
+    method: Method,
+    params: Option<Box<RawValue>>,
+    target: Target,
+    ask: ClientAsk,
+    timeout: std::time::Duration,
+}
+
+impl Relay {
+    /// Sends the request to the client on its call's stream, waits for the
+    /// answer, and answers the upstream with it (or with why there is none).
+    async fn run(self) {
+        let Relay {
+            upstream,
+            outbound,
+            events,
+            upstream_id,
+            method,
+            params,
+            target,
+            ask,
+            timeout,
+        } = self;
+        let frame = client_request_frame(&ask.id, method.name(), params.as_deref());
+        // Waiting for a person counts as progress of the call.
+        let touch = |t: &Target| {
+            let elapsed = u64::try_from(t.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            t.last_progress.store(elapsed, Ordering::Relaxed);
+        };
+        touch(&target);
+        let outcome = match target.sink.send(frame).await {
+            Err(_) => Err("the client's stream for the call closed"),
+            Ok(()) => tokio::select! {
+                answer = ask.answer => match answer {
+                    Ok(answer) => Ok(answer),
+                    Err(_) => Err("the client's session ended"),
+                },
+                () = target.sink.closed() => Err("the call it belongs to ended"),
+                () = tokio::time::sleep(timeout) => Err("the client did not answer in time"),
+            },
+        };
+        touch(&target);
+        let id = upstream_id.get();
+        let frame = match outcome {
+            Ok(Ok(result)) => protocol::response_frame(id, result.get()),
+            Ok(Err(error)) => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{}}}"#, error.get()),
+            Err(why) => {
+                events.forget_ask(target.session, &ask.id);
+                tracing::info!(upstream = %upstream, method = method.name(), reason = why, "request for a client ended without an answer");
+                let error =
+                    RpcError::new(code::INTERNAL_ERROR, format!("{}: {why}", method.name()));
+                protocol::error_frame(Some(id), &error)
+            }
+        };
+        if outbound.send(Outgoing::new(None, frame)).await.is_err() {
+            tracing::debug!(upstream = %upstream, "the upstream is gone; answer dropped");
+        }
+    }
+}
+
+/// `{"jsonrpc":"2.0","id":"<gateway id>","method":M,"params":P}`
+fn client_request_frame(id: &str, method: &str, params: Option<&RawValue>) -> String {
+    let mut out = String::from(r#"{"jsonrpc":"2.0","id":"#);
+    protocol::push_json_string(&mut out, id);
+    out.push_str(r#","method":"#);
+    protocol::push_json_string(&mut out, method);
+    if let Some(params) = params {
+        out.push_str(r#","params":"#);
+        out.push_str(params.get());
+    }
+    out.push('}');
+    out
+}

@@ -1,0 +1,203 @@
+//! Unit tests of relaying an upstream's requests for a client (sampling,
+//! elicitation, roots): which call's client is asked, the refusals, and
+//! that the upstream always gets an answer under its own id, on tokio's
+//! paused clock. The hub is played by the test's `Recorder`.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::*;
+use crate::protocol::code;
+use crate::upstream::AskRefused;
+use crate::upstream::test_support::{FakeUpstream, frame_of, within};
+
+/// A client call of `session` in flight on `up`, whose reply can carry
+/// requests for its client: its upstream id and its stream.
+async fn call_of(up: &FakeUpstream, session: Option<u64>) -> (u64, mpsc::Receiver<String>) {
+    let (sink, stream) = mpsc::channel(8);
+    let id = up.conn.next_id();
+    let request = Request {
+        method: Method::ToolsCall,
+        params: Some(r#"{"name":"ask"}"#),
+        target: None,
+        origin: Origin::Client {
+            session,
+            request: "c-1".into(),
+        },
+        progress: Some(ProgressRoute {
+            client_token: None,
+            sink,
+            last_progress: Arc::new(AtomicU64::new(0)),
+            started: Instant::now(),
+        }),
+    };
+    let _answer = up.conn.send_request(id, request).await.unwrap();
+    std::mem::forget(_answer);
+    (id, stream)
+}
+
+const ELICIT: &str = r#"{"jsonrpc":"2.0","id":41,"method":"elicitation/create","params":{"message":"Name?","requestedSchema":{"type":"object"}}}"#;
+
+/// The next frame the gateway sends upstream that is not the call itself.
+async fn next_reply(up: &mut FakeUpstream) -> Value {
+    loop {
+        let message = up.next_sent().await;
+        if message.method.is_none() {
+            return frame_of(&message);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_on_a_calls_stream_goes_to_that_calls_client_and_back() {
+    let mut up = FakeUpstream::new("alpha");
+    let (_other, mut other_stream) = call_of(&up, Some(8)).await;
+    let (call, mut stream) = call_of(&up, Some(7)).await;
+    up.conn.dispatch_from(ELICIT, Some(call)).await;
+
+    let relayed: Value = serde_json::from_str(&within(stream.recv()).await.unwrap()).unwrap();
+    assert_eq!(relayed["method"], "elicitation/create");
+    assert_eq!(relayed["id"], "ask-1", "the client sees the gateway's id");
+    assert_eq!(relayed["params"]["message"], "Name?");
+    assert!(
+        other_stream.try_recv().is_err(),
+        "the other session hears nothing"
+    );
+    let (session, method, _, reply) = up.events.asked.lock().unwrap().pop().unwrap();
+    assert_eq!((session, method), (7, Method::Elicit));
+
+    let answer = serde_json::value::to_raw_value(&json!({ "action": "accept" })).unwrap();
+    reply.send(Ok(answer)).unwrap();
+    let back = next_reply(&mut up).await;
+    assert_eq!(back["id"], 41, "the upstream gets its own id back");
+    assert_eq!(back["result"], json!({ "action": "accept" }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_stream_the_one_session_in_flight_is_asked_and_two_are_refused() {
+    let mut up = FakeUpstream::new("alpha");
+    let (_a, mut a_stream) = call_of(&up, Some(7)).await;
+    let (_b, mut b_stream) = call_of(&up, Some(7)).await;
+    up.conn.dispatch(ELICIT).await;
+    let relayed = within(b_stream.recv()).await.unwrap();
+    assert!(
+        relayed.contains("elicitation/create"),
+        "the newest call carries it"
+    );
+    assert!(a_stream.try_recv().is_err());
+
+    // A second session's call makes the origin ambiguous: refused, never guessed.
+    let (_c, mut c_stream) = call_of(&up, Some(9)).await;
+    up.conn.dispatch(ELICIT).await;
+    let refused = next_reply(&mut up).await;
+    assert_eq!(refused["id"], 41);
+    assert_eq!(refused["error"]["code"], code::INTERNAL_ERROR);
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("several sessions"), "{message}");
+    assert!(c_stream.try_recv().is_err() && b_stream.try_recv().is_err());
+    assert_eq!(
+        up.events.asked.lock().unwrap().len(),
+        1,
+        "only the first was asked"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn refusals_are_answered_at_once_with_why() {
+    let mut up = FakeUpstream::new("alpha");
+    // No call in flight: roots are an empty list, anything else an error.
+    up.conn
+        .dispatch(r#"{"jsonrpc":"2.0","id":1,"method":"roots/list"}"#)
+        .await;
+    assert_eq!(next_reply(&mut up).await["result"], json!({ "roots": [] }));
+    up.conn.dispatch(ELICIT).await;
+    let none = next_reply(&mut up).await;
+    assert!(
+        none["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no client call")
+    );
+
+    // A stateless (2026-07-28) call cannot be asked back.
+    let (call, _stream) = call_of(&up, None).await;
+    up.conn.dispatch_from(ELICIT, Some(call)).await;
+    let stateless = next_reply(&mut up).await;
+    assert!(
+        stateless["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("stateless")
+    );
+
+    // A client without the capability: -32601, as the client would say.
+    let (call, mut stream) = call_of(&up, Some(7)).await;
+    *up.events.refuse.lock().unwrap() = Some(AskRefused::MissingCapability("elicitation"));
+    up.conn.dispatch_from(ELICIT, Some(call)).await;
+    let missing = next_reply(&mut up).await;
+    assert_eq!(missing["error"]["code"], code::METHOD_NOT_FOUND);
+    assert!(
+        missing["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not support elicitation")
+    );
+    assert!(stream.try_recv().is_err(), "nothing reached the client");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_upstream_hears_when_no_answer_will_come() {
+    let mut up = FakeUpstream::new("alpha");
+
+    // The client's session ends (the hub drops its table).
+    let (call, _stream) = call_of(&up, Some(7)).await;
+    up.conn.dispatch_from(ELICIT, Some(call)).await;
+    drop(up.events.asked.lock().unwrap().pop());
+    let ended = next_reply(&mut up).await;
+    assert!(
+        ended["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("session ended")
+    );
+
+    // The call's stream goes away (the call ended or its client left).
+    let (call, stream) = call_of(&up, Some(7)).await;
+    up.conn.dispatch_from(ELICIT, Some(call)).await;
+    tokio::task::yield_now().await;
+    drop(stream);
+    let gone = next_reply(&mut up).await;
+    assert!(
+        gone["error"]["message"].as_str().unwrap().contains("ended"),
+        "{gone}"
+    );
+
+    // Nobody answers: the timeout (60 s by default) ends it.
+    let (call, _stream) = call_of(&up, Some(7)).await;
+    up.conn.dispatch_from(ELICIT, Some(call)).await;
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    while let Some(sent) = up.try_sent() {
+        assert!(
+            sent.method.is_some(),
+            "still waiting, yet answered: {sent:?}"
+        );
+    }
+    let late = next_reply(&mut up).await;
+    assert!(
+        late["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("in time")
+    );
+    let forgotten = up.events.forgotten.lock().unwrap().clone();
+    assert_eq!(
+        forgotten.len(),
+        3,
+        "every abandoned request leaves the table: {forgotten:?}"
+    );
+}

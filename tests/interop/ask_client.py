@@ -1,0 +1,136 @@
+"""A 2025-era MCP client on the Python `mcp` SDK with sampling and
+elicitation callbacks, for the tests of requests an upstream asks of the
+client whose call caused them (relayed by the gateway).
+
+Usage: ask_client.py one SERVER PREFIX
+         SERVER is a Streamable HTTP URL, `sse:URL` for the legacy HTTP+SSE
+         transport, `mcpmux:EXE:CONFIG` for `mcpmux stdio`, or
+         `stdio:NODE:SCRIPT` for server-everything run directly. Calls PREFIX + the sampling and the
+         elicitation tools and prints what the callbacks saw and the results.
+       ask_client.py two URL PREFIX
+         Two sessions; A's elicitation is held open while B calls the same
+         tool of the same (shared) upstream. Prints what each saw.
+       ask_client.py leave URL PREFIX
+         Calls the elicitation tool and leaves (closing its session) while
+         the elicitation is still unanswered.
+"""
+
+import asyncio
+import json
+import sys
+
+from mcp import Client, StdioServerParameters, types
+from mcp.client.sse import sse_client
+
+
+def server_of(spec: str):
+    if spec.startswith("stdio:"):
+        _, node, script = spec.split(":", 2)
+        return StdioServerParameters(command=node, args=[script, "stdio"])
+    if spec.startswith("mcpmux:"):
+        _, exe, config = spec.split(":", 2)
+        return StdioServerParameters(command=exe, args=["stdio", "--config", config])
+    if spec.startswith("sse:"):
+        return sse_client(spec[len("sse:"):])
+    return spec
+
+
+def text_of(result) -> str:
+    return "\n".join(c.text for c in result.content if getattr(c, "text", None))
+
+
+class Asked:
+    """Callbacks that answer like a host would, and record what they saw."""
+
+    def __init__(self, hold: asyncio.Event | None = None) -> None:
+        self.sampling: list[str] = []
+        self.elicitation: list[str] = []
+        self.hold = hold
+        self.asked = asyncio.Event()
+
+    async def sample(self, context, params: types.CreateMessageRequestParams):
+        self.sampling.append(params.messages[0].content.text)
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text="sampled by the test client"),
+            model="test-model",
+            stop_reason="endTurn",
+        )
+
+    async def elicit(self, context, params: types.ElicitRequestParams):
+        self.elicitation.append(params.message)
+        self.asked.set()
+        if self.hold is not None:
+            await self.hold.wait()
+        return types.ElicitResult(action="accept", content={"name": "Ada Lovelace", "check": True})
+
+
+def client(server, asked: Asked) -> Client:
+    return Client(
+        server,
+        mode="legacy",
+        sampling_callback=asked.sample,
+        elicitation_callback=asked.elicit,
+    )
+
+
+async def call_text(c: Client, tool: str, arguments: dict) -> dict:
+    try:
+        result = await c.call_tool(tool, arguments)
+        return {"error": bool(result.is_error), "text": text_of(result)}
+    except Exception as e:  # an error answer, as the SDK raises it
+        return {"error": True, "text": str(e)}
+
+
+async def one(server: str, prefix: str) -> dict:
+    asked = Asked()
+    async with client(server_of(server), asked) as c:
+        tools = [t.name for t in (await c.list_tools()).tools]
+        sampled = await call_text(c, prefix + "trigger-sampling-request", {"prompt": "hello there"})
+        elicited = await call_text(c, prefix + "trigger-elicitation-request", {})
+    return {
+        "tools": tools,
+        "sampled": sampled,
+        "elicited": elicited,
+        "sampling_seen": asked.sampling,
+        "elicitation_seen": asked.elicitation,
+    }
+
+
+async def two(url: str, prefix: str) -> dict:
+    hold = asyncio.Event()
+    a_asked, b_asked = Asked(hold), Asked()
+    tool = prefix + "trigger-elicitation-request"
+    async with client(url, a_asked) as a, client(url, b_asked) as b:
+        a_call = asyncio.create_task(call_text(a, tool, {}))
+        await asyncio.wait_for(a_asked.asked.wait(), timeout=30)
+        # A's call is in flight and its elicitation unanswered: B's request
+        # of the same shared upstream cannot be told apart from A's.
+        b_result = await call_text(b, tool, {})
+        hold.set()
+        a_result = await asyncio.wait_for(a_call, timeout=30)
+    return {
+        "a": a_result,
+        "b": b_result,
+        "a_seen": a_asked.elicitation,
+        "b_seen": b_asked.elicitation,
+    }
+
+
+async def leave(url: str, prefix: str) -> dict:
+    asked = Asked(asyncio.Event())  # never answers
+    async with client(url, asked) as c:
+        call = asyncio.create_task(call_text(c, prefix + "trigger-elicitation-request", {}))
+        await asyncio.wait_for(asked.asked.wait(), timeout=30)
+        call.cancel()
+    return {"elicitation_seen": asked.elicitation}
+
+
+async def main() -> None:
+    mode, server, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
+    run = {"one": one, "two": two, "leave": leave}[mode]
+    print(json.dumps(await run(server, prefix)))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
