@@ -290,6 +290,22 @@ pub(crate) fn request_frame(id: u64, method: &str, params: Option<&str>) -> Stri
     out
 }
 
+/// `{"jsonrpc":"2.0","id":"ID","method":M,"params":P}`: a request under a
+/// string id (the gateway's ids for requests it relays to clients).
+pub(crate) fn request_frame_with_id(id: &str, method: &str, params: Option<&RawValue>) -> String {
+    let mut out = String::with_capacity(64 + params.map_or(0, |p| p.get().len()));
+    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    push_json_string(&mut out, id);
+    out.push_str(r#","method":"#);
+    push_json_string(&mut out, method);
+    if let Some(params) = params {
+        out.push_str(r#","params":"#);
+        out.push_str(params.get());
+    }
+    out.push('}');
+    out
+}
+
 /// `{"jsonrpc":"2.0","method":M,"params":P}`
 pub(crate) fn notification_frame(method: &str, params: Option<&str>) -> String {
     let mut out = String::with_capacity(48 + params.map_or(0, str::len));

@@ -32,6 +32,11 @@ impl Asks {
         let _ = self.capabilities.set(capabilities);
     }
 
+    /// The capabilities the client declared, once it has.
+    pub(crate) fn capabilities(&self) -> Option<Value> {
+        self.capabilities.get().map(|c| Value::Object(c.clone()))
+    }
+
     /// Registers a request under `id`, if the client declared what it needs.
     pub(crate) fn register(
         &self,

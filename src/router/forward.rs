@@ -12,6 +12,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
+mod bridge;
+
 use super::rewrite::{self, Params};
 use super::{Admitted, Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
@@ -67,6 +69,19 @@ struct CallGuard {
 }
 
 impl CallGuard {
+    /// Points the in-flight entry at a new request on the same connection
+    /// (another round of input).
+    fn retarget_here(&self, conn: &Connection, upstream_id: u64) {
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone();
+        debug_assert!(std::ptr::eq(Arc::as_ptr(&current), conn));
+        self.retarget(&current, upstream_id);
+    }
+
     /// Points the in-flight entry (and so cancellation) at a new attempt.
     fn retarget(&self, conn: &Arc<Connection>, upstream_id: u64) {
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = (conn.clone(), upstream_id);
@@ -133,6 +148,12 @@ pub(super) async fn run(
             call.params
                 .default_meta(protocol::meta::LOG_LEVEL, Value::from(level.as_str()));
         }
+        // A session's client says what it can answer (the gateway asks it
+        // on the upstream's behalf, see `bridge`).
+        if let Some(capabilities) = ctx.subscriber.as_ref().and_then(|s| s.asks.capabilities()) {
+            call.params
+                .default_meta(protocol::meta::CLIENT_CAPABILITIES, capabilities);
+        }
     } else {
         // A session-based upstream must not mistake a modern client's request
         // metadata for its own era's.
@@ -195,10 +216,17 @@ pub(super) async fn run(
         metrics: metrics.clone(),
         client: ctx.identity.as_ref().map(|i| i.client.clone()),
         item: call.item,
+        asker: None,
     };
     // A 2025-era session's call may be asked back by its upstream
     // (sampling, elicitation, roots): its reply then becomes a stream.
     let askable = ctx.can_stream && ctx.era == Era::Legacy && ctx.subscriber.is_some();
+    if askable && conn.is_modern() {
+        exchange.asker = ctx.subscriber.as_ref().map(|s| bridge::Asker {
+            hub: hub.clone(),
+            session: s.id,
+        });
+    }
     if !streaming && !askable {
         let rx = exchange
             .send(&conn, upstream_id, &exchange.params, None)
@@ -325,6 +353,9 @@ struct Exchange {
     /// The authenticated client, and what it asked for: the audit line.
     client: Option<Arc<str>>,
     item: String,
+    /// For a 2025-era session's call to a modern upstream: who answers
+    /// the upstream's `input_required` requests.
+    asker: Option<bridge::Asker>,
 }
 
 /// Resolves when the tap may have log messages; never without a tap.
@@ -415,6 +446,9 @@ impl Exchange {
         ) {
             answer = self.retry(guard, conn).await;
         }
+        if let Ok(result) = answer {
+            answer = self.bridge_input(guard, conn, result).await;
+        }
         match &answer {
             Err(RouteError::Upstream(UpstreamError::Timeout { .. })) => self.handle.note_call(true),
             Ok(_) | Err(RouteError::Upstream(UpstreamError::Rpc { .. })) => {
@@ -487,8 +521,8 @@ impl Exchange {
         let conn = self.handle.reconnected(failed, deadline).await?;
         let upstream_id = conn.next_id();
         let params = match &self.progress {
-            Some(_) => with_progress_token(&self.params, upstream_id),
-            None => self.params.clone(),
+            Some((Some(_), _)) => with_progress_token(&self.params, upstream_id),
+            _ => self.params.clone(),
         };
         guard.retarget(&conn, upstream_id);
         tracing::info!(upstream = %self.handle.name(), method = self.method.name(), "retrying once after re-initializing the upstream");

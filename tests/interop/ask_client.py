@@ -10,6 +10,10 @@ Usage: ask_client.py one SERVER PREFIX
        ask_client.py two URL PREFIX
          Two sessions; A's elicitation is held open while B calls the same
          tool of the same (shared) upstream. Prints what each saw.
+       ask_client.py rounds URL PREFIX
+         Calls the conformance fixture's two-round elicitation tool (a
+         2026-07-28 upstream asking with input_required results), answering
+         each step by its message.
        ask_client.py leave URL PREFIX
          Calls the elicitation tool and leaves (closing its session) while
          the elicitation is still unanswered.
@@ -117,6 +121,20 @@ async def two(url: str, prefix: str) -> dict:
     }
 
 
+async def rounds(url: str, prefix: str) -> dict:
+    seen: list[str] = []
+
+    async def elicit(context, params: types.ElicitRequestParams):
+        seen.append(params.message)
+        if "name" in params.message:
+            return types.ElicitResult(action="accept", content={"name": "Ada"})
+        return types.ElicitResult(action="accept", content={"color": "green"})
+
+    async with Client(url, mode="legacy", elicitation_callback=elicit) as c:
+        result = await call_text(c, prefix + "test_input_required_result_multi_round", {})
+    return {"result": result, "elicitation_seen": seen}
+
+
 async def leave(url: str, prefix: str) -> dict:
     asked = Asked(asyncio.Event())  # never answers
     async with client(url, asked) as c:
@@ -128,7 +146,7 @@ async def leave(url: str, prefix: str) -> dict:
 
 async def main() -> None:
     mode, server, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
-    run = {"one": one, "two": two, "leave": leave}[mode]
+    run = {"one": one, "two": two, "rounds": rounds, "leave": leave}[mode]
     print(json.dumps(await run(server, prefix)))
 
 

@@ -143,6 +143,38 @@ async fn over_legacy_sse_and_mcpmux_stdio_the_single_stream_carries_them() {
 }
 
 #[tokio::test]
+async fn a_modern_upstreams_input_rounds_become_requests_on_a_legacy_session() {
+    let yaml = format!(
+        "upstreams:\n{}    prefix: \"\"\n    namespace_uris: false\n",
+        crate::support::fixture_upstream("fixture", &["--conformance"])
+    );
+    let gw = TestGateway::start(&yaml).await;
+    assert!(gw.gateway().upstream("fixture").unwrap().is_modern());
+    let seen = run_python("ask_client.py", &["rounds", &gw.url, ""]).await;
+    assert_eq!(seen["result"]["error"], false, "{seen}");
+    assert_eq!(
+        seen["result"]["text"], "Ada's favorite color is green",
+        "{seen}"
+    );
+    let asked: Vec<&str> = seen["elicitation_seen"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            "Step 1: What is your name?",
+            "Step 2: What is your favorite color?"
+        ],
+        "two rounds, in order"
+    );
+    assert_eq!(gw.gateway().stats().asks_waiting, 0);
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn two_sessions_on_one_shared_stdio_upstream_never_get_each_others_requests() {
     let yaml = format!("upstreams:\n{}", everything_upstream("everything"));
     let gw = TestGateway::start(&yaml).await;

@@ -192,7 +192,7 @@ impl Relay {
             ask,
             timeout,
         } = self;
-        let frame = client_request_frame(&ask.id, method.name(), params.as_deref());
+        let frame = protocol::request_frame_with_id(&ask.id, method.name(), params.as_deref());
         // Waiting for a person counts as progress of the call.
         let touch = |t: &Target| {
             let elapsed = u64::try_from(t.started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -227,18 +227,4 @@ impl Relay {
             tracing::debug!(upstream = %upstream, "the upstream is gone; answer dropped");
         }
     }
-}
-
-/// `{"jsonrpc":"2.0","id":"<gateway id>","method":M,"params":P}`
-fn client_request_frame(id: &str, method: &str, params: Option<&RawValue>) -> String {
-    let mut out = String::from(r#"{"jsonrpc":"2.0","id":"#);
-    protocol::push_json_string(&mut out, id);
-    out.push_str(r#","method":"#);
-    protocol::push_json_string(&mut out, method);
-    if let Some(params) = params {
-        out.push_str(r#","params":"#);
-        out.push_str(params.get());
-    }
-    out.push('}');
-    out
 }
