@@ -44,14 +44,20 @@ impl Asker {
             .ask_client(self.session, method, params)
             .map_err(|e| e.to_string())?;
         let frame = protocol::request_frame_with_id(&ask.id, method.name(), params);
-        let outcome = match sink.send(frame).await {
-            Err(_) => Err("the client's stream for the call closed".to_owned()),
-            Ok(()) => tokio::select! {
-                answer = ask.answer => answer.map_err(|_| "the client's session ended".to_owned()),
-                () = sink.closed() => Err("the call ended".to_owned()),
-                () = tokio::time::sleep(timeout) => Err("the client did not answer in time".to_owned()),
-            },
+        // One deadline for sending and answering alike.
+        let exchange = async {
+            if sink.send(frame).await.is_err() {
+                return Err("the client's stream for the call closed");
+            }
+            tokio::select! {
+                answer = ask.answer => answer.map_err(|_| "the client's session ended"),
+                () = sink.closed() => Err("the call ended"),
+            }
         };
+        let outcome = tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or(Err("the client did not answer in time"))
+            .map_err(str::to_owned);
         if outcome.is_err() {
             self.hub.forget_ask(self.session, &ask.id);
         }

@@ -199,17 +199,20 @@ impl Relay {
             t.last_progress.store(elapsed, Ordering::Relaxed);
         };
         touch(&target);
-        let outcome = match target.sink.send(frame).await {
-            Err(_) => Err("the client's stream for the call closed"),
-            Ok(()) => tokio::select! {
-                answer = ask.answer => match answer {
-                    Ok(answer) => Ok(answer),
-                    Err(_) => Err("the client's session ended"),
-                },
+        // One deadline for both: a client that does not read its stream
+        // holds the request no longer than one that does not answer.
+        let exchange = async {
+            if target.sink.send(frame).await.is_err() {
+                return Err("the client's stream for the call closed");
+            }
+            tokio::select! {
+                answer = ask.answer => answer.map_err(|_| "the client's session ended"),
                 () = target.sink.closed() => Err("the call it belongs to ended"),
-                () = tokio::time::sleep(timeout) => Err("the client did not answer in time"),
-            },
+            }
         };
+        let outcome = tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or(Err("the client did not answer in time"));
         touch(&target);
         let id = upstream_id.get();
         let frame = match outcome {

@@ -19,7 +19,14 @@ use crate::upstream::test_support::{FakeUpstream, frame_of, within};
 /// A client call of `session` in flight on `up`, whose reply can carry
 /// requests for its client: its upstream id and its stream.
 async fn call_of(up: &FakeUpstream, session: Option<u64>) -> (u64, mpsc::Receiver<String>) {
-    let (sink, stream) = mpsc::channel(8);
+    call_with_stream(up, session, mpsc::channel(8)).await
+}
+
+async fn call_with_stream(
+    up: &FakeUpstream,
+    session: Option<u64>,
+    (sink, stream): (mpsc::Sender<String>, mpsc::Receiver<String>),
+) -> (u64, mpsc::Receiver<String>) {
     let id = up.conn.next_id();
     let request = Request {
         method: Method::ToolsCall,
@@ -200,4 +207,30 @@ async fn the_upstream_hears_when_no_answer_will_come() {
         3,
         "every abandoned request leaves the table: {forgotten:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_never_reads_its_stream_is_timed_out_too() {
+    let mut up = FakeUpstream::new("alpha");
+    let (sink, stream) = mpsc::channel(1);
+    sink.try_send("a frame the client never reads".into())
+        .unwrap();
+    let (call, _stream) = call_with_stream(&up, Some(7), (sink, stream)).await;
+    up.conn.dispatch_from(ELICIT, Some(call)).await;
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    while let Some(sent) = up.try_sent() {
+        assert!(
+            sent.method.is_some(),
+            "still waiting, yet answered: {sent:?}"
+        );
+    }
+    let late = next_reply(&mut up).await;
+    assert!(
+        late["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("in time"),
+        "{late}"
+    );
+    assert_eq!(up.events.forgotten.lock().unwrap().len(), 1);
 }
