@@ -241,15 +241,7 @@ impl Server {
     }
 
     fn initialize(&self, params: &Value) -> Value {
-        let requested = params
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let version = if UPSTREAM_VERSIONS.contains(&requested) {
-            requested
-        } else {
-            UPSTREAM_VERSIONS[0]
-        };
+        let version = negotiated_version(params);
         json!({
             "protocolVersion": version,
             "capabilities": {
@@ -464,4 +456,17 @@ fn complete(params: &Value) -> Value {
         .filter(|c| c.starts_with(prefix))
         .collect();
     json!({ "completion": { "values": values, "total": values.len(), "hasMore": false } })
+}
+
+/// The version an `initialize` settles on: the client's, if supported,
+/// else the newest (shared with the test fixture, which builds on this file).
+pub(crate) fn negotiated_version(params: &Value) -> &str {
+    let requested = params
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match UPSTREAM_VERSIONS.contains(&requested) {
+        true => requested,
+        false => UPSTREAM_VERSIONS[0],
+    }
 }
