@@ -31,7 +31,7 @@ use serde_saphyr::{Location, Spanned};
 
 pub use expand::Lookup;
 pub(crate) use policy::{Access, PolicyConfig, RuleConfig};
-pub(crate) use secret::Secret;
+pub(crate) use secret::{Secret, StateKey};
 pub(crate) use shape::{ItemOverride, ListShape, ShapeConfig};
 
 /// The config `mcpmux serve` runs when no `--config` is given: two copies of
@@ -97,6 +97,10 @@ pub struct Config {
     pub(crate) rate_limit: Option<RateLimit>,
     /// Who may see and use what; none: everything, for everyone.
     pub(crate) policy: Option<PolicyConfig>,
+    /// Seals the `requestState` given to 2026-07-28 clients while a
+    /// 2025-era upstream waits for their input; none: a random key per
+    /// process.
+    pub(crate) request_state_key: Option<StateKey>,
 }
 
 /// A per-client request rate: `requests_per_second`, after a `burst`.
@@ -350,6 +354,14 @@ struct RawConfig {
     rate_limit: Option<RawRateLimit>,
     #[serde(default)]
     policy: Option<policy::RawPolicy>,
+    #[serde(default)]
+    request_state: Option<RawRequestState>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRequestState {
+    key: Spanned<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -686,6 +698,20 @@ impl RawConfig {
 
         let policy = self.policy.as_ref().map(|raw| raw.validate(&mut p));
 
+        let request_state_key = self.request_state.as_ref().and_then(|raw| {
+            let text = p.expand(&raw.key, "request_state.key", lookup)?;
+            StateKey::parse(&text)
+                .map_err(|why| {
+                    p.at(
+                        raw.key.referenced,
+                        format_args!(
+                            "request_state.key: {why} (make one with `openssl rand -base64 32`)"
+                        ),
+                    );
+                })
+                .ok()
+        });
+
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));
             return Err(p.issues);
@@ -713,6 +739,7 @@ impl RawConfig {
             auth: auth.unwrap_or(AuthConfig::Off),
             rate_limit,
             policy,
+            request_state_key,
         })
     }
 }

@@ -87,6 +87,9 @@ pub struct Stats {
     /// Requests upstreams asked of clients (sampling, elicitation, roots)
     /// that wait for the client's answer.
     pub asks_waiting: usize,
+    /// Stateless (2026-07-28) calls parked until their client's retry
+    /// brings the input a 2025-era upstream asked for.
+    pub parked_calls: usize,
 }
 
 /// A 2025-era session's resumable POST answers (`text/event-stream`

@@ -58,6 +58,7 @@ pub(crate) mod policy;
 pub(crate) mod protocol;
 pub(crate) mod reload;
 pub(crate) mod router;
+pub(crate) mod seal;
 pub(crate) mod sse;
 pub(crate) mod upstream;
 pub(crate) mod xheader;
@@ -168,8 +169,14 @@ impl Gateway {
         sessions.spawn_sweeper(upstream_shutdown.clone(), &tracker);
 
         let state = Arc::new(AppState {
-            router: Router::new(catalog, upstreams, hub, Arc::default(), config.page_size)
-                .with_tasks(tracker.clone()),
+            router: {
+                let router = Router::new(catalog, upstreams, hub, Arc::default(), config.page_size)
+                    .with_tasks(tracker.clone());
+                match &config.request_state_key {
+                    Some(key) => router.with_state_sealer(seal::Sealer::new(key.bytes())),
+                    None => router,
+                }
+            },
             sessions,
             http: config.http.clone(),
             shutdown: http_shutdown.clone(),
@@ -327,6 +334,7 @@ impl Gateway {
             subscriptions: table.entry_count(),
             backlogs: hub.backlogs().into_values().collect(),
             asks_waiting: hub.asks_waiting(),
+            parked_calls: self.state.router.parked_calls(),
         }
     }
 

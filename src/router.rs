@@ -304,6 +304,8 @@ pub(crate) struct Router {
     page_size: usize,
     /// Where a streaming call's task runs: the gateway's tracker.
     tasks: tokio_util::task::TaskTracker,
+    /// Stateless calls waiting for their clients' input.
+    parking: Arc<forward::Parking>,
 }
 
 impl Router {
@@ -321,6 +323,7 @@ impl Router {
             metrics,
             page_size,
             tasks: tokio_util::task::TaskTracker::new(),
+            parking: Arc::new(forward::Parking::new(crate::seal::Sealer::random())),
         }
     }
 
@@ -328,6 +331,18 @@ impl Router {
     pub(crate) fn with_tasks(mut self, tasks: tokio_util::task::TaskTracker) -> Self {
         self.tasks = tasks;
         self
+    }
+
+    /// Seals the `requestState` of stateless calls parked for input with
+    /// `sealer` (the config's `request_state.key`) instead of a random key.
+    pub(crate) fn with_state_sealer(mut self, sealer: crate::seal::Sealer) -> Self {
+        self.parking = Arc::new(forward::Parking::new(sealer));
+        self
+    }
+
+    /// Stateless calls waiting for their clients' input now.
+    pub(crate) fn parked_calls(&self) -> usize {
+        self.parking.len()
     }
 
     pub(crate) fn metrics(&self) -> &Arc<Metrics> {
@@ -434,7 +449,16 @@ impl Router {
                 }
                 return match prepared {
                     Ok(call) => {
-                        forward::run(call, ctx, id, &self.hub, &self.metrics, &self.tasks).await
+                        forward::run(
+                            call,
+                            ctx,
+                            id,
+                            &self.hub,
+                            &self.metrics,
+                            &self.tasks,
+                            &self.parking,
+                        )
+                        .await
                     }
                     Err(e) => {
                         // Refused before reaching an upstream: counted here.

@@ -37,7 +37,9 @@ use tokio::sync::watch;
 
 pub(crate) use connection::Request;
 pub(crate) use connection::{Answer, Connection, ListsChanged, ProgressRoute};
-pub(crate) use events::{AskRefused, ClientAnswer, ClientAsk, UpstreamEvents};
+pub(crate) use events::{
+    AskRefused, ClientAnswer, ClientAsk, InputAsk, UpstreamEvents, check_declared,
+};
 pub(crate) use handshake::ServerHello;
 pub(crate) use interest::Interest;
 pub(crate) use interest::Subscribed;

@@ -29,3 +29,36 @@ impl fmt::Display for Secret {
         f.write_str("***")
     }
 }
+
+/// The key that seals the state mcpmux hands clients between rounds of
+/// input (`request_state.key`): 32 bytes, written in base64.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct StateKey([u8; 32]);
+
+impl StateKey {
+    /// Decodes standard or URL-safe base64, padded or not.
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+        let text = text.trim().trim_end_matches('=');
+        let bytes = STANDARD_NO_PAD
+            .decode(text)
+            .or_else(|_| URL_SAFE_NO_PAD.decode(text))
+            .map_err(|_| "is not base64".to_owned())?;
+        let len = bytes.len();
+        bytes
+            .try_into()
+            .map(Self)
+            .map_err(|_| format!("is {len} bytes; it must be 32"))
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for StateKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StateKey(***)")
+    }
+}

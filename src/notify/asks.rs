@@ -72,33 +72,9 @@ impl Asks {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the client declared the capability `method` needs: `sampling`,
-    /// `roots`, or `elicitation` (its `url` mode only if declared as such;
-    /// an empty `elicitation` object means form mode, as in 2025-06-18).
+    /// Whether the client declared the capability `method` needs.
     fn check(&self, method: &Method, params: Option<&RawValue>) -> Result<(), AskRefused> {
-        let declared = self.capabilities.get();
-        let has = |name: &str| declared.is_some_and(|c| c.get(name).is_some());
-        match method {
-            Method::CreateMessage if !has("sampling") => {
-                Err(AskRefused::MissingCapability("sampling"))
-            }
-            Method::RootsList if !has("roots") => Err(AskRefused::MissingCapability("roots")),
-            Method::Elicit => {
-                let elicitation = declared.and_then(|c| c.get("elicitation"));
-                let Some(elicitation) = elicitation else {
-                    return Err(AskRefused::MissingCapability("elicitation"));
-                };
-                let url_mode = params
-                    .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
-                    .is_some_and(|p| p.get("mode").and_then(Value::as_str) == Some("url"));
-                let form_only = elicitation.get("url").is_none();
-                match url_mode && form_only {
-                    true => Err(AskRefused::MissingCapability("URL-mode elicitation")),
-                    false => Ok(()),
-                }
-            }
-            _ => Ok(()),
-        }
+        crate::upstream::check_declared(self.capabilities.get(), method, params)
     }
 }
 

@@ -13,6 +13,9 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
 mod bridge;
+mod park;
+
+pub(crate) use park::Parking;
 
 use super::rewrite::{self, Params};
 use super::{Admitted, Reply, RequestContext, RouteError};
@@ -121,6 +124,7 @@ pub(super) async fn run(
     hub: &Arc<crate::notify::NotifyHub>,
     metrics: &Arc<Metrics>,
     tasks: &tokio_util::task::TaskTracker,
+    parking: &Arc<Parking>,
 ) -> Reply {
     let asked = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + call.handle.timeout();
@@ -137,12 +141,37 @@ pub(super) async fn run(
             return Reply::Ready(e.to_frame(id.get(), ctx.era));
         }
     };
+    // A stateless client's call to a 2025-era upstream may be asked for
+    // input; the client's retry then continues it (see `park`).
+    let parkable = ctx.era == Era::Modern
+        && !conn.is_modern()
+        && matches!(
+            call.method,
+            Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead
+        );
+    let mut call = call;
+    if !conn.is_modern() {
+        // Input rounds are the gateway's business with a 2025-era upstream.
+        let state = call.params.take("requestState");
+        let responses = call.params.take("inputResponses");
+        if let (true, Some(state)) = (parkable, state) {
+            let client = ctx.identity.as_ref().map(|i| &*i.client);
+            return park::resume(parking, tasks, id, client, &call.item, state, responses).await;
+        }
+    }
     let upstream_id = conn.next_id();
     let client_token = call.params.progress_token().cloned();
     let streaming = ctx.can_stream && (client_token.is_some() || ctx.log_level.is_some());
     // A session's log level reaches a modern upstream as the per-request
     // `_meta` field, since that era has no logging/setLevel.
-    let mut call = call;
+    let capabilities = match parkable {
+        true => call
+            .params
+            .meta(protocol::meta::CLIENT_CAPABILITIES)
+            .and_then(Value::as_object)
+            .cloned(),
+        false => None,
+    };
     if conn.is_modern() {
         if let Some(level) = ctx.subscriber.as_ref().and_then(|s| s.log_level()) {
             call.params
@@ -217,6 +246,7 @@ pub(super) async fn run(
         client: ctx.identity.as_ref().map(|i| i.client.clone()),
         item: call.item,
         asker: None,
+        asks: None,
     };
     // A 2025-era session's call may be asked back by its upstream
     // (sampling, elicitation, roots): its reply then becomes a stream.
@@ -226,6 +256,46 @@ pub(super) async fn run(
             hub: hub.clone(),
             session: s.id,
         });
+    }
+    if parkable {
+        let (asks, asked) = mpsc::channel(PARK_CAPACITY);
+        exchange.asks = Some(asks);
+        let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
+        let mut token = None;
+        if streaming {
+            if let Some(level) = ctx.log_level {
+                exchange.log_tap = Some(LogTap {
+                    subscriber: hub.register_log_tap(exchange.handle.name().clone(), level),
+                    hub: hub.clone(),
+                });
+            }
+            token = client_token
+                .as_ref()
+                .and_then(|t| serde_json::value::to_raw_value(t).ok());
+        }
+        exchange.progress = Some((token, sink));
+        let route = exchange.route();
+        let rx = exchange
+            .send(&conn, upstream_id, &exchange.params, route)
+            .await;
+        let driver = park::Driver {
+            capabilities,
+            first_id: id.get().to_owned(),
+            answering: id.get().to_owned(),
+            client: exchange.client.clone(),
+            item: exchange.item.clone(),
+            timeout: exchange.timeout,
+            last_progress: exchange.last_progress.clone(),
+            started: exchange.started,
+            frames,
+            asks: asked,
+            finishing: Box::pin(async move {
+                let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
+                drop(guard);
+                frame
+            }),
+        };
+        return park::drive(driver, parking, tasks).await;
     }
     if !streaming && !askable {
         let rx = exchange
@@ -356,6 +426,9 @@ struct Exchange {
     /// For a 2025-era session's call to a modern upstream: who answers
     /// the upstream's `input_required` requests.
     asker: Option<bridge::Asker>,
+    /// For a stateless call to a 2025-era upstream: where the upstream's
+    /// requests for the client go (see `park`).
+    asks: Option<mpsc::Sender<crate::upstream::InputAsk>>,
 }
 
 /// Resolves when the tap may have log messages; never without a tap.
@@ -426,6 +499,7 @@ impl Exchange {
             sink: sink.clone(),
             last_progress: self.last_progress.clone(),
             started: self.started,
+            asks: self.asks.clone(),
         })
     }
 
@@ -575,6 +649,11 @@ impl Exchange {
         }
     }
 }
+
+/// Requests for a stateless call's client queued at once; beyond it, the
+/// upstream's further requests wait (in their relay tasks, never in the
+/// upstream's reader) within their timeout.
+const PARK_CAPACITY: usize = 8;
 
 /// `params` with `_meta.progressToken` set to `token` (retry path only).
 fn with_progress_token(params: &str, token: u64) -> String {

@@ -109,6 +109,16 @@ impl<'a> Params<'a> {
             .or_insert(value);
     }
 
+    /// Removes a member, giving its raw JSON.
+    pub(crate) fn take(&mut self, key: &str) -> Option<&'a RawValue> {
+        self.members.shift_remove(key)
+    }
+
+    /// A `_meta` member.
+    pub(crate) fn meta(&self, key: &str) -> Option<&Value> {
+        self.meta.as_ref()?.get(key)
+    }
+
     /// The client's `_meta.progressToken`, if it asked for progress.
     pub(crate) fn progress_token(&self) -> Option<&Value> {
         self.meta.as_ref()?.get("progressToken")

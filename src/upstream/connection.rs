@@ -48,6 +48,9 @@ pub(crate) struct ProgressRoute {
     /// timeout can restart on progress.
     pub last_progress: Arc<AtomicU64>,
     pub started: Instant,
+    /// For a stateless (2026-07-28) call, where requests for its client go:
+    /// the call's reply asks them (see `ask`). None for a session's call.
+    pub asks: Option<mpsc::Sender<crate::upstream::InputAsk>>,
 }
 
 struct Pending {

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
+use serde_json::{Map, Value};
+
 use crate::catalog::ListKind;
 use crate::protocol::Method;
 
@@ -35,6 +37,45 @@ pub(crate) enum AskRefused {
     /// The client did not declare the capability the request needs.
     #[error("the client that made this call does not support {0}")]
     MissingCapability(&'static str),
+}
+
+/// A request for the client of a stateless (2026-07-28) call: it has no
+/// session to carry it, so the call's own reply asks it, as an
+/// `input_required` result, and the client's retry answers it.
+pub(crate) struct InputAsk {
+    pub(crate) method: Method,
+    pub(crate) params: Option<Box<RawValue>>,
+    /// Takes the client's answer; dropping it tells the upstream there is none.
+    pub(crate) answer: oneshot::Sender<ClientAnswer>,
+}
+
+/// Whether a client that declared `declared` can answer `method`:
+/// `sampling`, `roots`, or `elicitation` (its `url` mode only if declared
+/// as such; an empty `elicitation` object means form mode, as in 2025-06-18).
+pub(crate) fn check_declared(
+    declared: Option<&Map<String, Value>>,
+    method: &Method,
+    params: Option<&RawValue>,
+) -> Result<(), AskRefused> {
+    let has = |name: &str| declared.is_some_and(|c| c.get(name).is_some());
+    match method {
+        Method::CreateMessage if !has("sampling") => Err(AskRefused::MissingCapability("sampling")),
+        Method::RootsList if !has("roots") => Err(AskRefused::MissingCapability("roots")),
+        Method::Elicit => {
+            let Some(elicitation) = declared.and_then(|c| c.get("elicitation")) else {
+                return Err(AskRefused::MissingCapability("elicitation"));
+            };
+            let url_mode = params
+                .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
+                .is_some_and(|p| p.get("mode").and_then(Value::as_str) == Some("url"));
+            let form_only = elicitation.get("url").is_none();
+            match url_mode && form_only {
+                true => Err(AskRefused::MissingCapability("URL-mode elicitation")),
+                false => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Receives what upstreams announce.

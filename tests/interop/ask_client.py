@@ -14,6 +14,13 @@ Usage: ask_client.py one SERVER PREFIX
          Calls the conformance fixture's two-round elicitation tool (a
          2026-07-28 upstream asking with input_required results), answering
          each step by its message.
+       ask_client.py modern-one URL PREFIX
+         As `one`, as a 2026-07-28 (stateless) client: the gateway turns the
+         2025-era upstream's requests into input_required rounds.
+       ask_client.py modern-rounds URL PREFIX
+         A 2026-07-28 client calls the 2025-era conformance fixture's
+         multi-round and multiple-input tools, answering elicitation,
+         sampling and roots; prints every request it saw, in order.
        ask_client.py leave URL PREFIX
          Calls the elicitation tool and leaves (closing its session) while
          the elicitation is still unanswered.
@@ -69,10 +76,10 @@ class Asked:
         return types.ElicitResult(action="accept", content={"name": "Ada Lovelace", "check": True})
 
 
-def client(server, asked: Asked) -> Client:
+def client(server, asked: Asked, mode: str = "legacy") -> Client:
     return Client(
         server,
-        mode="legacy",
+        mode=mode,
         sampling_callback=asked.sample,
         elicitation_callback=asked.elicit,
     )
@@ -86,13 +93,15 @@ async def call_text(c: Client, tool: str, arguments: dict) -> dict:
         return {"error": True, "text": str(e)}
 
 
-async def one(server: str, prefix: str) -> dict:
+async def one(server: str, prefix: str, mode: str = "legacy") -> dict:
     asked = Asked()
-    async with client(server_of(server), asked) as c:
+    async with client(server_of(server), asked, mode) as c:
+        out_version = c.protocol_version
         tools = [t.name for t in (await c.list_tools()).tools]
         sampled = await call_text(c, prefix + "trigger-sampling-request", {"prompt": "hello there"})
         elicited = await call_text(c, prefix + "trigger-elicitation-request", {})
     return {
+        "protocol_version": out_version,
         "tools": tools,
         "sampled": sampled,
         "elicited": elicited,
@@ -135,6 +144,45 @@ async def rounds(url: str, prefix: str) -> dict:
     return {"result": result, "elicitation_seen": seen}
 
 
+async def modern_rounds(url: str, prefix: str) -> dict:
+    seen: list[str] = []
+
+    async def elicit(context, params: types.ElicitRequestParams):
+        seen.append("elicitation: " + params.message)
+        if "color" in params.message:
+            return types.ElicitResult(action="accept", content={"color": "green"})
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def sample(context, params: types.CreateMessageRequestParams):
+        seen.append("sampling: " + params.messages[0].content.text)
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text="hello from the model"),
+            model="test-model",
+            stop_reason="endTurn",
+        )
+
+    async def roots(context):
+        seen.append("roots")
+        return types.ListRootsResult(roots=[types.Root(uri="file:///work", name="work")])
+
+    async with Client(
+        url,
+        elicitation_callback=elicit,
+        sampling_callback=sample,
+        list_roots_callback=roots,
+    ) as c:
+        version = c.protocol_version
+        multi_round = await call_text(c, prefix + "test_input_required_result_multi_round", {})
+        multiple = await call_text(c, prefix + "test_input_required_result_multiple_inputs", {})
+    return {
+        "protocol_version": version,
+        "multi_round": multi_round,
+        "multiple_inputs": multiple,
+        "seen": seen,
+    }
+
+
 async def leave(url: str, prefix: str) -> dict:
     asked = Asked(asyncio.Event())  # never answers
     async with client(url, asked) as c:
@@ -146,7 +194,14 @@ async def leave(url: str, prefix: str) -> dict:
 
 async def main() -> None:
     mode, server, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
-    run = {"one": one, "two": two, "rounds": rounds, "leave": leave}[mode]
+    run = {
+        "one": one,
+        "modern-one": lambda server, prefix: one(server, prefix, "auto"),
+        "two": two,
+        "rounds": rounds,
+        "modern-rounds": modern_rounds,
+        "leave": leave,
+    }[mode]
     print(json.dumps(await run(server, prefix)))
 
 

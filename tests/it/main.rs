@@ -11,6 +11,7 @@ mod deploy;
 mod everything;
 mod faults;
 mod hardening;
+mod input_rounds;
 mod live;
 mod modern;
 mod ops;

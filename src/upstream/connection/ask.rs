@@ -18,8 +18,9 @@ use tokio::sync::mpsc;
 
 use super::{Connection, Outgoing};
 use crate::protocol::{self, Method, RpcError, code};
-use crate::upstream::events::{AskRefused, ClientAsk};
+use crate::upstream::events::{AskRefused, ClientAsk, InputAsk};
 use crate::upstream::message::Origin;
+use tokio::sync::oneshot;
 
 /// Why a request for a client was not relayed.
 #[derive(Debug, thiserror::Error)]
@@ -31,10 +32,6 @@ pub(crate) enum NotRelayed {
         "calls of several sessions are in flight on this upstream and its transport does not say which one this request is for; mcpmux does not guess"
     )]
     Ambiguous,
-    #[error(
-        "the call it belongs to came from a stateless (2026-07-28) request, which cannot be asked back"
-    )]
-    Stateless,
     #[error("the call it belongs to cannot carry requests to its client (no event stream)")]
     NoStream,
     #[error(transparent)]
@@ -57,10 +54,23 @@ impl NotRelayed {
 
 /// The call a request for a client is relayed through.
 struct Target {
-    session: u64,
-    sink: mpsc::Sender<String>,
+    client: Client,
     last_progress: Arc<std::sync::atomic::AtomicU64>,
     started: tokio::time::Instant,
+}
+
+/// Who answers, and how the request reaches them.
+enum Client {
+    /// A session, on its call's stream; `ask` is registered with the
+    /// session once the session can take it.
+    Session {
+        session: u64,
+        sink: mpsc::Sender<String>,
+        ask: Option<ClientAsk>,
+    },
+    /// A stateless call, through its reply (an `input_required` result);
+    /// the call checks what its client declared when it asks.
+    Stateless(mpsc::Sender<InputAsk>),
 }
 
 impl Connection {
@@ -74,11 +84,13 @@ impl Connection {
         via: Option<u64>,
     ) {
         let target = self.asked_through(via);
-        let asked = target.and_then(|t| {
-            let ask = self.events.ask_client(t.session, &method, params)?;
-            Ok((t, ask))
+        let asked = target.and_then(|mut t| {
+            if let Client::Session { session, ask, .. } = &mut t.client {
+                *ask = Some(self.events.ask_client(*session, &method, params)?);
+            }
+            Ok(t)
         });
-        let (target, ask) = match asked {
+        let target = match asked {
             Ok(found) => found,
             Err(NotRelayed::NoCall) if method == Method::RootsList => {
                 // Asked outside any call (say, right after the handshake):
@@ -98,7 +110,6 @@ impl Connection {
             method,
             params: params.map(ToOwned::to_owned),
             target,
-            ask,
             timeout: self.ask_timeout,
         }
         .run();
@@ -133,7 +144,8 @@ impl Connection {
             let Origin::Client { session, .. } = &entry.origin else {
                 continue;
             };
-            sessions.insert(*session);
+            // Each stateless call is a client of its own.
+            sessions.insert(session.ok_or(*entry.key()));
             if sessions.len() > 1 {
                 return Err(NotRelayed::Ambiguous);
             }
@@ -153,11 +165,18 @@ fn target_of(origin: &Origin, route: Option<&super::ProgressRoute>) -> Result<Ta
     let Origin::Client { session, .. } = origin else {
         return Err(NotRelayed::NoCall);
     };
-    let session = session.ok_or(NotRelayed::Stateless)?;
     let route = route.ok_or(NotRelayed::NoStream)?;
+    let client = match (session, &route.asks) {
+        (Some(session), _) => Client::Session {
+            session: *session,
+            sink: route.sink.clone(),
+            ask: None,
+        },
+        (None, Some(asks)) => Client::Stateless(asks.clone()),
+        (None, None) => return Err(NotRelayed::NoStream),
+    };
     Ok(Target {
-        session,
-        sink: route.sink.clone(),
+        client,
         last_progress: route.last_progress.clone(),
         started: route.started,
     })
@@ -173,7 +192,6 @@ struct Relay {
     method: Method,
     params: Option<Box<RawValue>>,
     target: Target,
-    ask: ClientAsk,
     timeout: std::time::Duration,
 }
 
@@ -188,11 +206,9 @@ impl Relay {
             upstream_id,
             method,
             params,
-            target,
-            ask,
+            mut target,
             timeout,
         } = self;
-        let frame = protocol::request_frame_with_id(&ask.id, method.name(), params.as_deref());
         // Waiting for a person counts as progress of the call.
         let touch = |t: &Target| {
             let elapsed = u64::try_from(t.started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -201,13 +217,36 @@ impl Relay {
         touch(&target);
         // One deadline for both: a client that does not read its stream
         // holds the request no longer than one that does not answer.
+        let mut session_ask = None;
         let exchange = async {
-            if target.sink.send(frame).await.is_err() {
-                return Err("the client's stream for the call closed");
-            }
-            tokio::select! {
-                answer = ask.answer => answer.map_err(|_| "the client's session ended"),
-                () = target.sink.closed() => Err("the call it belongs to ended"),
+            match &mut target.client {
+                Client::Session { session, sink, ask } => {
+                    let ask = ask.take().expect("registered before the relay starts");
+                    session_ask = Some((*session, ask.id.clone()));
+                    let frame =
+                        protocol::request_frame_with_id(&ask.id, method.name(), params.as_deref());
+                    if sink.send(frame).await.is_err() {
+                        return Err("the client's stream for the call closed");
+                    }
+                    tokio::select! {
+                        answer = ask.answer => answer.map_err(|_| "the client's session ended"),
+                        () = sink.closed() => Err("the call it belongs to ended"),
+                    }
+                }
+                Client::Stateless(asks) => {
+                    let (answer, answered) = oneshot::channel();
+                    let ask = InputAsk {
+                        method: method.clone(),
+                        params: params.clone(),
+                        answer,
+                    };
+                    if asks.send(ask).await.is_err() {
+                        return Err("the call it belongs to ended");
+                    }
+                    answered
+                        .await
+                        .map_err(|_| "the client did not send the answer back")
+                }
             }
         };
         let outcome = tokio::time::timeout(timeout, exchange)
@@ -219,7 +258,9 @@ impl Relay {
             Ok(Ok(result)) => protocol::response_frame(id, result.get()),
             Ok(Err(error)) => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{}}}"#, error.get()),
             Err(why) => {
-                events.forget_ask(target.session, &ask.id);
+                if let Some((session, id)) = session_ask {
+                    events.forget_ask(session, &id);
+                }
                 tracing::info!(upstream = %upstream, method = method.name(), reason = why, "request for a client ended without an answer");
                 let error =
                     RpcError::new(code::INTERNAL_ERROR, format!("{}: {why}", method.name()));

@@ -41,6 +41,7 @@ async fn call_with_stream(
             sink,
             last_progress: Arc::new(AtomicU64::new(0)),
             started: Instant::now(),
+            asks: None,
         }),
     };
     let _answer = up.conn.send_request(id, request).await.unwrap();

@@ -262,6 +262,7 @@ async fn progress_goes_to_the_calls_stream_under_the_clients_token() {
             sink,
             last_progress: last_progress.clone(),
             started,
+            asks: None,
         }),
         ..Request::new(Method::ToolsCall, Some("{}"))
     };
