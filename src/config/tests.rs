@@ -155,3 +155,30 @@ fn modern_era_cannot_use_the_legacy_sse_transport() {
         "{line}"
     );
 }
+
+#[test]
+fn the_request_state_key_is_32_bytes_of_base64() {
+    let up = "upstreams:\n  files:\n    command: srv\n";
+    assert_eq!(parse(up).unwrap().request_state_key, None);
+    // Standard and URL-safe alphabets, padded or not.
+    let key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    for text in [
+        key,
+        key.trim_end_matches('='),
+        "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+    ] {
+        let cfg = parse(&format!("{up}request_state:\n  key: \"{text}\"\n")).unwrap();
+        let expected: [u8; 32] = std::array::from_fn(|i| i as u8);
+        assert_eq!(cfg.request_state_key.unwrap().bytes(), &expected);
+    }
+    let short = single_issue(&format!("{up}request_state:\n  key: \"AAECAw==\"\n"));
+    assert!(short.contains(":5:8:"), "{short}");
+    assert!(short.contains("is 4 bytes; it must be 32"), "{short}");
+    let garbage = single_issue(&format!("{up}request_state:\n  key: \"not base64!\"\n"));
+    assert!(garbage.contains("is not base64"), "{garbage}");
+    let missing = single_issue(&format!("{up}request_state:\n  key: \"${{NOPE}}\"\n"));
+    assert!(missing.contains("request_state.key"), "{missing}");
+    // The key never shows in debug output.
+    let cfg = parse(&format!("{up}request_state:\n  key: \"{key}\"\n")).unwrap();
+    assert!(!format!("{cfg:?}").contains(key));
+}
