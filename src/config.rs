@@ -174,6 +174,31 @@ pub(crate) struct UpstreamConfig {
     /// Which of its items are exposed, and how (the same for every client).
     /// A reload that changes only this does not restart the upstream.
     pub shape: ShapeConfig,
+    /// The roots it gets when it asks for roots outside any client's call.
+    pub roots: Vec<Root>,
+}
+
+/// A root offered to an upstream (`roots/list`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Root {
+    /// A `file://` URI.
+    pub uri: String,
+    pub name: Option<String>,
+}
+
+impl UpstreamConfig {
+    /// The `roots/list` result for requests no client's call caused.
+    pub(crate) fn roots_result(&self) -> String {
+        let roots: Vec<serde_json::Value> = self
+            .roots
+            .iter()
+            .map(|root| match &root.name {
+                Some(name) => serde_json::json!({ "uri": root.uri, "name": name }),
+                None => serde_json::json!({ "uri": root.uri }),
+            })
+            .collect();
+        serde_json::json!({ "roots": roots }).to_string()
+    }
 }
 
 /// How the gateway notices an upstream that is up but does not answer.

@@ -354,6 +354,13 @@ impl NotifyHub {
         }
     }
 
+    /// Session `subscriber`'s client said its roots changed.
+    pub(crate) fn roots_changed(&self, subscriber: SubscriberId) {
+        if let Some(subscriber) = self.subscribers.get(&subscriber) {
+            subscriber.asks.roots_changed();
+        }
+    }
+
     /// A client's answer (`result` or `error`) to request `id` the gateway
     /// sent it on behalf of an upstream; false if no such request waits for
     /// this subscriber (another session's id is as unknown as a made-up one).
@@ -448,6 +455,28 @@ impl UpstreamEvents for NotifyHub {
         if let Some(subscriber) = self.subscribers.get(&session) {
             subscriber.asks.forget(id);
         }
+    }
+
+    fn cached_roots(&self, session: u64) -> Option<Box<RawValue>> {
+        let subscriber = self.subscribers.get(&session)?;
+        subscriber.asks.cached_roots().map(|r| (*r).to_owned())
+    }
+
+    fn remember_roots(&self, session: u64, result: &RawValue) {
+        if let Some(subscriber) = self.subscribers.get(&session) {
+            subscriber.asks.remember_roots(result);
+        }
+    }
+
+    fn elicitation_complete(&self, session: u64, params: Option<&RawValue>) {
+        let Some(subscriber) = self.subscribers.get(&session).map(|s| s.clone()) else {
+            return;
+        };
+        let frame = crate::protocol::notification_frame(
+            crate::protocol::method::ELICITATION_COMPLETE,
+            params.map(RawValue::get),
+        );
+        subscriber.outbox.push_message(frame.into());
     }
 }
 

@@ -503,8 +503,14 @@ impl Router {
         method: &str,
         params: Option<&RawValue>,
     ) {
-        if Method::from_name(method) == Method::Cancelled {
-            forward::cancel(ctx, params);
+        match Method::from_name(method) {
+            Method::Cancelled => forward::cancel(ctx, params),
+            Method::RootsListChanged => {
+                if let Some(subscriber) = &ctx.subscriber {
+                    self.hub.roots_changed(subscriber.id);
+                }
+            }
+            _ => {}
         }
     }
 

@@ -182,3 +182,31 @@ fn the_request_state_key_is_32_bytes_of_base64() {
     let cfg = parse(&format!("{up}request_state:\n  key: \"{key}\"\n")).unwrap();
     assert!(!format!("{cfg:?}").contains(key));
 }
+
+#[test]
+fn roots_are_file_uris_with_optional_names() {
+    let cfg = parse(
+        "upstreams:\n  files:\n    command: srv\n    roots:\n      - \"file:///srv/${TOKEN}\"\n      - { uri: \"file:///data\", name: data }\n",
+    )
+    .unwrap();
+    let up = &cfg.upstreams[0];
+    assert_eq!(
+        up.roots_result(),
+        r#"{"roots":[{"uri":"file:///srv/hunter2"},{"uri":"file:///data","name":"data"}]}"#
+    );
+    assert_eq!(
+        parse("upstreams:\n  files:\n    command: srv\n")
+            .unwrap()
+            .upstreams[0]
+            .roots_result(),
+        r#"{"roots":[]}"#
+    );
+    let bad = single_issue(
+        "upstreams:\n  files:\n    command: srv\n    roots: [\"https://example.com\"]\n",
+    );
+    assert!(bad.contains(":4:13:"), "{bad}");
+    assert!(
+        bad.contains("upstreams.files.roots: \"https://example.com\" is not a file:// URI"),
+        "{bad}"
+    );
+}

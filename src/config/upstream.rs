@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::{
-    EraChoice, HealthConfig, InheritEnv, Lookup, Problems, RemoteConfig, RemoteMode, Secret,
+    EraChoice, HealthConfig, InheritEnv, Lookup, Problems, RemoteConfig, RemoteMode, Root, Secret,
     ShapeConfig, StdioConfig, Transport, UpstreamConfig, check_upstream_name,
 };
 
@@ -53,6 +53,20 @@ pub(super) struct RawUpstream {
     prompts: Option<super::shape::RawListShape>,
     #[serde(default)]
     resources: Option<bool>,
+    #[serde(default)]
+    roots: Vec<Spanned<RawRoot>>,
+}
+
+/// A root: its `file://` URI, or `{uri, name}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawRoot {
+    Uri(String),
+    Named {
+        uri: String,
+        #[serde(default)]
+        name: Option<String>,
+    },
 }
 
 /// `inherit_env: all`, or a list of names.
@@ -198,7 +212,39 @@ impl RawUpstream {
             start_wait: start_wait?,
             health: health?,
             shape,
+            roots: self.roots(&label, lookup, p)?,
         })
+    }
+
+    /// `roots`: `file://` URIs (expanded), each with an optional name.
+    fn roots(&self, label: &str, lookup: &Lookup, p: &mut Problems) -> Option<Vec<Root>> {
+        let before = p.issues.len();
+        let roots: Vec<Root> = self
+            .roots
+            .iter()
+            .filter_map(|raw| {
+                let (uri, name) = match &raw.value {
+                    RawRoot::Uri(uri) => (uri, None),
+                    RawRoot::Named { uri, name } => (uri, name.clone()),
+                };
+                let what = format!("{label}.roots");
+                let spanned = Spanned {
+                    value: uri.clone(),
+                    referenced: raw.referenced,
+                    defined: raw.defined,
+                };
+                let text = p.expand(&spanned, &what, lookup)?;
+                if !text.starts_with("file://") {
+                    p.at(
+                        raw.referenced,
+                        format_args!("{what}: {text:?} is not a file:// URI"),
+                    );
+                    return None;
+                }
+                Some(Root { uri: text, name })
+            })
+            .collect();
+        (p.issues.len() == before).then_some(roots)
     }
 
     /// `inherit_env`: `all`, or names of variables (a trailing `*` is a prefix).

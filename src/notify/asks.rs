@@ -24,6 +24,9 @@ pub(crate) struct Asks {
     capabilities: OnceLock<Map<String, Value>>,
     /// Gateway-issued id → the waiter. A std mutex, held for one lookup.
     waiting: Mutex<HashMap<Arc<str>, oneshot::Sender<ClientAnswer>>>,
+    /// The client's last `roots/list` answer, until it says its roots
+    /// changed; kept only for clients that declared `roots.listChanged`.
+    roots: Mutex<Option<Arc<RawValue>>>,
 }
 
 impl Asks {
@@ -61,6 +64,31 @@ impl Asks {
     /// Drops the entry for `id` (its waiter gave up).
     pub(crate) fn forget(&self, id: &str) {
         self.lock().remove(id);
+    }
+
+    /// The client's roots as it last gave them, if they still hold.
+    pub(crate) fn cached_roots(&self) -> Option<Arc<RawValue>> {
+        self.roots.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Keeps the client's `roots/list` answer, if the client will say when
+    /// its roots change (otherwise each request asks it again).
+    pub(crate) fn remember_roots(&self, result: &RawValue) {
+        let announces = self
+            .capabilities
+            .get()
+            .and_then(|c| c.get("roots"))
+            .and_then(|r| r.get("listChanged"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        if announces {
+            *self.roots.lock().unwrap_or_else(|e| e.into_inner()) = Some(result.to_owned().into());
+        }
+    }
+
+    /// The client said its roots changed: the next request asks it again.
+    pub(crate) fn roots_changed(&self) {
+        *self.roots.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Requests still waiting for this client.
@@ -139,5 +167,22 @@ mod tests {
         assert_eq!(asks.len(), 1);
         drop(asks);
         assert!(second.answer.await.is_err(), "the session's end is seen");
+    }
+
+    #[test]
+    fn roots_are_kept_only_for_a_client_that_announces_changes() {
+        let roots = raw(json!({ "roots": [{ "uri": "file:///a" }] }));
+        let silent = declared(json!({ "roots": {} }));
+        silent.remember_roots(&roots);
+        assert!(
+            silent.cached_roots().is_none(),
+            "it would never say they changed"
+        );
+
+        let announcing = declared(json!({ "roots": { "listChanged": true } }));
+        announcing.remember_roots(&roots);
+        assert_eq!(announcing.cached_roots().unwrap().get(), roots.get());
+        announcing.roots_changed();
+        assert!(announcing.cached_roots().is_none());
     }
 }

@@ -76,6 +76,8 @@ methods! {
     Elicit, ELICIT = "elicitation/create";
     /// A URL-mode elicitation finished.
     ElicitationComplete, ELICITATION_COMPLETE = "notifications/elicitation/complete";
+    /// A client's roots changed.
+    RootsListChanged, ROOTS_LIST_CHANGED = "notifications/roots/list_changed";
 }
 
 impl Method {

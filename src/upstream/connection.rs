@@ -138,6 +138,12 @@ pub(crate) struct Connection {
     tasks: Option<tokio_util::task::TaskTracker>,
     /// How long a client has to answer a relayed request.
     ask_timeout: std::time::Duration,
+    /// The `roots/list` result for requests no client's call caused: the
+    /// upstream's configured `roots`, or none.
+    config_roots: Arc<str>,
+    /// URL-mode elicitations relayed to sessions, by `elicitationId`, so
+    /// their `notifications/elicitation/complete` reaches only that session.
+    url_elicitations: std::sync::Mutex<std::collections::VecDeque<(Box<str>, u64)>>,
 }
 
 impl Connection {
@@ -164,18 +170,23 @@ impl Connection {
             noise,
             tasks: None,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
+            config_roots: Arc::from(r#"{"roots":[]}"#),
+            url_elicitations: Default::default(),
         }
     }
 
     /// Runs relayed requests for clients on `tasks`, each waiting at most
-    /// `timeout` for the client's answer.
+    /// `timeout` for the client's answer; `roots` (a `roots/list` result)
+    /// answers requests for roots that no client's call caused.
     pub(crate) fn with_asks(
         mut self,
         tasks: tokio_util::task::TaskTracker,
         timeout: std::time::Duration,
+        roots: Arc<str>,
     ) -> Self {
         self.tasks = Some(tasks);
         self.ask_timeout = timeout;
+        self.config_roots = roots;
         self
     }
 
@@ -526,6 +537,7 @@ impl Connection {
                 }
             }
             Method::LogMessage => self.events.log_message(&self.upstream, envelope.params),
+            Method::ElicitationComplete => self.on_elicitation_complete(envelope.params),
             Method::ListenAcknowledged => {
                 let id = envelope
                     .params

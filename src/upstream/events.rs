@@ -96,4 +96,16 @@ pub(crate) trait UpstreamEvents: Send + Sync {
     ) -> Result<ClientAsk, AskRefused>;
     /// Forgets a request nobody waits for any more (timed out, or its call ended).
     fn forget_ask(&self, session: u64, id: &str);
+
+    /// The `roots/list` result session `session`'s client gave last, while
+    /// it still holds (the client has not said its roots changed).
+    fn cached_roots(&self, session: u64) -> Option<Box<RawValue>>;
+
+    /// Keeps `result`, the client's answer to `roots/list`, for the next
+    /// upstream that asks (only for a client that announces changes).
+    fn remember_roots(&self, session: u64, result: &RawValue);
+
+    /// A URL-mode elicitation session `session` was shown has finished:
+    /// `notifications/elicitation/complete` with `params` goes to it alone.
+    fn elicitation_complete(&self, session: u64, params: Option<&RawValue>);
 }

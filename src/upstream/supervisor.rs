@@ -162,7 +162,11 @@ impl Supervisor {
                 self.events.clone(),
                 noise.clone(),
             )
-            .with_asks(self.tasks.clone(), self.config.timeout),
+            .with_asks(
+                self.tasks.clone(),
+                self.config.timeout,
+                self.config.roots_result().into(),
+            ),
         );
         let mut child = match Link::start(
             name.clone(),

@@ -45,6 +45,10 @@ pub(crate) struct Recorder {
     pub(crate) forgotten: Mutex<Vec<(u64, String)>>,
     /// When set, every request for a client is refused with this.
     pub(crate) refuse: Mutex<Option<AskRefused>>,
+    /// Roots remembered per session (what `cached_roots` answers).
+    pub(crate) roots: Mutex<std::collections::HashMap<u64, String>>,
+    /// `(session, params JSON)` of each `elicitation_complete`.
+    pub(crate) completed: Mutex<Vec<(u64, Option<String>)>>,
 }
 
 impl UpstreamEvents for Recorder {
@@ -87,6 +91,25 @@ impl UpstreamEvents for Recorder {
             .lock()
             .unwrap()
             .push((session, id.to_owned()));
+    }
+
+    fn cached_roots(&self, session: u64) -> Option<Box<serde_json::value::RawValue>> {
+        let roots = self.roots.lock().unwrap().get(&session).cloned()?;
+        serde_json::value::RawValue::from_string(roots).ok()
+    }
+
+    fn remember_roots(&self, session: u64, result: &serde_json::value::RawValue) {
+        self.roots
+            .lock()
+            .unwrap()
+            .insert(session, result.get().to_owned());
+    }
+
+    fn elicitation_complete(&self, session: u64, params: Option<&serde_json::value::RawValue>) {
+        self.completed
+            .lock()
+            .unwrap()
+            .push((session, params.map(|p| p.get().to_owned())));
     }
 }
 

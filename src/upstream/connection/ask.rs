@@ -20,6 +20,11 @@ use super::{Connection, Outgoing};
 use crate::protocol::{self, Method, RpcError, code};
 use crate::upstream::events::{AskRefused, ClientAsk, InputAsk};
 use crate::upstream::message::Origin;
+use serde_json::Value;
+
+/// URL-mode elicitations remembered per upstream for their completion
+/// notification; the oldest is forgotten first.
+const MAX_URL_ELICITATIONS: usize = 256;
 use tokio::sync::oneshot;
 
 /// Why a request for a client was not relayed.
@@ -84,6 +89,18 @@ impl Connection {
         via: Option<u64>,
     ) {
         let target = self.asked_through(via);
+        // A session's roots, as its client last gave them, while they hold.
+        if let (
+            Method::RootsList,
+            Ok(Target {
+                client: Client::Session { session, .. },
+                ..
+            }),
+        ) = (&method, &target)
+            && let Some(roots) = self.events.cached_roots(*session)
+        {
+            return self.reply(protocol::response_frame(id.get(), roots.get()));
+        }
         let asked = target.and_then(|mut t| {
             if let Client::Session { session, ask, .. } = &mut t.client {
                 *ask = Some(self.events.ask_client(*session, &method, params)?);
@@ -94,14 +111,17 @@ impl Connection {
             Ok(found) => found,
             Err(NotRelayed::NoCall) if method == Method::RootsList => {
                 // Asked outside any call (say, right after the handshake):
-                // the gateway has no roots of its own to offer.
-                return self.reply(protocol::response_frame(id.get(), r#"{"roots":[]}"#));
+                // the roots the config gives this upstream, if any.
+                return self.reply(protocol::response_frame(id.get(), &self.config_roots));
             }
             Err(why) => {
                 tracing::info!(upstream = %self.upstream, method = method.name(), reason = %why, "request for a client refused");
                 return self.reply(protocol::error_frame(Some(id.get()), &why.to_rpc(&method)));
             }
         };
+        if let (Method::Elicit, Client::Session { session, .. }) = (&method, &target.client) {
+            self.note_url_elicitation(*session, params);
+        }
         let task = Relay {
             upstream: self.upstream.clone(),
             outbound: self.outbound.clone(),
@@ -121,6 +141,54 @@ impl Connection {
             // Only a connection built without a supervisor (unit tests) has no tracker.
             None => {
                 tokio::spawn(tracing::Instrument::instrument(task, span));
+            }
+        }
+    }
+
+    /// Remembers which session a URL-mode elicitation went to (by its
+    /// `elicitationId`), for its completion notification.
+    fn note_url_elicitation(&self, session: u64, params: Option<&RawValue>) {
+        let Some(params) = params.and_then(|p| serde_json::from_str::<Value>(p.get()).ok()) else {
+            return;
+        };
+        if params.get("mode").and_then(Value::as_str) != Some("url") {
+            return;
+        }
+        let Some(elicitation) = params.get("elicitationId").and_then(Value::as_str) else {
+            return;
+        };
+        let mut noted = self
+            .url_elicitations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if noted.len() >= MAX_URL_ELICITATIONS {
+            noted.pop_front();
+        }
+        noted.push_back((elicitation.into(), session));
+    }
+
+    /// Sends `notifications/elicitation/complete` to the session that was
+    /// shown that elicitation, and to nobody else; an unknown id is dropped.
+    pub(super) fn on_elicitation_complete(&self, params: Option<&RawValue>) {
+        let elicitation = params
+            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+            .and_then(|p| {
+                p.get("elicitationId")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+        let session = elicitation.and_then(|wanted| {
+            let mut noted = self
+                .url_elicitations
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let at = noted.iter().position(|(id, _)| **id == *wanted)?;
+            noted.remove(at).map(|(_, session)| session)
+        });
+        match session {
+            Some(session) => self.events.elicitation_complete(session, params),
+            None => {
+                tracing::debug!(upstream = %self.upstream, "completion of an elicitation no session was shown; dropped")
             }
         }
     }
@@ -255,7 +323,12 @@ impl Relay {
         touch(&target);
         let id = upstream_id.get();
         let frame = match outcome {
-            Ok(Ok(result)) => protocol::response_frame(id, result.get()),
+            Ok(Ok(result)) => {
+                if let (Method::RootsList, Some((session, _))) = (&method, &session_ask) {
+                    events.remember_roots(*session, &result);
+                }
+                protocol::response_frame(id, result.get())
+            }
             Ok(Err(error)) => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{}}}"#, error.get()),
             Err(why) => {
                 if let Some((session, id)) = session_ask {

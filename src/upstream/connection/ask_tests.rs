@@ -25,7 +25,24 @@ async fn call_of(up: &FakeUpstream, session: Option<u64>) -> (u64, mpsc::Receive
 async fn call_with_stream(
     up: &FakeUpstream,
     session: Option<u64>,
+    stream: (mpsc::Sender<String>, mpsc::Receiver<String>),
+) -> (u64, mpsc::Receiver<String>) {
+    call_with_asks(up, session, stream, None).await
+}
+
+/// A stateless call whose client is asked through its reply: its upstream
+/// id and where the requests for its client arrive.
+async fn stateless_call(up: &FakeUpstream) -> (u64, mpsc::Receiver<crate::upstream::InputAsk>) {
+    let (asks, asked) = mpsc::channel(4);
+    let (id, _stream) = call_with_asks(up, None, mpsc::channel(8), Some(asks)).await;
+    (id, asked)
+}
+
+async fn call_with_asks(
+    up: &FakeUpstream,
+    session: Option<u64>,
     (sink, stream): (mpsc::Sender<String>, mpsc::Receiver<String>),
+    asks: Option<mpsc::Sender<crate::upstream::InputAsk>>,
 ) -> (u64, mpsc::Receiver<String>) {
     let id = up.conn.next_id();
     let request = Request {
@@ -41,7 +58,7 @@ async fn call_with_stream(
             sink,
             last_progress: Arc::new(AtomicU64::new(0)),
             started: Instant::now(),
-            asks: None,
+            asks,
         }),
     };
     let _answer = up.conn.send_request(id, request).await.unwrap();
@@ -132,7 +149,7 @@ async fn refusals_are_answered_at_once_with_why() {
             .contains("no client call")
     );
 
-    // A stateless (2026-07-28) call cannot be asked back.
+    // A stateless call without a way to ask its client (no reply to carry it).
     let (call, _stream) = call_of(&up, None).await;
     up.conn.dispatch_from(ELICIT, Some(call)).await;
     let stateless = next_reply(&mut up).await;
@@ -140,7 +157,7 @@ async fn refusals_are_answered_at_once_with_why() {
         stateless["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("stateless")
+            .contains("no event stream")
     );
 
     // A client without the capability: -32601, as the client would say.
@@ -234,4 +251,128 @@ async fn a_client_that_never_reads_its_stream_is_timed_out_too() {
         "{late}"
     );
     assert_eq!(up.events.forgotten.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stateless_calls_client_is_asked_through_the_call_itself() {
+    let mut up = FakeUpstream::new("alpha");
+    let (call, mut asked) = stateless_call(&up).await;
+    up.conn.dispatch_from(ELICIT, Some(call)).await;
+    let ask = within(asked.recv()).await.unwrap();
+    assert_eq!(ask.method, Method::Elicit);
+    assert!(ask.params.unwrap().get().contains("Name?"));
+    assert!(
+        up.events.asked.lock().unwrap().is_empty(),
+        "no session is involved"
+    );
+    let answer = serde_json::value::to_raw_value(&json!({ "action": "decline" })).unwrap();
+    ask.answer.send(Ok(answer)).unwrap();
+    let back = next_reply(&mut up).await;
+    assert_eq!(back["id"], 41);
+    assert_eq!(back["result"], json!({ "action": "decline" }));
+
+    // The call drops the request (it was not continued): the upstream hears so.
+    up.conn.dispatch_from(ELICIT, Some(call)).await;
+    drop(within(asked.recv()).await.unwrap());
+    let dropped = next_reply(&mut up).await;
+    assert!(
+        dropped["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not send the answer back"),
+        "{dropped}"
+    );
+
+    // Two stateless calls in flight on stdio are two clients: refused.
+    let (_other, _) = stateless_call(&up).await;
+    up.conn.dispatch(ELICIT).await;
+    let ambiguous = next_reply(&mut up).await;
+    assert!(
+        ambiguous["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("several")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn roots_come_from_the_sessions_cache_or_the_config_without_asking() {
+    let (outbound, sent) = mpsc::channel(64);
+    let mut up = FakeUpstream::new("alpha");
+    // A connection whose config gives it roots.
+    let conn = Connection::new(
+        "alpha".into(),
+        outbound,
+        mpsc::channel(4).0,
+        up.events.clone(),
+        Default::default(),
+    )
+    .with_asks(
+        tokio_util::task::TaskTracker::new(),
+        Duration::from_secs(5),
+        r#"{"roots":[{"uri":"file:///srv"}]}"#.into(),
+    );
+    up.conn = Arc::new(conn);
+    up.sent = sent;
+    const ROOTS: &str = r#"{"jsonrpc":"2.0","id":5,"method":"roots/list"}"#;
+
+    // Outside any call: the config's roots.
+    up.conn.dispatch(ROOTS).await;
+    assert_eq!(
+        next_reply(&mut up).await["result"],
+        json!({ "roots": [{ "uri": "file:///srv" }] })
+    );
+
+    // In a session's call: the client is asked, and its answer remembered.
+    let (call, mut stream) = call_of(&up, Some(7)).await;
+    up.conn.dispatch_from(ROOTS, Some(call)).await;
+    assert!(within(stream.recv()).await.unwrap().contains("roots/list"));
+    let (_, _, _, reply) = up.events.asked.lock().unwrap().pop().unwrap();
+    let roots = json!({ "roots": [{ "uri": "file:///home/ada" }] });
+    reply
+        .send(Ok(serde_json::value::to_raw_value(&roots).unwrap()))
+        .unwrap();
+    assert_eq!(next_reply(&mut up).await["result"], roots);
+    assert_eq!(
+        up.events.roots.lock().unwrap().get(&7).map(String::as_str),
+        Some(r#"{"roots":[{"uri":"file:///home/ada"}]}"#)
+    );
+
+    // Asked again while the roots hold: answered from the cache.
+    up.conn.dispatch_from(ROOTS, Some(call)).await;
+    assert_eq!(next_reply(&mut up).await["result"], roots);
+    assert!(stream.try_recv().is_err(), "the client is not asked again");
+    assert!(up.events.asked.lock().unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_url_elicitations_completion_reaches_only_the_session_shown_it() {
+    let mut up = FakeUpstream::new("alpha");
+    let (call, mut stream) = call_of(&up, Some(7)).await;
+    let url = r#"{"jsonrpc":"2.0","id":42,"method":"elicitation/create","params":{"mode":"url","elicitationId":"e-1","url":"https://example.com/login","message":"Sign in"}}"#;
+    up.conn.dispatch_from(url, Some(call)).await;
+    assert!(within(stream.recv()).await.unwrap().contains("e-1"));
+    let (_, _, _, reply) = up.events.asked.lock().unwrap().pop().unwrap();
+    reply
+        .send(Ok(serde_json::value::to_raw_value(
+            &json!({ "action": "accept" }),
+        )
+        .unwrap()))
+        .unwrap();
+    let _ = next_reply(&mut up).await;
+
+    let complete = |id: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/elicitation/complete","params":{{"elicitationId":"{id}"}}}}"#
+        )
+    };
+    up.conn.dispatch(&complete("e-unknown")).await;
+    up.conn.dispatch(&complete("e-1")).await;
+    // Once only: a repeat is as unknown as a made-up id.
+    up.conn.dispatch(&complete("e-1")).await;
+    let completed = up.events.completed.lock().unwrap().clone();
+    assert_eq!(
+        completed,
+        vec![(7, Some(r#"{"elicitationId":"e-1"}"#.to_owned()))]
+    );
 }
