@@ -295,7 +295,7 @@ pub(super) async fn run(
                 frame
             }),
         };
-        return park::drive(driver, parking, tasks).await;
+        return park::drive(driver, parking, tasks, streaming).await;
     }
     if !streaming && !askable {
         let rx = exchange

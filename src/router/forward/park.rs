@@ -230,13 +230,17 @@ fn refuse(ask: InputAsk, code: i64, why: &str) {
 
 /// Runs the call for the request being served: its result, a stream of
 /// its frames, or, when the upstream asks the client something, an
-/// `input_required` result (the call is then parked).
+/// `input_required` result (the call is then parked). With `stream`, the
+/// reply is a stream from the start (the client asked for progress, and
+/// the stream's keep-alives hold the connection open while it waits).
 pub(super) async fn drive(
     mut driver: Driver,
     parking: &Arc<Parking>,
     tasks: &tokio_util::task::TaskTracker,
+    stream: bool,
 ) -> Reply {
-    let first = loop {
+    let mut first = None;
+    while !stream {
         match driver.next(true).await {
             Event::Finished(frame) => return Reply::Ready(driver.answer(frame)),
             Event::Asked(ask) => {
@@ -244,9 +248,12 @@ pub(super) async fn drive(
                     return Reply::Ready(park(driver, round, parking, tasks));
                 }
             }
-            Event::Frame(frame) => break frame,
+            Event::Frame(frame) => {
+                first = frame;
+                break;
+            }
         }
-    };
+    }
     // Something streams before the result: the reply is a stream, fed by a
     // task until the call ends or parks.
     let (out, reply) = mpsc::channel(super::STREAM_CAPACITY);
@@ -260,6 +267,12 @@ pub(super) async fn drive(
         loop {
             match driver.next(frames_open).await {
                 Event::Finished(frame) => {
+                    // Progress and log messages queued before the answer go first.
+                    while let Ok(earlier) = driver.frames.try_recv() {
+                        if out.send(earlier).await.is_err() {
+                            return;
+                        }
+                    }
                     let _ = out.send(driver.answer(frame)).await;
                     return;
                 }
@@ -394,7 +407,7 @@ pub(super) async fn resume(
     responses: Option<&RawValue>,
 ) -> Reply {
     match take_back(parking, id, client, item, state, responses).await {
-        Ok(driver) => drive(driver, parking, tasks).await,
+        Ok(driver) => drive(driver, parking, tasks, false).await,
         Err(e) => Reply::Ready(e.to_frame(id.get())),
     }
 }
