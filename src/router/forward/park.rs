@@ -239,21 +239,20 @@ pub(super) async fn drive(
     tasks: &tokio_util::task::TaskTracker,
     stream: bool,
 ) -> Reply {
-    let mut first = None;
-    while !stream {
-        match driver.next(true).await {
-            Event::Finished(frame) => return Reply::Ready(driver.answer(frame)),
-            Event::Asked(ask) => {
-                if let Some(round) = driver.round(ask, parking) {
-                    return Reply::Ready(park(driver, round, parking, tasks));
+    let first = match stream {
+        true => None,
+        false => loop {
+            match driver.next(true).await {
+                Event::Finished(frame) => return Reply::Ready(driver.answer(frame)),
+                Event::Asked(ask) => {
+                    if let Some(round) = driver.round(ask, parking) {
+                        return Reply::Ready(park(driver, round, parking, tasks));
+                    }
                 }
+                Event::Frame(frame) => break frame,
             }
-            Event::Frame(frame) => {
-                first = frame;
-                break;
-            }
-        }
-    }
+        },
+    };
     // Something streams before the result: the reply is a stream, fed by a
     // task until the call ends or parks.
     let (out, reply) = mpsc::channel(super::STREAM_CAPACITY);
