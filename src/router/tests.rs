@@ -3,7 +3,8 @@
 //! refusal of an id already in flight and of unknown names, cancellation
 //! (by the client, by a modern client closing its stream, on timeout), the
 //! deadline and its restart on progress (on tokio's paused clock), and the
-//! one retry after an upstream forgot its session.
+//! one retry after an upstream forgot its session, and stateless calls
+//! parked for their client's input.
 //!
 //! The upstreams are [`FakeUpstream`]s behind [`UpstreamHandle::for_test`]:
 //! the test reads what the router sends each one and feeds it answers. No
@@ -495,4 +496,78 @@ async fn a_call_is_retried_once_on_a_reinitialized_upstream_and_cancels_there() 
         error_code(&ready(within(reply).await.unwrap())),
         code::REQUEST_CANCELLED
     );
+}
+
+/// A stateless (2026-07-28) request's context whose client can answer
+/// elicitation.
+fn stateless(can_stream: bool) -> Arc<RequestContext> {
+    Arc::new(RequestContext {
+        inflight: Arc::default(),
+        subscriber: None,
+        can_stream,
+        era: Era::Modern,
+        log_level: None,
+        identity: None,
+    })
+}
+
+const ELICIT: &str = r#"{"jsonrpc":"2.0","id":41,"method":"elicitation/create","params":{"message":"Name?","requestedSchema":{"type":"object"}}}"#;
+
+/// Starts a stateless call of `alpha__echo` and has the (2025-era) upstream
+/// ask its client something: the call's `input_required` answer.
+async fn parked_call(gw: &mut Gateway) -> Value {
+    let params = json!({
+        "name": "alpha__echo",
+        "arguments": {},
+        "_meta": { "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} } },
+    });
+    let reply = call(&gw.router, &stateless(false), "5", "tools/call", params);
+    let sent = gw.alpha.next_sent().await;
+    assert!(sent.is(&Method::ToolsCall));
+    gw.alpha.conn.dispatch(ELICIT).await;
+    let answer = ready(within(reply).await.unwrap());
+    assert_eq!(answer["result"]["resultType"], "input_required", "{answer}");
+    assert_eq!(gw.router.parked_calls(), 1);
+    answer
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_parked_call_not_continued_in_time_tells_the_upstream_and_is_cancelled() {
+    let mut gw = gateway(PATIENT);
+    let answer = parked_call(&mut gw).await;
+    let requests = answer["result"]["inputRequests"].as_object().unwrap();
+    let (_, request) = requests.iter().next().unwrap();
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "Name?");
+
+    tokio::time::sleep(PATIENT).await;
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        seen.push(gw.alpha.next_sent().await);
+    }
+    let refused = seen
+        .iter()
+        .find(|m| m.method.is_none())
+        .expect("an answer to the question");
+    let refused = frame_of(refused);
+    assert_eq!(refused["id"], 41, "{refused}");
+    assert!(refused["error"]["message"].is_string(), "{refused}");
+    assert!(
+        seen.iter().any(|m| m.is(&Method::Cancelled)),
+        "the call is cancelled upstream"
+    );
+    assert_eq!(gw.router.parked_calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_parked_call_whose_upstream_goes_away_is_forgotten() {
+    let mut gw = gateway(PATIENT);
+    parked_call(&mut gw).await;
+    gw.alpha.conn.close("the upstream exited");
+    within(async {
+        while gw.router.parked_calls() > 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
 }

@@ -360,9 +360,17 @@ fn park(
 
     let timeout = driver.timeout;
     let parking = parking.clone();
+    let mut driver = driver;
     let wait = async move {
-        match tokio::time::timeout(timeout, resumed).await {
-            Ok(Ok(Resume { responses, back })) => {
+        // The call can also end while parked: its upstream went away (or
+        // the gateway is shutting down), or its own deadline passed. Its
+        // answer then has nobody to go to.
+        let resumed = tokio::select! {
+            resumed = tokio::time::timeout(timeout, resumed) => resumed.ok().and_then(Result::ok),
+            _ended = &mut driver.finishing => None,
+        };
+        match resumed {
+            Some(Resume { responses, back }) => {
                 driver.touch();
                 for (key, ask) in round {
                     let answer = responses
@@ -378,12 +386,12 @@ fn park(
                 // A retry that went away meanwhile drops the call: cancelled.
                 let _ = back.send(driver);
             }
-            // Timed out, or the gateway is shutting down: dropping the call
-            // cancels it upstream, and dropping its requests tells the
-            // upstream there is no answer.
-            _ => {
+            // Not continued in time, or the call ended: dropping the call
+            // cancels it upstream (if still running), and dropping its
+            // requests tells the upstream there is no answer.
+            None => {
                 parking.remove(call);
-                tracing::info!(call, "a parked call was not continued in time");
+                tracing::info!(call, "a parked call ended without being continued");
             }
         }
     };
