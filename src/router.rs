@@ -301,7 +301,7 @@ pub(crate) struct Router {
     upstreams: Arc<UpstreamSet>,
     hub: Arc<NotifyHub>,
     metrics: Arc<Metrics>,
-    page_size: usize,
+    page_size: crate::config::PageSizes,
     /// Where a streaming call's task runs: the gateway's tracker.
     tasks: tokio_util::task::TaskTracker,
     /// Stateless calls waiting for their clients' input.
@@ -314,7 +314,7 @@ impl Router {
         upstreams: Arc<UpstreamSet>,
         hub: Arc<NotifyHub>,
         metrics: Arc<Metrics>,
-        page_size: usize,
+        page_size: crate::config::PageSizes,
     ) -> Self {
         Self {
             catalog,
@@ -527,12 +527,18 @@ impl Router {
             .optional_string("cursor")
             .map_err(RouteError::InvalidParams)?;
         let catalog = self.catalog.load();
+        let page_size = match kind {
+            ListKind::Tools => self.page_size.tools,
+            ListKind::Prompts => self.page_size.prompts,
+            ListKind::Resources => self.page_size.resources,
+            ListKind::Templates => self.page_size.templates,
+        };
         let page = match grant {
-            None => catalog.page(kind, cursor.as_deref(), self.page_size)?,
+            None => catalog.page(kind, cursor.as_deref(), page_size)?,
             Some(grant) => {
                 let view = grant.list(kind, &catalog);
                 let subset = grant.subset(&view);
-                catalog.page_in(kind, Some(subset), cursor.as_deref(), self.page_size)?
+                catalog.page_in(kind, Some(subset), cursor.as_deref(), page_size)?
             }
         };
         Ok(page)
