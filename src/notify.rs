@@ -15,6 +15,7 @@
 
 mod asks;
 pub(crate) mod outbox;
+pub(crate) mod tasks;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -106,6 +107,8 @@ pub(crate) struct NotifyHub {
     next_ask: AtomicU64,
     /// The policy and the catalog it filters; none: no policy machinery.
     views: Option<Arc<Views>>,
+    /// Upstream tasks by gateway id, with their creators (see [`tasks`]).
+    tasks: tasks::TaskTable,
 }
 
 impl NotifyHub {
@@ -129,6 +132,7 @@ impl NotifyHub {
             next_id: AtomicU64::new(1),
             next_ask: AtomicU64::new(1),
             views,
+            tasks: tasks::TaskTable::default(),
         }
     }
 
@@ -240,6 +244,7 @@ impl NotifyHub {
             self.listeners.fetch_sub(1, Ordering::Relaxed);
         }
         let had_level = removed.is_some_and(|s| s.log_level().is_some());
+        self.tasks.forget_owner(&tasks::Owner::Session(id));
         self.interest.forget_subscriber(id);
         if had_level {
             self.interest.want_level(|| self.wanted_level());
@@ -448,6 +453,10 @@ impl UpstreamEvents for NotifyHub {
         if let Some(subscriber) = self.subscribers.get(&session) {
             subscriber.asks.forget(id);
         }
+    }
+
+    fn task_status(&self, upstream: &str, method: &Method, params: Option<&RawValue>) {
+        NotifyHub::task_status(self, upstream, method, params);
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod forward;
 pub(crate) mod rewrite;
+mod tasks;
 #[cfg(test)]
 mod tests;
 
@@ -346,11 +347,19 @@ impl Router {
         &self.upstreams
     }
 
+    /// What the gateway offers clients of `era`: [`capabilities`], plus
+    /// tasks when an upstream of that era offers them.
+    pub(crate) fn capabilities_for(&self, era: Era) -> Value {
+        let mut capabilities = capabilities();
+        tasks::declare(&mut capabilities, &self.upstreams, era);
+        capabilities
+    }
+
     /// The `initialize` result for a client that agreed on `version`.
     pub(crate) fn initialize_result(&self, version: &str, identity: Option<&Identity>) -> String {
         let mut result = json!({
             "protocolVersion": version,
-            "capabilities": capabilities(),
+            "capabilities": self.capabilities_for(Era::Legacy),
             "serverInfo": { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
         });
         if let Some(text) = self.instructions(identity) {
@@ -414,6 +423,11 @@ impl Router {
             Method::Subscribe => self.subscribe(ctx, grant, params).await,
             Method::Unsubscribe => self.unsubscribe(ctx, params),
             Method::SetLevel => self.set_level(ctx, params),
+            task @ (Method::TasksGet
+            | Method::TasksUpdate
+            | Method::TasksResult
+            | Method::TasksCancel
+            | Method::TasksList) => return self.task_request(ctx, id, task, params).await,
             call @ (Method::ToolsCall
             | Method::PromptsGet
             | Method::ResourcesRead
@@ -434,7 +448,23 @@ impl Router {
                 }
                 return match prepared {
                     Ok(call) => {
-                        forward::run(call, ctx, id, &self.hub, &self.metrics, &self.tasks).await
+                        let creates = (call.method == Method::ToolsCall
+                            && tasks::may_create(ctx, params))
+                        .then(|| call.handle.name().clone());
+                        let reply =
+                            forward::run(call, ctx, id, &self.hub, &self.metrics, &self.tasks)
+                                .await;
+                        match creates {
+                            Some(upstream) => tasks::adopt_reply(
+                                reply,
+                                self.hub.clone(),
+                                upstream,
+                                tasks::owner(ctx),
+                                ctx.era,
+                                &self.tasks,
+                            ),
+                            None => reply,
+                        }
                     }
                     Err(e) => {
                         // Refused before reaching an upstream: counted here.

@@ -76,6 +76,19 @@ methods! {
     Elicit, ELICIT = "elicitation/create";
     /// A URL-mode elicitation finished.
     ElicitationComplete, ELICITATION_COMPLETE = "notifications/elicitation/complete";
+    /// A task's state (both eras' tasks).
+    TasksGet, TASKS_GET = "tasks/get";
+    /// A 2025-11-25 task's result, once it is terminal.
+    TasksResult, TASKS_RESULT = "tasks/result";
+    /// A 2025-11-25 client's tasks.
+    TasksList, TASKS_LIST = "tasks/list";
+    TasksCancel, TASKS_CANCEL = "tasks/cancel";
+    /// A 2026-07-28 client's input for a task.
+    TasksUpdate, TASKS_UPDATE = "tasks/update";
+    /// A 2025-11-25 task changed status.
+    TaskStatus, TASK_STATUS = "notifications/tasks/status";
+    /// A 2026-07-28 task changed status (on a listen stream).
+    TasksNotification, TASKS_NOTIFICATION = "notifications/tasks";
 }
 
 impl Method {
@@ -100,8 +113,8 @@ mod tests {
             assert_eq!(Method::from_name(name).name(), name);
         }
         assert_eq!(Method::from_name("tools/call"), Method::ToolsCall);
-        let other = Method::from_name("tasks/get");
-        assert_eq!(other, Method::Other("tasks/get".into()));
-        assert_eq!(other.name(), "tasks/get");
+        let other = Method::from_name("tasks/frobnicate");
+        assert_eq!(other, Method::Other("tasks/frobnicate".into()));
+        assert_eq!(other.name(), "tasks/frobnicate");
     }
 }

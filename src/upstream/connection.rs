@@ -258,6 +258,7 @@ impl Connection {
         let name_key = match method {
             Method::ToolsCall | Method::PromptsGet => Some("name"),
             Method::ResourcesRead => Some("uri"),
+            Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => Some("taskId"),
             _ => None,
         };
         let target: Option<Arc<str>> = name_key
@@ -523,6 +524,10 @@ impl Connection {
                 }
             }
             Method::LogMessage => self.events.log_message(&self.upstream, envelope.params),
+            Method::TaskStatus | Method::TasksNotification => {
+                self.events
+                    .task_status(&self.upstream, &method, envelope.params)
+            }
             Method::ListenAcknowledged => {
                 let id = envelope
                     .params

@@ -55,4 +55,7 @@ pub(crate) trait UpstreamEvents: Send + Sync {
     ) -> Result<ClientAsk, AskRefused>;
     /// Forgets a request nobody waits for any more (timed out, or its call ended).
     fn forget_ask(&self, session: u64, id: &str);
+    /// A task status notification (`notifications/tasks/status` or
+    /// `notifications/tasks`) from `upstream`, its params as sent.
+    fn task_status(&self, _upstream: &str, _method: &Method, _params: Option<&RawValue>) {}
 }
