@@ -142,7 +142,10 @@ impl Server {
 
     /// A clone of the stdout queue, for a message sent after the request
     /// that caused it was answered (the test fixture's task jobs).
-    #[allow(dead_code, reason = "only the test fixture, which compiles this file in, uses it")]
+    #[allow(
+        dead_code,
+        reason = "only the test fixture, which compiles this file in, uses it"
+    )]
     pub(crate) fn outlet(&self) -> mpsc::Sender<String> {
         self.out.clone()
     }

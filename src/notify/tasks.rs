@@ -263,7 +263,10 @@ impl super::NotifyHub {
             .and_then(Value::as_str)
             .and_then(|task| self.tasks.owner_of(upstream, task))
         else {
-            tracing::debug!(upstream, "status of a task the gateway does not know; dropped");
+            tracing::debug!(
+                upstream,
+                "status of a task the gateway does not know; dropped"
+            );
             return;
         };
         let (id, owner) = owned;
@@ -329,7 +332,10 @@ mod tests {
         assert!(table.resolve(&a, &owner).is_some());
         let c = table.adopt(route("u", "c"), owner.clone());
         assert_eq!(table.len(), 2);
-        assert!(table.resolve(&b, &owner).is_none(), "b was least recently used");
+        assert!(
+            table.resolve(&b, &owner).is_none(),
+            "b was least recently used"
+        );
         assert!(table.resolve(&a, &owner).is_some());
         assert!(table.resolve(&c, &owner).is_some());
         assert!(table.owner_of("u", "b").is_none());

@@ -19,3 +19,4 @@ mod remote;
 mod resume;
 mod shaping;
 mod support;
+mod tasks;
