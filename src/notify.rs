@@ -244,7 +244,7 @@ impl NotifyHub {
             self.listeners.fetch_sub(1, Ordering::Relaxed);
         }
         let had_level = removed.is_some_and(|s| s.log_level().is_some());
-        self.tasks.forget_owner(&tasks::Owner::Session(id));
+        self.tasks.forget_subscriber(id);
         self.interest.forget_subscriber(id);
         if had_level {
             self.interest.want_level(|| self.wanted_level());
@@ -457,6 +457,10 @@ impl UpstreamEvents for NotifyHub {
 
     fn task_status(&self, upstream: &str, method: &Method, params: Option<&RawValue>) {
         NotifyHub::task_status(self, upstream, method, params);
+    }
+
+    fn watched_tasks(&self, upstream: &str) -> Vec<Arc<str>> {
+        self.tasks.watched_on(upstream)
     }
 }
 

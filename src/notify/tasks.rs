@@ -64,6 +64,8 @@ struct State {
     /// Use order: oldest first.
     recency: BTreeMap<u64, Arc<str>>,
     next_seq: u64,
+    /// Listen streams watching a task, by gateway id (each a creator's).
+    watchers: HashMap<Arc<str>, Vec<SubscriberId>>,
 }
 
 impl State {
@@ -79,6 +81,7 @@ impl State {
     }
 
     fn remove(&mut self, id: &str) {
+        self.watchers.remove(id);
         if let Some(entry) = self.by_id.remove(id) {
             self.recency.remove(&entry.seq);
             self.by_upstream
@@ -215,6 +218,50 @@ impl TaskTable {
             .collect()
     }
 
+    /// Listen stream `subscriber` of `owner` watches task `id`: where the
+    /// task lives if it is `owner`'s, else `None` (and nothing is watched).
+    pub(crate) fn watch(&self, id: &str, owner: &Owner, subscriber: SubscriberId) -> Option<Route> {
+        let route = self.resolve(id, owner)?;
+        let mut state = self.lock();
+        let key = state.by_id.get_key_value(id)?.0.clone();
+        let watchers = state.watchers.entry(key).or_default();
+        if !watchers.contains(&subscriber) {
+            watchers.push(subscriber);
+        }
+        Some(route)
+    }
+
+    /// The listen streams watching task `id`.
+    pub(crate) fn watchers(&self, id: &str) -> Vec<SubscriberId> {
+        self.lock().watchers.get(id).cloned().unwrap_or_default()
+    }
+
+    /// `upstream`'s task ids that a listen stream watches: what the
+    /// upstream's own listen must ask for.
+    pub(crate) fn watched_on(&self, upstream: &str) -> Vec<Arc<str>> {
+        let state = self.lock();
+        let mut ids: Vec<Arc<str>> = state
+            .watchers
+            .keys()
+            .filter_map(|id| state.by_id.get(id))
+            .filter(|e| &*e.route.upstream == upstream)
+            .map(|e| e.route.upstream_id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// A subscriber left: a session's tasks are forgotten, and a listen
+    /// stream stops watching.
+    pub(crate) fn forget_subscriber(&self, subscriber: SubscriberId) {
+        self.forget_owner(&Owner::Session(subscriber));
+        let mut state = self.lock();
+        for watchers in state.watchers.values_mut() {
+            watchers.retain(|w| *w != subscriber);
+        }
+        state.watchers.retain(|_, w| !w.is_empty());
+    }
+
     /// Forgets every task of a session that ended.
     pub(crate) fn forget_owner(&self, owner: &Owner) {
         let mut state = self.lock();
@@ -271,23 +318,39 @@ impl super::NotifyHub {
         };
         let (id, owner) = owned;
         params.insert("taskId".into(), Value::from(&*id));
-        let frame: Arc<str> = crate::protocol::notification_frame(
-            method.name(),
-            Some(&Value::Object(params).to_string()),
-        )
-        .into();
-        match owner {
-            // On the session's stream (its GET stream, /sse or stdio), in
-            // its message queue: bounded, the oldest dropped when full.
-            Owner::Session(session) => {
-                if let Some(subscriber) = self.subscribers.get(&session) {
-                    subscriber.outbox.push_message(frame);
+        // The upstream's listen tag is not the client's.
+        if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+            meta.remove(crate::protocol::meta::SUBSCRIPTION_ID);
+        }
+        let frame_for = |tag: Option<&str>| -> Arc<str> {
+            let mut params = params.clone();
+            if let Some(tag) = tag.and_then(|t| serde_json::from_str::<Map<String, Value>>(t).ok())
+            {
+                let meta = params
+                    .entry("_meta")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.extend(tag);
                 }
             }
-            // 2026-07-28 listen streams do not carry task notifications
-            // through the gateway yet; clients poll `tasks/get`.
-            Owner::Client(_) | Owner::Anonymous => {
-                tracing::debug!(upstream, task = %id, "task notification for a stateless client; not relayed");
+            crate::protocol::notification_frame(
+                method.name(),
+                Some(&Value::Object(params).to_string()),
+            )
+            .into()
+        };
+        let to = match owner {
+            // On the session's stream (its GET stream, /sse or stdio).
+            Owner::Session(session) => vec![session],
+            // On the creator's listen streams that asked for this task.
+            Owner::Client(_) | Owner::Anonymous => self.tasks.watchers(&id),
+        };
+        for subscriber in to {
+            if let Some(subscriber) = self.subscribers.get(&subscriber) {
+                // In its message queue: bounded, the oldest dropped when full.
+                subscriber
+                    .outbox
+                    .push_message(frame_for(subscriber.outbox.tag()));
             }
         }
     }
@@ -321,6 +384,23 @@ mod tests {
         let other = table.adopt(route("other", "t1"), alice.clone());
         assert_ne!(other, id);
         assert_eq!(table.owner_of("notes", "t1"), Some((id, alice)));
+    }
+
+    #[test]
+    fn only_the_owners_listen_streams_watch_and_they_leave_nothing_behind() {
+        let table = TaskTable::default();
+        let alice = Owner::Client("alice".into());
+        let id = table.adopt(route("up", "t9"), alice.clone());
+        assert!(table.watch(&id, &Owner::Anonymous, 5).is_none());
+        assert!(table.watchers(&id).is_empty());
+        assert!(table.watch(&id, &alice, 6).is_some());
+        assert_eq!(table.watchers(&id), vec![6]);
+        assert_eq!(table.watched_on("up"), vec![Arc::<str>::from("t9")]);
+        assert!(table.watched_on("other").is_empty());
+        table.forget_subscriber(6);
+        assert!(table.watchers(&id).is_empty());
+        assert!(table.watched_on("up").is_empty());
+        assert!(table.resolve(&id, &alice).is_some(), "the task stays");
     }
 
     #[test]

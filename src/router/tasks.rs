@@ -225,7 +225,62 @@ fn declares_extension(params: Option<&RawValue>) -> bool {
         .unwrap_or(false)
 }
 
+/// What a listen stream's `notifications.taskIds` came to.
+pub(crate) struct WatchedTasks {
+    /// The ids the stream will hear of (the caller's own), for the ack.
+    pub(crate) honoured: Vec<Value>,
+    /// Modern upstreams whose own listen must now ask for more tasks.
+    pub(crate) upstreams: Vec<crate::upstream::UpstreamHandle>,
+}
+
 impl Router {
+    /// A 2026-07-28 listen stream's `taskIds`: each of the caller's own
+    /// tasks is watched by `subscriber`; other ids are left out of the
+    /// acknowledgment as if they did not exist. `Ok(None)`: none asked.
+    /// `Err`: the error frame for a client that did not declare the
+    /// extension (-32021).
+    pub(crate) fn watch_tasks(
+        &self,
+        subscriber: crate::upstream::SubscriberId,
+        identity: Option<&crate::auth::Identity>,
+        id: &RawValue,
+        params: Option<&RawValue>,
+    ) -> Result<Option<WatchedTasks>, String> {
+        let requested: Vec<String> = params
+            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+            .and_then(|p| p.pointer("/notifications/taskIds").cloned())
+            .and_then(|ids| serde_json::from_value(ids).ok())
+            .unwrap_or_default();
+        if requested.is_empty() {
+            return Ok(None);
+        }
+        if !declares_extension(params) {
+            return Err(
+                TaskError::MissingExtension("task notifications").to_frame(id.get(), Era::Modern)
+            );
+        }
+        let owner = match identity {
+            Some(identity) => Owner::Client(identity.client.clone()),
+            None => Owner::Anonymous,
+        };
+        let mut watched = WatchedTasks {
+            honoured: Vec::new(),
+            upstreams: Vec::new(),
+        };
+        for task in requested {
+            let Some(route) = self.hub.tasks().watch(&task, &owner, subscriber) else {
+                continue;
+            };
+            watched.honoured.push(Value::from(task));
+            if let Ok(handle) = self.upstream(&route.upstream)
+                && !watched.upstreams.iter().any(|h| h.name() == handle.name())
+            {
+                watched.upstreams.push(handle);
+            }
+        }
+        Ok(Some(watched))
+    }
+
     /// `tasks/get`, `tasks/update`, `tasks/result`, `tasks/cancel` and
     /// `tasks/list` of either era.
     pub(super) async fn task_request(

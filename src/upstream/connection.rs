@@ -219,6 +219,12 @@ impl Connection {
         let _ = self.modern_meta.set(meta);
     }
 
+    /// Task ids of this upstream that clients listen for (see
+    /// [`UpstreamEvents::watched_tasks`]).
+    pub(crate) fn watched_tasks(&self) -> Vec<Arc<str>> {
+        self.events.watched_tasks(&self.upstream)
+    }
+
     pub(crate) fn is_modern(&self) -> bool {
         self.modern_meta.get().is_some()
     }

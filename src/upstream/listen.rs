@@ -25,12 +25,14 @@ pub(super) struct Listen {
     pub opened: std::time::Instant,
 }
 
-/// Opens a listen stream for the upstream's list kinds and the URIs
-/// clients watch on it (`uris`, as the upstream knows them).
+/// Opens a listen stream for the upstream's list kinds, the URIs clients
+/// watch on it (`uris`, as the upstream knows them) and the tasks whose
+/// status they listen for (`tasks`, the upstream's task ids).
 pub(super) async fn open(
     conn: &Connection,
     hello: &ServerHello,
     uris: Vec<Arc<str>>,
+    tasks: Vec<Arc<str>>,
 ) -> Option<Listen> {
     let announces = |capability: &str| {
         hello
@@ -53,6 +55,10 @@ pub(super) async fn open(
     if hello.can_subscribe() && !uris.is_empty() {
         let uris: Vec<&str> = uris.iter().map(|u| &**u).collect();
         filter.insert("resourceSubscriptions".into(), json!(uris));
+    }
+    if !tasks.is_empty() {
+        let tasks: Vec<&str> = tasks.iter().map(|t| &**t).collect();
+        filter.insert("taskIds".into(), json!(tasks));
     }
     if filter.is_empty() {
         return None;

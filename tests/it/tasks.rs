@@ -88,6 +88,32 @@ impl Stateless {
         response["result"].clone()
     }
 
+    /// Opens a listen stream for the status of `tasks`.
+    async fn listen(&self, id: u64, tasks: &[&str], declare: bool) -> reqwest::Response {
+        let extensions = if declare {
+            json!({ EXTENSION: {} })
+        } else {
+            json!({})
+        };
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": {
+            "notifications": { "taskIds": tasks },
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": { "extensions": extensions },
+            } } });
+        self.http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "subscriptions/listen")
+            .header("authorization", &self.auth)
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// Polls `tasks/get` until `done` holds (bounded by the test deadline).
     async fn poll(&self, task: &str, done: impl Fn(&Value) -> bool) -> Value {
         within(&format!("task {task}"), async {
@@ -206,13 +232,82 @@ async fn modern_tasks_are_relayed_and_only_their_creator_can_use_them() {
         .await;
     assert_eq!(still["status"], "working");
 
-    // Cancel: an empty ack, then the status says so.
+    // Status notifications: Alice listens for her long task; Bob asks
+    // for it too and for a task of his own, and gets only his.
+    let refused = alice.listen(7, &[&long_id], false).await;
+    assert_eq!(refused.status(), reqwest::StatusCode::BAD_REQUEST);
+    let refused: Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+    assert_eq!(error_code(&refused), -32021, "{refused}");
+    let mut alice_listen = SseReader::from_response(alice.listen(7, &[&long_id], true).await);
+    let ack = alice_listen.next().await.unwrap();
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([long_id]),
+        "{ack}"
+    );
+    let bobs = bob
+        .result(
+            "tools/call",
+            json!({ "name": "modern__confirm_delete", "arguments": { "filename": "b.txt" } }),
+        )
+        .await;
+    let bobs_id = bobs["taskId"].as_str().unwrap().to_owned();
+    let bobs_key = bob
+        .poll(&bobs_id, |t| t["status"] == "input_required")
+        .await["inputRequests"]
+        .as_object()
+        .and_then(|r| r.keys().next().cloned())
+        .unwrap();
+    let mut bob_listen = SseReader::from_response(bob.listen(8, &[&long_id, &bobs_id], true).await);
+    let ack = bob_listen.next().await.unwrap();
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([bobs_id]),
+        "{ack}"
+    );
+
+    // Cancel: an empty ack, then the status says so, on Alice's stream too.
     let ack = alice
         .result("tasks/cancel", json!({ "taskId": long_id }))
         .await;
     assert_eq!(ack, json!({ "resultType": "complete" }));
+    let note = alice_listen.next().await.unwrap();
+    assert_eq!(note["method"], "notifications/tasks", "{note}");
+    assert_eq!(note["params"]["taskId"], long_id.as_str());
+    assert_eq!(note["params"]["status"], "cancelled");
+    assert_eq!(
+        note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        7
+    );
     let cancelled = alice.poll(&long_id, |t| t["status"] != "working").await;
     assert_eq!(cancelled["status"], "cancelled");
+
+    // Bob's task finishes after that: its notification is the first thing
+    // on his stream, so Alice's never reached him.
+    bob.result(
+        "tasks/update",
+        json!({ "taskId": bobs_id, "inputResponses": { bobs_key: { "action": "accept", "content": { "confirm": false } } } }),
+    )
+    .await;
+    let note = within("bob's task notification", async {
+        loop {
+            let note = bob_listen.next().await.unwrap();
+            assert_eq!(
+                note["params"]["taskId"],
+                bobs_id.as_str(),
+                "bob heard: {note}"
+            );
+            if note["params"]["status"] == "completed" {
+                return note;
+            }
+        }
+    })
+    .await;
+    assert_eq!(note["params"]["result"]["content"][0]["text"], "Kept b.txt");
+    assert_eq!(
+        note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        8
+    );
 
     // Without the extension declared: -32021; tasks/list is not in this era.
     let gated = alice
