@@ -93,12 +93,18 @@ methods! {
 
 impl Method {
     /// For `tools/call` and `prompts/get` the `name` parameter, for
-    /// `resources/read` the `uri` one, is what the request is about (the
+    /// `resources/read` the `uri` one, for `tasks/get`, `tasks/update` and
+    /// `tasks/cancel` the `taskId`, is what the request is about (the
     /// modern era mirrors it into `Mcp-Name`).
     pub(crate) fn names_its_target(&self) -> bool {
         matches!(
             self,
-            Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead
+            Method::ToolsCall
+                | Method::PromptsGet
+                | Method::ResourcesRead
+                | Method::TasksGet
+                | Method::TasksUpdate
+                | Method::TasksCancel
         )
     }
 }
@@ -113,6 +119,8 @@ mod tests {
             assert_eq!(Method::from_name(name).name(), name);
         }
         assert_eq!(Method::from_name("tools/call"), Method::ToolsCall);
+        assert!(Method::from_name("tasks/get").names_its_target());
+        assert!(!Method::from_name("tasks/result").names_its_target());
         let other = Method::from_name("tasks/frobnicate");
         assert_eq!(other, Method::Other("tasks/frobnicate".into()));
         assert_eq!(other.name(), "tasks/frobnicate");

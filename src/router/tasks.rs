@@ -26,7 +26,7 @@ use crate::protocol::{self, Era, Method, RpcError, code};
 use crate::upstream::UpstreamSet;
 
 /// The 2026-07-28 tasks extension's id.
-pub(crate) const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+pub(crate) const EXTENSION: &str = protocol::meta::TASKS_EXTENSION;
 
 /// The `_meta` key a 2025-11-25 result names its task with.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";

@@ -65,7 +65,15 @@ pub(super) async fn open(
     }
     let id = conn.next_id();
     let acknowledged = conn.expect_ack(id);
-    let params = json!({ "notifications": filter }).to_string();
+    let mut params = json!({ "notifications": filter });
+    if !tasks.is_empty() {
+        // Task notifications need the tasks extension, which the gateway
+        // supports on this stream (its requests' capabilities are the
+        // clients', see `forward`).
+        params["_meta"] = json!({ (crate::protocol::meta::CLIENT_CAPABILITIES): {
+            "extensions": { (crate::protocol::meta::TASKS_EXTENSION): {} } } });
+    }
+    let params = params.to_string();
     match conn
         .send_request(id, Request::new(Method::Listen, Some(&params)))
         .await

@@ -482,3 +482,71 @@ async fn legacy_tasks_are_relayed_and_only_their_session_can_use_them() {
     .await;
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn tasks_pass_through_a_chain_of_gateways_over_streamable_http() {
+    // The inner gateway serves the fixture; the outer one reaches it as a
+    // 2026-07-28 Streamable HTTP upstream, so task requests carry Mcp-Name
+    // (the inner gateway refuses them without it) and task ids are
+    // rewritten twice.
+    let inner = TestGateway::start(&format!(
+        "upstreams:\n{}",
+        fixture_upstream("modern", &["--conformance"])
+    ))
+    .await;
+    let outer = TestGateway::start(&format!(
+        "auth:\n  mode: on\n  api_keys:\n    - client: alice\n      key: {ALICE_KEY}\nupstreams:\n  inner:\n    url: {:?}\n",
+        inner.url
+    ))
+    .await;
+    let alice = Stateless::new(&outer.url, ALICE_KEY);
+    let discover = alice.result("server/discover", json!({})).await;
+    assert!(
+        discover["capabilities"]["extensions"][EXTENSION].is_object(),
+        "{discover}"
+    );
+    let created = alice
+        .result(
+            "tools/call",
+            json!({ "name": "inner__modern__confirm_delete", "arguments": { "filename": "c.txt" } }),
+        )
+        .await;
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("inner."), "{created}");
+    let mut listen = SseReader::from_response(alice.listen(3, &[&id], true).await);
+    let ack = listen.next().await.unwrap();
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([id]),
+        "{ack}"
+    );
+    let waiting = alice.poll(&id, |t| t["status"] == "input_required").await;
+    let key = waiting["inputRequests"]
+        .as_object()
+        .and_then(|r| r.keys().next().cloned())
+        .unwrap();
+    alice
+        .result(
+            "tasks/update",
+            json!({ "taskId": id, "inputResponses": { key: { "action": "accept", "content": { "confirm": true } } } }),
+        )
+        .await;
+    let note = within("the task's notification through both gateways", async {
+        loop {
+            let note = listen.next().await.unwrap();
+            assert_eq!(note["params"]["taskId"], id.as_str(), "{note}");
+            if note["params"]["status"] == "completed" {
+                return note;
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        note["params"]["result"]["content"][0]["text"],
+        "Deleted c.txt"
+    );
+    let done = alice.result("tasks/get", json!({ "taskId": id })).await;
+    assert_eq!(done["status"], "completed");
+    outer.stop().await;
+    inner.stop().await;
+}
