@@ -11,7 +11,8 @@
 //! a URI there, and tells it when a subscriber leaves or changes its level. Under a `policy` ([`Views`]), a
 //! subscriber with an identity hears only of its own view: `list_changed`
 //! when its view of a kind changed, `resources/updated` for URIs it may
-//! read, log messages from upstreams it sees something of.
+//! read, log messages from upstreams it sees something of. Task status
+//! notifications go only to the task's creator ([`tasks`]).
 
 mod asks;
 pub(crate) mod outbox;

@@ -127,7 +127,7 @@ pub(super) fn declare(capabilities: &mut Value, upstreams: &UpstreamSet, era: Er
 /// upstream's task id becomes a gateway id bound to `owner`.
 pub(super) fn adopt_reply(
     reply: Reply,
-    table: Arc<crate::notify::NotifyHub>,
+    hub: Arc<crate::notify::NotifyHub>,
     upstream: Arc<str>,
     owner: Owner,
     era: Era,
@@ -148,7 +148,7 @@ pub(super) fn adopt_reply(
             upstream_id: upstream_id.into(),
             era,
         };
-        let id = table.tasks().adopt(route, owner.clone());
+        let id = hub.tasks().adopt(route, owner.clone());
         task["taskId"] = Value::from(&*id);
     })
 }
@@ -303,17 +303,15 @@ impl Router {
         method: Method,
         params: Option<&RawValue>,
     ) -> Result<Reply, TaskError> {
-        let name = method.name().to_owned();
-        let era_has_it = match (&method, ctx.era) {
-            (Method::TasksUpdate, Era::Modern)
-            | (Method::TasksResult | Method::TasksList, Era::Legacy) => true,
-            (Method::TasksUpdate, Era::Legacy) | (Method::TasksResult | Method::TasksList, _) => {
-                false
-            }
+        // `tasks/update` is the extension's; `tasks/result` and
+        // `tasks/list` are 2025-11-25's (the extension removed them).
+        let era_has_it = match method {
+            Method::TasksUpdate => ctx.era == Era::Modern,
+            Method::TasksResult | Method::TasksList => ctx.era == Era::Legacy,
             _ => true,
         };
         if !era_has_it {
-            return Err(TaskError::MethodNotFound(name));
+            return Err(TaskError::MethodNotFound(method.name().to_owned()));
         }
         if ctx.era == Era::Modern && !declares_extension(params) {
             return Err(TaskError::MissingExtension(match method {
