@@ -20,3 +20,4 @@ mod remote;
 mod resume;
 mod shaping;
 mod support;
+mod tasks;
