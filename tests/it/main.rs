@@ -14,6 +14,7 @@ mod hardening;
 mod input_rounds;
 mod live;
 mod modern;
+mod onboarding;
 mod ops;
 mod policy;
 mod remote;
