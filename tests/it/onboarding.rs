@@ -262,7 +262,7 @@ async fn every_example_config_validates_against_the_schema_mcpmux_prints() {
     ] {
         let bad = tempdir().join("bad.yaml");
         std::fs::write(&bad, yaml).unwrap();
-        let (ok, report) = validate(&schema, &[bad.clone()]).await;
+        let (ok, report) = validate(&schema, std::slice::from_ref(&bad)).await;
         assert!(!ok, "the schema accepted:\n{yaml}\n{report}");
         let (code, _, _) = mcpmux(&["check", bad.to_str().unwrap()], &[]).await;
         assert_eq!(code, 64, "mcpmux accepted:\n{yaml}");
