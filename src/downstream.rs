@@ -257,7 +257,7 @@ fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
                 "pid": h.pid(),
                 "suppressedLogLines": h.suppressed_lines(),
             });
-            (!h.required() || h.state() == UpstreamState::Ready, status)
+            (!h.holds_readiness(), status)
         })
         .collect()
 }
