@@ -220,11 +220,9 @@ async fn write_stdin(
                 None => break,
             },
         };
-        let write = async {
-            stdin.write_all(&frame.frame).await?;
-            stdin.write_all(b"\n").await?;
-            stdin.flush().await
-        };
+        // Frame and newline in one writev (a pipe needs no flush).
+        let mut line = bytes::Buf::chain(frame.frame, &b"\n"[..]);
+        let write = stdin.write_all_buf(&mut line);
         if let Err(e) = write.await {
             tracing::debug!(upstream = %upstream, error = %e, "child stdin closed");
             break;
