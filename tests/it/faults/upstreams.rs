@@ -385,7 +385,7 @@ async fn crash_loop(s: &mut Subject, row: &str) {
     let original = std::fs::read_to_string(&s.config).unwrap();
     let with_loop = original.replacen(
         "upstreams:\n",
-        "upstreams:\n  loop:\n    command: \"false\"\n",
+        "upstreams:\n  loop:\n    command: \"false\"\n    required: true\n",
         1,
     );
     reload(s, &with_loop, "config reloaded", |l| {
