@@ -113,8 +113,12 @@ impl Interest {
     }
 
     /// Removes a subscriber from every URI it watched (its session or
-    /// stream ended), unsubscribing upstream where it was the last.
+    /// stream ended), unsubscribing upstream where it was the last, and
+    /// stops the per-session instances it had.
     pub(crate) fn forget_subscriber(&self, subscriber: SubscriberId) {
+        for handle in self.upstreams.all() {
+            handle.release_instance(subscriber);
+        }
         for last in self.table.remove_subscriber(subscriber) {
             self.release(&last);
         }

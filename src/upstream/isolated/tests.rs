@@ -1,0 +1,1 @@
+//! Unit tests of the per-session instance pool, with fake instances.
