@@ -274,3 +274,56 @@ async fn two_sessions_asked_at_once_each_get_their_own_elicitation() {
     assert_eq!(upstream.instances(), Some(0));
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_reload_that_changes_max_instances_restarts_the_upstream_and_its_instances() {
+    let gw = TestGateway::start(&isolated_fixture(1)).await;
+    let upstream = gw.gateway().upstream("fx").unwrap();
+    let a = McpClient::connect(&gw.url).await;
+    let old = pid_of(&a).await;
+
+    let config = mcpmux::Config::parse(
+        &crate::support::gateway::with_auth_off(&isolated_fixture(3)),
+        "reload.yaml",
+        &mcpmux::Lookup::from_process(),
+    )
+    .unwrap();
+    let diff = within("reload", gw.gateway().reload(&config)).await;
+    assert_eq!(diff.changed, ["fx"], "{diff:?}");
+    // The old upstream was stopped and awaited, its instance with it.
+    assert!(!process_exists(old), "the old instance outlived the reload");
+    assert_eq!(upstream.instances(), Some(0));
+    gw.wait_ready("fx").await;
+    let upstream = gw.gateway().upstream("fx").unwrap();
+
+    // The session lives on and gets a fresh child from the new pool, whose cap is 3.
+    let b = McpClient::connect(&gw.url).await;
+    let c = McpClient::connect(&gw.url).await;
+    let pids = [pid_of(&a).await, pid_of(&b).await, pid_of(&c).await];
+    assert!(!pids.contains(&old), "{pids:?}");
+    assert_eq!(upstream.instances(), Some(3));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn an_instances_list_changes_reach_its_own_session_only() {
+    let gw = TestGateway::start(&isolated_fixture(2)).await;
+    let a = McpClient::connect(&gw.url).await;
+    let b = McpClient::connect(&gw.url).await;
+    let mut a_events = a.listen(None).await;
+    let mut b_events = b.listen(None).await;
+
+    // A's own child adds a tool: A is told to look again.
+    let added = a.call_tool("fx__add_tools", json!({ "count": 1 })).await;
+    assert!(added.get("error").is_none(), "{added}");
+    let told = within("A's list_changed", a_events.next()).await.unwrap();
+    assert_eq!(told["method"], "notifications/tools/list_changed", "{told}");
+
+    // B's own child adds a prompt: the first thing B hears is that, so
+    // A's tools change never reached it (pending flags go out together).
+    let added = b.call_tool("fx__add_prompt", json!({ "name": "mine" })).await;
+    assert!(added.get("error").is_none(), "{added}");
+    let told = within("B's list_changed", b_events.next()).await.unwrap();
+    assert_eq!(told["method"], "notifications/prompts/list_changed", "{told}");
+    gw.stop().await;
+}
