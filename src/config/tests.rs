@@ -232,7 +232,9 @@ fn isolation_is_shared_by_default_and_per_session_takes_a_cap() {
         }
     );
     assert_eq!(
-        stdio("upstreams:\n  b:\n    command: srv\n    isolation: per-session\n    max_instances: 3\n"),
+        stdio(
+            "upstreams:\n  b:\n    command: srv\n    isolation: per-session\n    max_instances: 3\n"
+        ),
         Isolation::PerSession { max_instances: 3 }
     );
 }
@@ -251,9 +253,15 @@ fn isolation_keys_are_checked_with_their_location() {
         "upstreams:\n  b:\n    command: srv\n    isolation: per-session\n    max_instances: 0\n",
     );
     assert!(line.starts_with("test.yaml:5:20: "), "{line}");
-    assert!(line.contains("upstreams.b.max_instances: must be between 1 and"), "{line}");
+    assert!(
+        line.contains("upstreams.b.max_instances: must be between 1 and"),
+        "{line}"
+    );
 
     let line = single_issue("upstreams:\n  b:\n    command: srv\n    max_instances: 4\n");
     assert!(line.starts_with("test.yaml:4:20: "), "{line}");
-    assert!(line.contains("only applies with isolation: per-session"), "{line}");
+    assert!(
+        line.contains("only applies with isolation: per-session"),
+        "{line}"
+    );
 }

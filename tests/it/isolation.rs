@@ -59,7 +59,10 @@ async fn each_session_gets_its_own_child_reaped_when_it_is_deleted_and_capped() 
     let pid_a = pid_of(&a).await;
     let pid_b = pid_of(&b).await;
     assert_ne!(pid_a, pid_b, "each session has its own child");
-    assert!(pid_a != shared && pid_b != shared, "neither is the shared one");
+    assert!(
+        pid_a != shared && pid_b != shared,
+        "neither is the shared one"
+    );
     assert_eq!(pid_of(&a).await, pid_a, "a session keeps its child");
     assert_eq!(upstream.instances(), Some(2));
     let mut pids = upstream.instance_pids();
@@ -136,9 +139,8 @@ async fn each_session_gets_its_own_child_reaped_when_it_is_deleted_and_capped() 
 struct SseSession {
     http: reqwest::Client,
     endpoint: String,
-    stream: std::pin::Pin<
-        Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>,
-    >,
+    stream:
+        std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
     buffer: String,
 }
 
@@ -223,7 +225,11 @@ async fn a_client_that_goes_away_takes_its_child_with_it() {
     sse.post(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
         .await;
     let answer = sse
-        .request(1, "tools/call", json!({ "name": "fx__pid", "arguments": {} }))
+        .request(
+            1,
+            "tools/call",
+            json!({ "name": "fx__pid", "arguments": {} }),
+        )
         .await;
     let pid: u32 = answer["result"]["content"][0]["text"]
         .as_str()
@@ -321,9 +327,47 @@ async fn an_instances_list_changes_reach_its_own_session_only() {
 
     // B's own child adds a prompt: the first thing B hears is that, so
     // A's tools change never reached it (pending flags go out together).
-    let added = b.call_tool("fx__add_prompt", json!({ "name": "mine" })).await;
+    let added = b
+        .call_tool("fx__add_prompt", json!({ "name": "mine" }))
+        .await;
     assert!(added.get("error").is_none(), "{added}");
     let told = within("B's list_changed", b_events.next()).await.unwrap();
-    assert_eq!(told["method"], "notifications/prompts/list_changed", "{told}");
+    assert_eq!(
+        told["method"], "notifications/prompts/list_changed",
+        "{told}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_crashed_instance_is_restarted_for_its_session_and_nothing_else_moves() {
+    let gw = TestGateway::start(&isolated_fixture(2)).await;
+    let upstream = gw.gateway().upstream("fx").unwrap();
+    let shared = upstream.pid().unwrap();
+    let a = McpClient::connect(&gw.url).await;
+    let b = McpClient::connect(&gw.url).await;
+    let (pid_a, pid_b) = (pid_of(&a).await, pid_of(&b).await);
+
+    let crashed = a.call_tool("fx__crash", json!({})).await;
+    assert!(crashed.get("error").is_some(), "{crashed}");
+    eventually("the crashed child to be reaped", || !process_exists(pid_a)).await;
+    // Supervised like a shared child: back after its backoff, with a new
+    // process; calls meanwhile fail with the instance's state.
+    let restarted = within("A's instance to come back", async {
+        loop {
+            let response = a.call_tool("fx__pid", json!({})).await;
+            if let Some(text) = response["result"]["content"][0]["text"].as_str() {
+                return text.parse::<u32>().unwrap();
+            }
+            let message = response["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains("'fx'"), "{response}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(![pid_a, pid_b, shared].contains(&restarted), "{restarted}");
+    assert_eq!(pid_of(&b).await, pid_b, "B's child was not touched");
+    assert_eq!(upstream.pid(), Some(shared), "nor the shared one");
+    assert_eq!(upstream.instances(), Some(2));
     gw.stop().await;
 }

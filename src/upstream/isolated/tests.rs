@@ -32,13 +32,18 @@ async fn a_session_keeps_its_instance_and_the_cap_refuses_one_more() {
     let one = pool.instance(1).unwrap();
     let two = pool.instance(2).unwrap();
     assert!(!same(&one, &two));
-    assert!(same(&pool.instance(1).unwrap(), &one), "started once per session");
+    assert!(
+        same(&pool.instance(1).unwrap(), &one),
+        "started once per session"
+    );
     assert_eq!(started.load(Ordering::Relaxed), 2);
 
     let refused = pool.instance(3).err().expect("over the cap");
     let message = refused.to_string();
     assert!(
-        message.contains("'fx'") && message.contains("2 per-session instances") && message.contains("max_instances"),
+        message.contains("'fx'")
+            && message.contains("2 per-session instances")
+            && message.contains("max_instances"),
         "{message}"
     );
     assert_eq!(pool.len(), 2, "the refusal changed nothing");
@@ -78,7 +83,10 @@ async fn a_call_that_outlives_its_session_leaves_no_instance_behind() {
     events.ended.lock().unwrap().push(7);
     let (pool, started) = pool(4, events);
     let refused = pool.instance(7).err().expect("the session is gone");
-    assert!(matches!(refused, UpstreamError::Cancelled { .. }), "{refused}");
+    assert!(
+        matches!(refused, UpstreamError::Cancelled { .. }),
+        "{refused}"
+    );
     assert_eq!(started.load(Ordering::Relaxed), 1);
     assert_eq!(pool.len(), 0, "started and stopped at once");
 }
@@ -117,8 +125,14 @@ fn an_instances_announcements_reach_its_session_alone() {
     events.lists_changed_for(5, &[ListKind::Tools]);
     let scoped = inner.scoped.lock().unwrap().clone();
     assert_eq!(scoped.len(), 3, "{scoped:?}");
-    assert!(scoped.iter().all(|(session, _)| *session == 4), "{scoped:?}");
-    assert!(inner.lists.lock().unwrap().is_empty(), "nothing is broadcast");
+    assert!(
+        scoped.iter().all(|(session, _)| *session == 4),
+        "{scoped:?}"
+    );
+    assert!(
+        inner.lists.lock().unwrap().is_empty(),
+        "nothing is broadcast"
+    );
     assert!(inner.logs.lock().unwrap().is_empty());
     assert!(inner.updated.lock().unwrap().is_empty());
 
