@@ -371,3 +371,59 @@ async fn a_crashed_instance_is_restarted_for_its_session_and_nothing_else_moves(
     assert_eq!(upstream.instances(), Some(2));
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn an_idle_session_that_expires_takes_its_child_with_it() {
+    let yaml = format!("sessions:\n  idle_timeout: 1s\n{}", isolated_fixture(2));
+    let gw = TestGateway::start(&yaml).await;
+    let upstream = gw.gateway().upstream("fx").unwrap();
+    let a = McpClient::connect(&gw.url).await;
+    let pid = pid_of(&a).await;
+    // Nothing more from A: the sweeper ends the session, and its child.
+    let mut sessions = gw.gateway().watch_sessions();
+    within("the idle session to expire", sessions.wait_for(|n| *n == 0))
+        .await
+        .unwrap();
+    eventually("the child to be reaped", || !process_exists(pid)).await;
+    assert_eq!(upstream.instances(), Some(0));
+    assert!(
+        upstream.pid().is_some_and(process_exists),
+        "the shared one runs on"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn over_sse_and_mcpmux_stdio_a_sessions_own_child_asks_it() {
+    let yaml = format!(
+        "upstreams:\n{}    isolation: per-session\n",
+        everything_upstream("everything")
+    );
+    let asked = |seen: &Value| {
+        assert_eq!(seen["sampled"]["error"], false, "{seen}");
+        assert_eq!(seen["elicited"]["error"], false, "{seen}");
+        assert_eq!(seen["sampling_seen"].as_array().unwrap().len(), 1, "{seen}");
+        assert_eq!(
+            seen["elicitation_seen"].as_array().unwrap().len(),
+            1,
+            "{seen}"
+        );
+    };
+    let gw = TestGateway::start(&yaml).await;
+    let sse = format!("sse:{}", gw.url.replace("/mcp", "/sse"));
+    asked(&run_python("ask_client.py", &["one", &sse, "everything__"]).await);
+    let mut sessions = gw.gateway().watch_sessions();
+    within("the /sse session to close", sessions.wait_for(|n| *n == 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        gw.gateway().upstream("everything").unwrap().instances(),
+        Some(0)
+    );
+    gw.stop().await;
+
+    let config = crate::support::tempdir().join("isolated-stdio.yaml");
+    std::fs::write(&config, crate::support::gateway::with_auth_off(&yaml)).unwrap();
+    let spec = format!("mcpmux:{}:{}", crate::support::exe(), config.display());
+    asked(&run_python("ask_client.py", &["one", &spec, "everything__"]).await);
+}
