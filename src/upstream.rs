@@ -341,6 +341,14 @@ impl UpstreamHandle {
         self.shared.instances.as_ref().map(|i| i.len())
     }
 
+    /// The handles of its per-session instances running now.
+    pub(crate) fn instance_handles(&self) -> Vec<UpstreamHandle> {
+        self.shared
+            .instances
+            .as_ref()
+            .map_or_else(Vec::new, |i| i.handles())
+    }
+
     /// The process ids of its per-session instances' children.
     pub(crate) fn instance_pids(&self) -> Vec<u32> {
         self.shared

@@ -131,6 +131,15 @@ impl Instances {
         self.lock().by_session.len()
     }
 
+    /// The instances' handles.
+    pub(crate) fn handles(&self) -> Vec<UpstreamHandle> {
+        self.lock()
+            .by_session
+            .values()
+            .map(|r| r.handle.clone())
+            .collect()
+    }
+
     /// The process ids of the instances' current children.
     pub(crate) fn pids(&self) -> Vec<u32> {
         self.lock()

@@ -285,7 +285,10 @@ impl Supervisor {
             setup = setup => match setup {
                 Ok((hello, lists)) => {
                     let counts: Vec<usize> = ListKind::ALL.iter().map(|k| lists.get(*k).len()).collect();
-                    tracing::info!(version = %hello.protocol_version, tools = counts[0], prompts = counts[1], resources = counts[2], templates = counts[3], "upstream ready");
+                    match self.role {
+                        Role::Shared => tracing::info!(version = %hello.protocol_version, tools = counts[0], prompts = counts[1], resources = counts[2], templates = counts[3], "upstream ready"),
+                        Role::Instance => tracing::info!(version = %hello.protocol_version, pid = child.pid(), "per-session instance ready"),
+                    }
                     let view = UpstreamView { lists, instructions: hello.instructions.clone() };
                     let hello = Arc::new(hello);
                     self.handle.shared.hello.store(Some(hello.clone()));
@@ -294,8 +297,10 @@ impl Supervisor {
                     // the upstream counts as ready. The connection is visible
                     // first, so a subscription made meanwhile goes straight to
                     // it rather than into a gap.
-                    if self.role == Role::Shared {
-                        self.interest.restore(&name, &conn, &hello, timeout).await;
+                    match self.role {
+                        Role::Shared => self.interest.restore(&name, &conn, &hello, timeout).await,
+                        // Its session's subscriptions live on the shared instance.
+                        Role::Instance => self.interest.restore_level(&conn, &hello, timeout).await,
                     }
                     self.publish(Some(&view));
                     self.handle.set_state(UpstreamState::Ready);

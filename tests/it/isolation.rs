@@ -427,3 +427,31 @@ async fn over_sse_and_mcpmux_stdio_a_sessions_own_child_asks_it() {
     let spec = format!("mcpmux:{}:{}", crate::support::exe(), config.display());
     asked(&run_python("ask_client.py", &["one", &spec, "everything__"]).await);
 }
+
+#[tokio::test]
+async fn an_instances_log_messages_reach_its_own_session_only() {
+    let gw = TestGateway::start(&isolated_fixture(2)).await;
+    let a = McpClient::connect(&gw.url).await;
+    let b = McpClient::connect(&gw.url).await;
+    a.set_level("debug").await;
+    b.set_level("debug").await;
+    let mut a_events = a.listen(None).await;
+    let mut b_events = b.listen(None).await;
+    let log = |message: &str| json!({ "level": "warning", "message": message });
+
+    let logged = a.call_tool("fx__log", log("from-a")).await;
+    assert!(logged.get("error").is_none(), "{logged}");
+    let heard = within("A's log", a_events.next_skipping_list_changed())
+        .await
+        .unwrap();
+    assert_eq!(heard["params"]["data"], "from-a 0", "{heard}");
+
+    // Messages queue in order: had A's reached B, B would hear it first.
+    let logged = b.call_tool("fx__log", log("from-b")).await;
+    assert!(logged.get("error").is_none(), "{logged}");
+    let heard = within("B's log", b_events.next_skipping_list_changed())
+        .await
+        .unwrap();
+    assert_eq!(heard["params"]["data"], "from-b 0", "{heard}");
+    gw.stop().await;
+}
