@@ -39,19 +39,18 @@ pub(crate) type Start = Box<dyn Fn(SubscriberId) -> Started + Send + Sync>;
 pub(crate) struct Instances {
     upstream: Arc<str>,
     max: usize,
-    start: Start,
-    /// Says whether a session is still registered (the hub).
-    events: Arc<dyn UpstreamEvents>,
     /// Changed by calls (router tasks), the hub's unregister and the shared
     /// supervisor's end; a std mutex, never held across an `.await`.
     state: Mutex<PoolState>,
 }
 
-#[derive(Default)]
 struct PoolState {
     by_session: HashMap<SubscriberId, Started>,
-    /// Set when the upstream stops: no instance starts any more.
-    closed: bool,
+    /// How instances start, and who says whether a session is still
+    /// registered (the hub); both dropped when the upstream stops, after
+    /// which no instance starts (and the hub, which reaches this pool
+    /// through `Interest`, is no longer held from here).
+    open: Option<(Start, Arc<dyn UpstreamEvents>)>,
 }
 
 impl Instances {
@@ -64,9 +63,10 @@ impl Instances {
         Self {
             upstream,
             max,
-            start,
-            events,
-            state: Mutex::default(),
+            state: Mutex::new(PoolState {
+                by_session: HashMap::new(),
+                open: Some((start, events)),
+            }),
         }
     }
 
@@ -76,30 +76,31 @@ impl Instances {
 
     /// The instance of `session`, started now if it has none.
     pub(crate) fn instance(&self, session: SubscriberId) -> Result<UpstreamHandle, UpstreamError> {
-        let handle = {
+        let (handle, events) = {
             let mut state = self.lock();
             if let Some(running) = state.by_session.get(&session) {
                 return Ok(running.handle.clone());
             }
-            if state.closed {
+            let Some((start, events)) = &state.open else {
                 return Err(self.unavailable("it is stopping".into()));
-            }
+            };
             if state.by_session.len() >= self.max {
                 return Err(self.unavailable(format!(
                     "it already runs {} per-session instances, its max_instances; try again when another session has ended",
                     self.max
                 )));
             }
-            let started = (self.start)(session);
+            let started = start(session);
+            let events = events.clone();
             let handle = started.handle.clone();
             state.by_session.insert(session, started);
-            handle
+            (handle, events)
         };
         tracing::info!(upstream = %self.upstream, session, "per-session instance started");
         // The session may have ended while its call got here. Its release
         // comes after the hub forgot it, so either that release found the
         // instance, or this check sees the session gone.
-        if !self.events.session_alive(session) {
+        if !events.session_alive(session) {
             self.release(session);
             return Err(UpstreamError::Cancelled {
                 upstream: self.upstream.to_string(),
@@ -154,7 +155,7 @@ impl Instances {
     pub(crate) async fn stop_all(&self) {
         let running: Vec<Started> = {
             let mut state = self.lock();
-            state.closed = true;
+            state.open = None;
             state.by_session.drain().map(|(_, r)| r).collect()
         };
         for r in &running {
