@@ -89,6 +89,8 @@ async fn each_session_gets_its_own_child_reaped_when_it_is_deleted_and_capped() 
     // A third session is over the cap: a clear error, and nothing else changes.
     let c = McpClient::connect(&gw.url).await;
     let refused = c.call_tool("fx__pid", json!({})).await;
+    assert_eq!(refused["error"]["code"], -32050, "{refused}");
+    assert_eq!(refused["error"]["data"]["upstream"], "fx", "{refused}");
     let message = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("'fx'") && message.contains("max_instances") && message.contains('2'),
