@@ -289,7 +289,7 @@ impl Catalog {
             None => 0,
             Some(c) => self.decode_cursor(kind, list.generation, subset, len, c)?,
         };
-        let end = (start + page_size).min(len);
+        let end = start.saturating_add(page_size).min(len);
         let item = |i: usize| -> &RawValue {
             match subset {
                 Some(s) => &list.items[s.indices[i] as usize],

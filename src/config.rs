@@ -9,6 +9,7 @@
 
 mod auth;
 mod expand;
+mod pages;
 mod policy;
 mod secret;
 mod shape;
@@ -30,6 +31,7 @@ use serde::Deserialize;
 use serde_saphyr::{Location, Spanned};
 
 pub use expand::Lookup;
+pub(crate) use pages::PageSizes;
 pub(crate) use policy::{Access, PolicyConfig, RuleConfig};
 pub(crate) use secret::{Secret, StateKey};
 pub(crate) use shape::{ItemOverride, ListShape, ShapeConfig};
@@ -87,8 +89,8 @@ pub struct Config {
     pub(crate) upstreams: Vec<UpstreamConfig>,
     pub(crate) sessions: SessionConfig,
     pub(crate) http: HttpConfig,
-    /// Items per page of the merged lists.
-    pub(crate) page_size: usize,
+    /// Items per page of each merged list.
+    pub(crate) page_size: PageSizes,
     /// How long shutdown waits for in-flight requests and for children.
     pub(crate) shutdown_grace: Duration,
     /// How clients authenticate (or that they do not).
@@ -392,7 +394,7 @@ struct RawConfig {
     #[serde(default)]
     http: Option<RawHttp>,
     #[serde(default)]
-    page_size: Option<Spanned<u64>>,
+    page_size: Option<Spanned<pages::RawPageSize>>,
     #[serde(default)]
     shutdown_grace: Option<Spanned<String>>,
     #[serde(default)]
@@ -695,14 +697,7 @@ impl RawConfig {
             .map_or(Some(Duration::from_secs(15)), |d| {
                 p.duration(d, "http.sse_keepalive", lookup)
             });
-        let page_size = match &self.page_size {
-            None => 100,
-            Some(v) if v.value == 0 || v.value > 10_000 => {
-                p.at(v.referenced, "page_size: must be between 1 and 10000");
-                0
-            }
-            Some(v) => v.value as usize,
-        };
+        let page_size = PageSizes::from_raw(self.page_size.as_ref(), &mut p);
         let shutdown_grace = self
             .shutdown_grace
             .as_ref()

@@ -140,6 +140,16 @@ impl Server {
         self.out.send(line).await.is_ok()
     }
 
+    /// A clone of the stdout queue, for a message sent after the request
+    /// that caused it was answered (the test fixture's task jobs).
+    #[allow(
+        dead_code,
+        reason = "only the test fixture, which compiles this file in, uses it"
+    )]
+    pub(crate) fn outlet(&self) -> mpsc::Sender<String> {
+        self.out.clone()
+    }
+
     /// Writes one JSON-RPC message to stdout.
     pub(crate) async fn send(&self, message: Value) {
         self.send_line(message.to_string()).await;

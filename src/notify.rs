@@ -11,10 +11,12 @@
 //! a URI there, and tells it when a subscriber leaves or changes its level. Under a `policy` ([`Views`]), a
 //! subscriber with an identity hears only of its own view: `list_changed`
 //! when its view of a kind changed, `resources/updated` for URIs it may
-//! read, log messages from upstreams it sees something of.
+//! read, log messages from upstreams it sees something of. Task status
+//! notifications go only to the task's creator ([`tasks`]).
 
 mod asks;
 pub(crate) mod outbox;
+pub(crate) mod tasks;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -106,6 +108,8 @@ pub(crate) struct NotifyHub {
     next_ask: AtomicU64,
     /// The policy and the catalog it filters; none: no policy machinery.
     views: Option<Arc<Views>>,
+    /// Upstream tasks by gateway id, with their creators (see [`tasks`]).
+    tasks: tasks::TaskTable,
 }
 
 impl NotifyHub {
@@ -129,6 +133,7 @@ impl NotifyHub {
             next_id: AtomicU64::new(1),
             next_ask: AtomicU64::new(1),
             views,
+            tasks: tasks::TaskTable::default(),
         }
     }
 
@@ -240,6 +245,7 @@ impl NotifyHub {
             self.listeners.fetch_sub(1, Ordering::Relaxed);
         }
         let had_level = removed.is_some_and(|s| s.log_level().is_some());
+        self.tasks.forget_subscriber(id);
         self.interest.forget_subscriber(id);
         if had_level {
             self.interest.want_level(|| self.wanted_level());
@@ -520,6 +526,14 @@ impl UpstreamEvents for NotifyHub {
                 }
             }
         }
+    }
+
+    fn task_status(&self, upstream: &str, method: &Method, params: Option<&RawValue>) {
+        NotifyHub::task_status(self, upstream, method, params);
+    }
+
+    fn watched_tasks(&self, upstream: &str) -> Vec<Arc<str>> {
+        self.tasks.watched_on(upstream)
     }
 }
 

@@ -45,6 +45,8 @@ pub(crate) mod meta {
     pub(crate) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
     pub(crate) const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
     pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+    /// The 2026-07-28 tasks extension's id (a capability key, not `_meta`).
+    pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 }
 
 /// Standard JSON-RPC and MCP error codes the gateway produces itself.

@@ -10,6 +10,7 @@
 
 mod forward;
 pub(crate) mod rewrite;
+mod tasks;
 #[cfg(test)]
 mod tests;
 
@@ -301,7 +302,7 @@ pub(crate) struct Router {
     upstreams: Arc<UpstreamSet>,
     hub: Arc<NotifyHub>,
     metrics: Arc<Metrics>,
-    page_size: usize,
+    page_size: crate::config::PageSizes,
     /// Where a streaming call's task runs: the gateway's tracker.
     tasks: tokio_util::task::TaskTracker,
     /// Stateless calls waiting for their clients' input.
@@ -314,7 +315,7 @@ impl Router {
         upstreams: Arc<UpstreamSet>,
         hub: Arc<NotifyHub>,
         metrics: Arc<Metrics>,
-        page_size: usize,
+        page_size: crate::config::PageSizes,
     ) -> Self {
         Self {
             catalog,
@@ -361,11 +362,19 @@ impl Router {
         &self.upstreams
     }
 
+    /// What the gateway offers clients of `era`: [`capabilities`], plus
+    /// tasks when an upstream of that era offers them.
+    pub(crate) fn capabilities_for(&self, era: Era) -> Value {
+        let mut capabilities = capabilities();
+        tasks::declare(&mut capabilities, &self.upstreams, era);
+        capabilities
+    }
+
     /// The `initialize` result for a client that agreed on `version`.
     pub(crate) fn initialize_result(&self, version: &str, identity: Option<&Identity>) -> String {
         let mut result = json!({
             "protocolVersion": version,
-            "capabilities": capabilities(),
+            "capabilities": self.capabilities_for(Era::Legacy),
             "serverInfo": { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
         });
         if let Some(text) = self.instructions(identity) {
@@ -429,6 +438,11 @@ impl Router {
             Method::Subscribe => self.subscribe(ctx, grant, params).await,
             Method::Unsubscribe => self.unsubscribe(ctx, params),
             Method::SetLevel => self.set_level(ctx, params),
+            task @ (Method::TasksGet
+            | Method::TasksUpdate
+            | Method::TasksResult
+            | Method::TasksCancel
+            | Method::TasksList) => return self.task_request(ctx, id, task, params).await,
             call @ (Method::ToolsCall
             | Method::PromptsGet
             | Method::ResourcesRead
@@ -449,7 +463,10 @@ impl Router {
                 }
                 return match prepared {
                     Ok(call) => {
-                        forward::run(
+                        let creates = (call.method == Method::ToolsCall
+                            && tasks::may_create(ctx, params))
+                        .then(|| call.handle.name().clone());
+                        let reply = forward::run(
                             call,
                             ctx,
                             id,
@@ -458,7 +475,18 @@ impl Router {
                             &self.tasks,
                             &self.parking,
                         )
-                        .await
+                        .await;
+                        match creates {
+                            Some(upstream) => tasks::adopt_reply(
+                                reply,
+                                self.hub.clone(),
+                                upstream,
+                                tasks::owner(ctx),
+                                ctx.era,
+                                &self.tasks,
+                            ),
+                            None => reply,
+                        }
                     }
                     Err(e) => {
                         // Refused before reaching an upstream: counted here.
@@ -527,12 +555,18 @@ impl Router {
             .optional_string("cursor")
             .map_err(RouteError::InvalidParams)?;
         let catalog = self.catalog.load();
+        let page_size = match kind {
+            ListKind::Tools => self.page_size.tools,
+            ListKind::Prompts => self.page_size.prompts,
+            ListKind::Resources => self.page_size.resources,
+            ListKind::Templates => self.page_size.templates,
+        };
         let page = match grant {
-            None => catalog.page(kind, cursor.as_deref(), self.page_size)?,
+            None => catalog.page(kind, cursor.as_deref(), page_size)?,
             Some(grant) => {
                 let view = grant.list(kind, &catalog);
                 let subset = grant.subset(&view);
-                catalog.page_in(kind, Some(subset), cursor.as_deref(), self.page_size)?
+                catalog.page_in(kind, Some(subset), cursor.as_deref(), page_size)?
             }
         };
         Ok(page)

@@ -27,7 +27,7 @@ fn single_issue(text: &str) -> String {
 fn minimal_config_gets_defaults() {
     let cfg = parse("upstreams:\n  files:\n    command: srv\n").unwrap();
     assert_eq!(cfg.listen, None);
-    assert_eq!(cfg.page_size, 100);
+    assert_eq!(cfg.page_size, PageSizes::default());
     assert_eq!(cfg.upstreams.len(), 1);
     let up = &cfg.upstreams[0];
     assert_eq!(up.name, "files");
@@ -263,5 +263,36 @@ fn isolation_keys_are_checked_with_their_location() {
     assert!(
         line.contains("only applies with isolation: per-session"),
         "{line}"
+    );
+}
+
+#[test]
+fn page_sizes_are_one_number_or_one_per_list() {
+    let up = "upstreams:\n  files:\n    command: srv\n";
+    let default = parse(up).unwrap().page_size;
+    assert_eq!((default.tools, default.prompts), (usize::MAX, usize::MAX));
+    assert_eq!((default.resources, default.templates), (100, 100));
+    assert_eq!(
+        parse(&format!("page_size: 50\n{up}")).unwrap().page_size,
+        PageSizes::uniform(50)
+    );
+    let each = parse(&format!(
+        "page_size: {{ tools: 200, resources: all }}\n{up}"
+    ))
+    .unwrap()
+    .page_size;
+    assert_eq!(
+        (each.tools, each.prompts, each.resources, each.templates),
+        (200, usize::MAX, usize::MAX, 100)
+    );
+    let zero = single_issue(&format!("page_size: 0\n{up}"));
+    assert!(
+        zero.contains(":1:12:") && zero.contains("page_size: 0 is out of range"),
+        "{zero}"
+    );
+    let word = single_issue(&format!("page_size: {{ tools: many }}\n{up}"));
+    assert!(
+        word.contains("page_size.tools: \"many\" is not a number"),
+        "{word}"
     );
 }

@@ -58,9 +58,24 @@ pub(crate) async fn open(
     let tag = format!("{{\"{}\":{}}}", meta::SUBSCRIPTION_ID, id.get());
     let hub = state.router.hub().clone();
     let listening = Listening {
-        subscriber: hub.register_listener(wants, tag.clone(), identity),
+        subscriber: hub.register_listener(wants, tag.clone(), identity.clone()),
         hub,
     };
+    // Status notifications of the caller's own tasks (the tasks extension).
+    let tasks =
+        match state
+            .router
+            .watch_tasks(listening.subscriber.id, identity.as_deref(), id, params)
+        {
+            Ok(tasks) => tasks,
+            Err(frame) => {
+                return (
+                    axum::http::StatusCode::BAD_REQUEST,
+                    super::wire::json_response(frame),
+                )
+                    .into_response();
+            }
+        };
 
     // Every URI the gateway can watch joins the shared table; the others
     // are left out of the acknowledgment.
@@ -75,7 +90,10 @@ pub(crate) async fn open(
         })
         .unwrap_or_default();
     let mut honoured = Vec::new();
-    let mut modern_upstreams: Vec<crate::upstream::UpstreamHandle> = Vec::new();
+    let mut modern_upstreams: Vec<crate::upstream::UpstreamHandle> = tasks
+        .as_ref()
+        .map(|t| t.upstreams.clone())
+        .unwrap_or_default();
     for uri in requested {
         match state
             .router
@@ -110,6 +128,9 @@ pub(crate) async fn open(
     }
     if !honoured.is_empty() {
         acknowledged.insert("resourceSubscriptions".into(), json!(honoured));
+    }
+    if let Some(tasks) = tasks {
+        acknowledged.insert("taskIds".into(), Value::Array(tasks.honoured));
     }
     let tag_value: Value = serde_json::from_str(&tag).unwrap_or(Value::Null);
     let ack = protocol::notification_frame(

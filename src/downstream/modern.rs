@@ -40,6 +40,9 @@ const METHODS: &[&str] = &[
     method::PROMPTS_GET,
     method::RESOURCES_READ,
     method::COMPLETE,
+    method::TASKS_GET,
+    method::TASKS_UPDATE,
+    method::TASKS_CANCEL,
 ];
 
 /// Whether a message belongs to the modern era: its `_meta` names a
@@ -188,6 +191,8 @@ pub(crate) fn validate(
     let name_member = match method {
         method::TOOLS_CALL | method::PROMPTS_GET => Some("name"),
         method::RESOURCES_READ => Some("uri"),
+        // The tasks extension routes by task (SEP-2663).
+        method::TASKS_GET | method::TASKS_UPDATE | method::TASKS_CANCEL => Some("taskId"),
         _ => None,
     };
     if let Some(member) = name_member {
@@ -355,7 +360,7 @@ fn discover(state: &AppState, identity: Option<&crate::auth::Identity>) -> Strin
     let mut result = json!({
         "resultType": "complete",
         "supportedVersions": protocol::ALL_VERSIONS,
-        "capabilities": crate::router::capabilities(),
+        "capabilities": state.router.capabilities_for(Era::Modern),
         "_meta": { meta::SERVER_INFO: { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") } },
         "ttlMs": crate::router::LIST_TTL_MS,
         "cacheScope": if state.router.filters(identity) { "private" } else { "public" },

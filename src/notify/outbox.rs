@@ -99,6 +99,11 @@ impl Outbox {
         self.tag.is_some()
     }
 
+    /// A listen stream's `_meta` tag (JSON object text).
+    pub(crate) fn tag(&self) -> Option<&str> {
+        self.tag.as_deref()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -78,16 +78,35 @@ methods! {
     ElicitationComplete, ELICITATION_COMPLETE = "notifications/elicitation/complete";
     /// A client's roots changed.
     RootsListChanged, ROOTS_LIST_CHANGED = "notifications/roots/list_changed";
+    /// A task's state (both eras' tasks).
+    TasksGet, TASKS_GET = "tasks/get";
+    /// A 2025-11-25 task's result, once it is terminal.
+    TasksResult, TASKS_RESULT = "tasks/result";
+    /// A 2025-11-25 client's tasks.
+    TasksList, TASKS_LIST = "tasks/list";
+    TasksCancel, TASKS_CANCEL = "tasks/cancel";
+    /// A 2026-07-28 client's input for a task.
+    TasksUpdate, TASKS_UPDATE = "tasks/update";
+    /// A 2025-11-25 task changed status.
+    TaskStatus, TASK_STATUS = "notifications/tasks/status";
+    /// A 2026-07-28 task changed status (on a listen stream).
+    TasksNotification, TASKS_NOTIFICATION = "notifications/tasks";
 }
 
 impl Method {
     /// For `tools/call` and `prompts/get` the `name` parameter, for
-    /// `resources/read` the `uri` one, is what the request is about (the
+    /// `resources/read` the `uri` one, for `tasks/get`, `tasks/update` and
+    /// `tasks/cancel` the `taskId`, is what the request is about (the
     /// modern era mirrors it into `Mcp-Name`).
     pub(crate) fn names_its_target(&self) -> bool {
         matches!(
             self,
-            Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead
+            Method::ToolsCall
+                | Method::PromptsGet
+                | Method::ResourcesRead
+                | Method::TasksGet
+                | Method::TasksUpdate
+                | Method::TasksCancel
         )
     }
 }
@@ -102,8 +121,10 @@ mod tests {
             assert_eq!(Method::from_name(name).name(), name);
         }
         assert_eq!(Method::from_name("tools/call"), Method::ToolsCall);
-        let other = Method::from_name("tasks/get");
-        assert_eq!(other, Method::Other("tasks/get".into()));
-        assert_eq!(other.name(), "tasks/get");
+        assert!(Method::from_name("tasks/get").names_its_target());
+        assert!(!Method::from_name("tasks/result").names_its_target());
+        let other = Method::from_name("tasks/frobnicate");
+        assert_eq!(other, Method::Other("tasks/frobnicate".into()));
+        assert_eq!(other.name(), "tasks/frobnicate");
     }
 }

@@ -66,7 +66,13 @@ fn gateway(timeout: Duration) -> Gateway {
         catalog.publish(name, Some(Arc::new(view)));
     }
     let hub = Arc::new(NotifyHub::new(Arc::new(Interest::new(upstreams.clone()))));
-    let router = Router::new(catalog, upstreams, hub, Arc::default(), 100);
+    let router = Router::new(
+        catalog,
+        upstreams,
+        hub,
+        Arc::default(),
+        crate::config::PageSizes::uniform(100),
+    );
     Gateway {
         router: Arc::new(router),
         alpha,

@@ -233,6 +233,12 @@ impl Connection {
         let _ = self.modern_meta.set(meta);
     }
 
+    /// Task ids of this upstream that clients listen for (see
+    /// [`UpstreamEvents::watched_tasks`]).
+    pub(crate) fn watched_tasks(&self) -> Vec<Arc<str>> {
+        self.events.watched_tasks(&self.upstream)
+    }
+
     pub(crate) fn is_modern(&self) -> bool {
         self.modern_meta.get().is_some()
     }
@@ -272,6 +278,7 @@ impl Connection {
         let name_key = match method {
             Method::ToolsCall | Method::PromptsGet => Some("name"),
             Method::ResourcesRead => Some("uri"),
+            Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => Some("taskId"),
             _ => None,
         };
         let target: Option<Arc<str>> = name_key
@@ -538,6 +545,10 @@ impl Connection {
             }
             Method::LogMessage => self.events.log_message(&self.upstream, envelope.params),
             Method::ElicitationComplete => self.on_elicitation_complete(envelope.params),
+            Method::TaskStatus | Method::TasksNotification => {
+                self.events
+                    .task_status(&self.upstream, &method, envelope.params)
+            }
             Method::ListenAcknowledged => {
                 let id = envelope
                     .params

@@ -109,6 +109,15 @@ pub(crate) trait UpstreamEvents: Send + Sync {
     /// `notifications/elicitation/complete` with `params` goes to it alone.
     fn elicitation_complete(&self, session: u64, params: Option<&RawValue>);
 
+    /// A task status notification (`notifications/tasks/status` or
+    /// `notifications/tasks`) from `upstream`, its params as sent.
+    fn task_status(&self, _upstream: &str, _method: &Method, _params: Option<&RawValue>) {}
+    /// The task ids (as `upstream` knows them) whose status notifications
+    /// a client listens for: a modern upstream's listen asks for them.
+    fn watched_tasks(&self, _upstream: &str) -> Vec<Arc<str>> {
+        Vec::new()
+    }
+
     /// Whether downstream session `session` is still registered.
     fn session_alive(&self, session: u64) -> bool;
 

@@ -240,6 +240,15 @@ impl UpstreamEvents for SessionEvents {
         }
     }
 
+    fn task_status(&self, upstream: &str, method: &Method, params: Option<&RawValue>) {
+        // A task's notifications go to the client that created it.
+        self.inner.task_status(upstream, method, params);
+    }
+
+    fn watched_tasks(&self, upstream: &str) -> Vec<Arc<str>> {
+        self.inner.watched_tasks(upstream)
+    }
+
     fn session_alive(&self, session: u64) -> bool {
         self.inner.session_alive(session)
     }

@@ -25,12 +25,14 @@ pub(super) struct Listen {
     pub opened: std::time::Instant,
 }
 
-/// Opens a listen stream for the upstream's list kinds and the URIs
-/// clients watch on it (`uris`, as the upstream knows them).
+/// Opens a listen stream for the upstream's list kinds, the URIs clients
+/// watch on it (`uris`, as the upstream knows them) and the tasks whose
+/// status they listen for (`tasks`, the upstream's task ids).
 pub(super) async fn open(
     conn: &Connection,
     hello: &ServerHello,
     uris: Vec<Arc<str>>,
+    tasks: Vec<Arc<str>>,
 ) -> Option<Listen> {
     let announces = |capability: &str| {
         hello
@@ -54,12 +56,24 @@ pub(super) async fn open(
         let uris: Vec<&str> = uris.iter().map(|u| &**u).collect();
         filter.insert("resourceSubscriptions".into(), json!(uris));
     }
+    if !tasks.is_empty() {
+        let tasks: Vec<&str> = tasks.iter().map(|t| &**t).collect();
+        filter.insert("taskIds".into(), json!(tasks));
+    }
     if filter.is_empty() {
         return None;
     }
     let id = conn.next_id();
     let acknowledged = conn.expect_ack(id);
-    let params = json!({ "notifications": filter }).to_string();
+    let mut params = json!({ "notifications": filter });
+    if !tasks.is_empty() {
+        // Task notifications need the tasks extension, which the gateway
+        // supports on this stream (its requests' capabilities are the
+        // clients', see `forward`).
+        params["_meta"] = json!({ (crate::protocol::meta::CLIENT_CAPABILITIES): {
+            "extensions": { (crate::protocol::meta::TASKS_EXTENSION): {} } } });
+    }
+    let params = params.to_string();
     match conn
         .send_request(id, Request::new(Method::Listen, Some(&params)))
         .await

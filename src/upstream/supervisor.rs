@@ -375,7 +375,7 @@ impl Supervisor {
         };
         let mut listen_failures: u32 = 0;
         let mut listening = match hello.modern {
-            true => listen::open(conn, hello, watched()).await,
+            true => listen::open(conn, hello, watched(), conn.watched_tasks()).await,
             false => None,
         };
         let mut health = Health::new(&self.config.health);
@@ -416,7 +416,7 @@ impl Supervisor {
                 }
                 () = self.handle.shared.listen_changed.notified(), if hello.modern => {
                     // New stream first, acknowledged, then drop the old one: no gap.
-                    let mut next = listen::open(conn, hello, watched()).await;
+                    let mut next = listen::open(conn, hello, watched(), conn.watched_tasks()).await;
                     if let Some(new) = next.as_mut()
                         && tokio::time::timeout(self.config.timeout, &mut new.acknowledged)
                             .await
@@ -446,7 +446,7 @@ impl Supervisor {
                     if let Some(old) = &listening {
                         conn.forget_ack(old.id);
                     }
-                    listening = listen::open(conn, hello, watched()).await;
+                    listening = listen::open(conn, hello, watched(), conn.watched_tasks()).await;
                     ListsChanged::ALL
                 }
                 note = notes.recv() => match note {

@@ -21,3 +21,4 @@ mod remote;
 mod resume;
 mod shaping;
 mod support;
+mod tasks;

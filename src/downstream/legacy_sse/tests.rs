@@ -25,7 +25,13 @@ fn state() -> Arc<AppState> {
     let hub = Arc::new(NotifyHub::new(interest));
     let catalog = Arc::new(CatalogStore::new([]));
     Arc::new(AppState {
-        router: Router::new(catalog, upstreams, hub.clone(), Arc::default(), 100),
+        router: Router::new(
+            catalog,
+            upstreams,
+            hub.clone(),
+            Arc::default(),
+            crate::config::PageSizes::uniform(100),
+        ),
         sessions: Arc::new(SessionTable::new(hub, &config.sessions)),
         http: config.http.clone(),
         shutdown: CancellationToken::new(),

@@ -1,0 +1,465 @@
+//! Tasks through the gateway: the `io.modelcontextprotocol/tasks`
+//! extension of 2026-07-28 and the experimental tasks of 2025-11-25.
+//!
+//! A `tools/call` goes to its upstream as any call; when its answer
+//! creates a task, [`adopt_reply`] swaps the upstream's task id for a
+//! gateway id from the hub's [`crate::notify::tasks::TaskTable`], bound to the caller (the
+//! session, or a stateless client's identity). `tasks/get`,
+//! `tasks/update`, `tasks/result` and `tasks/cancel` resolve that id for
+//! the same caller only (any other id gets the error of a nonexistent
+//! one) and are forwarded with the upstream's id; the answer comes back
+//! with the gateway's. `tasks/list` asks the upstreams the caller has
+//! tasks on and keeps the caller's. Runs in the request's task; a
+//! streamed reply is rewritten by one small task on the tracker.
+
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use super::forward::{self, Call};
+use super::rewrite::{Params, json_string};
+use super::{Reply, RequestContext, RouteError, Router};
+use crate::notify::tasks::{Owner, Route};
+use crate::protocol::{self, Era, Method, RpcError, code};
+use crate::upstream::UpstreamSet;
+
+/// The 2026-07-28 tasks extension's id.
+pub(crate) const EXTENSION: &str = protocol::meta::TASKS_EXTENSION;
+
+/// The `_meta` key a 2025-11-25 result names its task with.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// Upstream pages of `tasks/list` walked per upstream.
+const MAX_LIST_PAGES: usize = 32;
+
+/// Frames buffered while a streamed reply is rewritten.
+const STREAM_CAPACITY: usize = 64;
+
+/// Why a task request was refused before reaching an upstream.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum TaskError {
+    /// Unknown, expired, or another client's: one answer for all three.
+    #[error("unknown task: {0}")]
+    Unknown(String),
+    #[error("{0} needs the client extension {EXTENSION}")]
+    MissingExtension(&'static str),
+    #[error("method not found: {0}")]
+    MethodNotFound(String),
+    #[error(transparent)]
+    Route(#[from] RouteError),
+}
+
+impl TaskError {
+    fn to_frame(&self, id: &str, era: Era) -> String {
+        let message = self.to_string();
+        let error = match self {
+            Self::Unknown(task) => {
+                RpcError::new(code::INVALID_PARAMS, message).with_data(json!({ "taskId": task }))
+            }
+            Self::MissingExtension(_) => RpcError::new(code::MISSING_CLIENT_CAPABILITY, message)
+                .with_data(json!({ "requiredCapabilities": { "extensions": { EXTENSION: {} } } })),
+            Self::MethodNotFound(_) => RpcError::new(code::METHOD_NOT_FOUND, message),
+            Self::Route(e) => return e.to_frame(id, era),
+        };
+        protocol::error_frame(Some(id), &error)
+    }
+}
+
+/// Who a request's tasks belong to: its session, or (stateless) its
+/// authenticated client; every anonymous stateless client is one owner.
+pub(super) fn owner(ctx: &RequestContext) -> Owner {
+    match (&ctx.subscriber, &ctx.identity) {
+        (Some(session), _) => Owner::Session(session.id),
+        (None, Some(identity)) => Owner::Client(identity.client.clone()),
+        (None, None) => Owner::Anonymous,
+    }
+}
+
+/// Whether a `tools/call` may create a task: a 2025-era call with a
+/// `task` member, or a modern one whose client declared the extension.
+/// Others are left alone (no parse of their answer).
+pub(super) fn may_create(ctx: &RequestContext, params: Option<&RawValue>) -> bool {
+    let Some(params) = params else { return false };
+    match ctx.era {
+        Era::Legacy => params.get().contains("\"task\""),
+        Era::Modern => params.get().contains(EXTENSION),
+    }
+}
+
+/// Whether the upstreams offer tasks in `era`: the extension (modern
+/// upstreams) or the `tasks` capability (legacy ones).
+pub(super) fn offered(upstreams: &UpstreamSet, era: Era) -> bool {
+    upstreams.all().iter().any(|handle| {
+        handle.hello().is_some_and(|hello| match era {
+            Era::Modern => {
+                hello.modern
+                    && hello
+                        .capabilities
+                        .get("extensions")
+                        .and_then(|e| e.get(EXTENSION))
+                        .is_some_and(|v| !v.is_null())
+            }
+            Era::Legacy => !hello.modern && hello.has("tasks"),
+        })
+    })
+}
+
+/// Adds the tasks capability of `era` to the gateway's capabilities when
+/// an upstream offers it. The gateway relays `tasks/list` and
+/// `tasks/cancel` itself, and tasks only for `tools/call`.
+pub(super) fn declare(capabilities: &mut Value, upstreams: &UpstreamSet, era: Era) {
+    if !offered(upstreams, era) {
+        return;
+    }
+    match era {
+        Era::Modern => capabilities["extensions"] = json!({ EXTENSION: {} }),
+        Era::Legacy => {
+            capabilities["tasks"] =
+                json!({ "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } });
+        }
+    }
+}
+
+/// Rewrites the answer to a `tools/call` that created a task: the
+/// upstream's task id becomes a gateway id bound to `owner`.
+pub(super) fn adopt_reply(
+    reply: Reply,
+    hub: Arc<crate::notify::NotifyHub>,
+    upstream: Arc<str>,
+    owner: Owner,
+    era: Era,
+    tracker: &tokio_util::task::TaskTracker,
+) -> Reply {
+    map_result(reply, tracker, move |result| {
+        let task = match era {
+            Era::Modern => (result.get("resultType").and_then(Value::as_str) == Some("task"))
+                .then_some(&mut *result),
+            Era::Legacy => result.get_mut("task").filter(|t| t.is_object()),
+        };
+        let Some(task) = task else { return };
+        let Some(upstream_id) = task.get("taskId").and_then(Value::as_str) else {
+            return;
+        };
+        let route = Route {
+            upstream: upstream.clone(),
+            upstream_id: upstream_id.into(),
+            era,
+        };
+        let id = hub.tasks().adopt(route, owner.clone());
+        task["taskId"] = Value::from(&*id);
+    })
+}
+
+/// Applies `rewrite` to the `result` of the response frame in `reply`;
+/// notifications and errors pass unchanged. A streamed reply is mapped by
+/// a task on `tracker` that stops (dropping the upstream stream, as the
+/// client did) when the client goes.
+fn map_result(
+    reply: Reply,
+    tracker: &tokio_util::task::TaskTracker,
+    rewrite: impl Fn(&mut Value) + Send + 'static,
+) -> Reply {
+    let map = move |frame: String| -> String {
+        let Ok(mut message) = serde_json::from_str::<Map<String, Value>>(&frame) else {
+            return frame;
+        };
+        if message.contains_key("method") {
+            return frame;
+        }
+        match message.get_mut("result") {
+            Some(result) => rewrite(result),
+            None => return frame,
+        }
+        Value::Object(message).to_string()
+    };
+    match reply {
+        Reply::Ready(frame) => Reply::Ready(map(frame)),
+        Reply::Streaming(mut frames) => {
+            let (out, mapped) = mpsc::channel(STREAM_CAPACITY);
+            tracker.spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = out.closed() => return,
+                        frame = frames.recv() => match frame {
+                            Some(frame) => if out.send(map(frame)).await.is_err() { return },
+                            None => return,
+                        },
+                    }
+                }
+            });
+            Reply::Streaming(mapped)
+        }
+    }
+}
+
+/// Puts the gateway id back where an upstream result names its task: the
+/// task itself (`taskId`), and the 2025-11-25 related-task `_meta` of a
+/// result (top level, or inlined under `result`).
+fn restore_id(result: &mut Value, id: &str) {
+    if result.get("taskId").is_some_and(Value::is_string) {
+        result["taskId"] = Value::from(id);
+    }
+    for pointer in ["/_meta", "/result/_meta"] {
+        if let Some(related) = result
+            .pointer_mut(pointer)
+            .and_then(|m| m.get_mut(RELATED_TASK))
+            .and_then(Value::as_object_mut)
+        {
+            related.insert("taskId".into(), Value::from(id));
+        }
+    }
+}
+
+/// Whether a modern request's client declared the tasks extension.
+fn declares_extension(params: Option<&RawValue>) -> bool {
+    params
+        .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+        .and_then(|p| {
+            p.pointer("/_meta/io.modelcontextprotocol~1clientCapabilities/extensions")
+                .and_then(|e| e.get(EXTENSION))
+                .map(|v| !v.is_null())
+        })
+        .unwrap_or(false)
+}
+
+/// What a listen stream's `notifications.taskIds` came to.
+pub(crate) struct WatchedTasks {
+    /// The ids the stream will hear of (the caller's own), for the ack.
+    pub(crate) honoured: Vec<Value>,
+    /// Modern upstreams whose own listen must now ask for more tasks.
+    pub(crate) upstreams: Vec<crate::upstream::UpstreamHandle>,
+}
+
+impl Router {
+    /// A 2026-07-28 listen stream's `taskIds`: each of the caller's own
+    /// tasks is watched by `subscriber`; other ids are left out of the
+    /// acknowledgment as if they did not exist. `Ok(None)`: none asked.
+    /// `Err`: the error frame for a client that did not declare the
+    /// extension (-32021).
+    pub(crate) fn watch_tasks(
+        &self,
+        subscriber: crate::upstream::SubscriberId,
+        identity: Option<&crate::auth::Identity>,
+        id: &RawValue,
+        params: Option<&RawValue>,
+    ) -> Result<Option<WatchedTasks>, String> {
+        let requested: Vec<String> = params
+            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+            .and_then(|p| p.pointer("/notifications/taskIds").cloned())
+            .and_then(|ids| serde_json::from_value(ids).ok())
+            .unwrap_or_default();
+        if requested.is_empty() {
+            return Ok(None);
+        }
+        if !declares_extension(params) {
+            return Err(
+                TaskError::MissingExtension("task notifications").to_frame(id.get(), Era::Modern)
+            );
+        }
+        let owner = match identity {
+            Some(identity) => Owner::Client(identity.client.clone()),
+            None => Owner::Anonymous,
+        };
+        let mut watched = WatchedTasks {
+            honoured: Vec::new(),
+            upstreams: Vec::new(),
+        };
+        for task in requested {
+            let Some(route) = self.hub.tasks().watch(&task, &owner, subscriber) else {
+                continue;
+            };
+            watched.honoured.push(Value::from(task));
+            if let Ok(handle) = self.upstream(&route.upstream)
+                && !watched.upstreams.iter().any(|h| h.name() == handle.name())
+            {
+                watched.upstreams.push(handle);
+            }
+        }
+        Ok(Some(watched))
+    }
+
+    /// `tasks/get`, `tasks/update`, `tasks/result`, `tasks/cancel` and
+    /// `tasks/list` of either era.
+    pub(super) async fn task_request(
+        &self,
+        ctx: &RequestContext,
+        id: &RawValue,
+        method: Method,
+        params: Option<&RawValue>,
+    ) -> Reply {
+        match self.task_request_inner(ctx, id, method, params).await {
+            Ok(reply) => reply,
+            Err(e) => Reply::Ready(e.to_frame(id.get(), ctx.era)),
+        }
+    }
+
+    async fn task_request_inner(
+        &self,
+        ctx: &RequestContext,
+        id: &RawValue,
+        method: Method,
+        params: Option<&RawValue>,
+    ) -> Result<Reply, TaskError> {
+        // `tasks/update` is the extension's; `tasks/result` and
+        // `tasks/list` are 2025-11-25's (the extension removed them).
+        let era_has_it = match method {
+            Method::TasksUpdate => ctx.era == Era::Modern,
+            Method::TasksResult | Method::TasksList => ctx.era == Era::Legacy,
+            _ => true,
+        };
+        if !era_has_it {
+            return Err(TaskError::MethodNotFound(method.name().to_owned()));
+        }
+        if ctx.era == Era::Modern && !declares_extension(params) {
+            return Err(TaskError::MissingExtension(match method {
+                Method::TasksGet => "tasks/get",
+                Method::TasksUpdate => "tasks/update",
+                _ => "tasks/cancel",
+            }));
+        }
+        let owner = owner(ctx);
+        if method == Method::TasksList {
+            return Ok(Reply::Ready(self.list_tasks(id, &owner).await));
+        }
+        let parsed = Params::parse(params).map_err(RouteError::InvalidParams)?;
+        let task = parsed.string("taskId").map_err(RouteError::InvalidParams)?;
+        let table = self.hub.tasks();
+        let route = table
+            .resolve(&task, &owner)
+            .filter(|route| route.era == ctx.era)
+            .ok_or_else(|| TaskError::Unknown(task.clone()))?;
+        let handle = self.upstream(&route.upstream)?;
+        let call = Call {
+            method,
+            handle,
+            params: parsed,
+            key: "taskId",
+            value: json_string(&route.upstream_id),
+            item: task.clone(),
+            target: Some(Arc::from(&*route.upstream_id)),
+        };
+        let reply = forward::run(
+            call,
+            ctx,
+            id,
+            &self.hub,
+            &self.metrics,
+            &self.tasks,
+            &self.parking,
+        )
+        .await;
+        let gateway_id = task;
+        Ok(map_result(reply, &self.tasks, move |result| {
+            restore_id(result, &gateway_id)
+        }))
+    }
+
+    /// 2025-11-25 `tasks/list`: the caller's tasks, from every upstream it
+    /// has tasks on (`tasks/list` where the upstream offers it, else
+    /// `tasks/get` of each), with gateway ids; one page.
+    async fn list_tasks(&self, id: &RawValue, owner: &Owner) -> String {
+        let table = self.hub.tasks();
+        let mut listed: Vec<Value> = Vec::new();
+        for upstream in table.upstreams_of(owner, Era::Legacy) {
+            let Ok(handle) = self.upstream(&upstream) else {
+                continue;
+            };
+            let Ok(conn) = handle.connection() else {
+                continue;
+            };
+            let lists = handle.hello().is_some_and(|h| {
+                h.capabilities
+                    .get("tasks")
+                    .and_then(|t| t.get("list"))
+                    .is_some_and(|l| !l.is_null())
+            });
+            let owned = table.owned_on(owner, &upstream);
+            let mut found: Vec<Value> = Vec::new();
+            if lists {
+                let mut cursor: Option<String> = None;
+                for _ in 0..MAX_LIST_PAGES {
+                    let params = match &cursor {
+                        Some(c) => json!({ "cursor": c }).to_string(),
+                        None => "{}".to_owned(),
+                    };
+                    let page = conn
+                        .request(Method::TasksList, Some(&params), handle.timeout())
+                        .await;
+                    let Some(page) = page
+                        .ok()
+                        .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+                    else {
+                        break;
+                    };
+                    if let Some(tasks) = page.get("tasks").and_then(Value::as_array) {
+                        found.extend(tasks.iter().cloned());
+                    }
+                    cursor = page
+                        .get("nextCursor")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                    if cursor.is_none() {
+                        break;
+                    }
+                }
+            } else {
+                for (_, upstream_id) in &owned {
+                    let params = json!({ "taskId": &**upstream_id }).to_string();
+                    if let Ok(task) = conn
+                        .request(Method::TasksGet, Some(&params), handle.timeout())
+                        .await
+                        && let Ok(task) = serde_json::from_str::<Value>(task.get())
+                    {
+                        found.push(task);
+                    }
+                }
+            }
+            for mut task in found {
+                let mine = task
+                    .get("taskId")
+                    .and_then(Value::as_str)
+                    .and_then(|t| owned.iter().find(|(_, upstream_id)| &**upstream_id == t))
+                    .map(|(gateway_id, _)| gateway_id.clone());
+                if let Some(gateway_id) = mine {
+                    task["taskId"] = Value::from(&*gateway_id);
+                    listed.push(task);
+                }
+            }
+        }
+        protocol::response_frame(id.get(), &json!({ "tasks": listed }).to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_restored_where_results_name_their_task() {
+        let mut get = json!({ "taskId": "up-1", "status": "completed",
+            "result": { "content": [], "_meta": { RELATED_TASK: { "taskId": "up-1" } } } });
+        restore_id(&mut get, "gw");
+        assert_eq!(get["taskId"], "gw");
+        assert_eq!(get["result"]["_meta"][RELATED_TASK]["taskId"], "gw");
+        let mut payload = json!({ "content": [], "_meta": { RELATED_TASK: { "taskId": "up-1" } } });
+        restore_id(&mut payload, "gw");
+        assert_eq!(payload["_meta"][RELATED_TASK]["taskId"], "gw");
+        assert!(payload.get("taskId").is_none());
+    }
+
+    #[test]
+    fn a_refusal_names_what_is_missing_and_unknown_is_invalid_params() {
+        let frame = TaskError::MissingExtension("tasks/get").to_frame("1", Era::Modern);
+        let value: Value = serde_json::from_str(&frame).unwrap();
+        assert_eq!(value["error"]["code"], code::MISSING_CLIENT_CAPABILITY);
+        assert!(
+            value["error"]["data"]["requiredCapabilities"]["extensions"][EXTENSION].is_object()
+        );
+        let frame = TaskError::Unknown("x".into()).to_frame("1", Era::Legacy);
+        let value: Value = serde_json::from_str(&frame).unwrap();
+        assert_eq!(value["error"]["code"], code::INVALID_PARAMS);
+    }
+}
