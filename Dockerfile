@@ -25,10 +25,12 @@
 # integration tests' upstream and is neither built nor shipped here.
 FROM rust:1-bookworm AS build
 WORKDIR /build
-# Cargo.toml, Cargo.lock and src/ are all the build reads (src/config/demo.yaml,
-# the embedded demo config, is compiled into the binary).
+# Cargo.toml, Cargo.lock, src/ and the config's JSON Schema are all the build
+# reads (src/config/demo.yaml, the embedded demo config, and
+# docs/config.schema.json, printed by `mcpmux schema`, are compiled in).
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY docs/config.schema.json ./docs/config.schema.json
 RUN cargo build --release --locked --bin mcpmux
 
 # ---------------------------------------------------------------------------

@@ -582,18 +582,21 @@ impl RawConfig {
 
         let listen = self.listen.as_ref().and_then(|l| {
             let text = p.expand(l, "listen", lookup)?;
-            match text.parse::<SocketAddr>() {
-                Ok(addr) => Some(addr),
-                Err(_) => {
-                    p.at(
-                        l.referenced,
-                        format_args!(
-                            "listen: {text:?} is not an IP:port address such as \"127.0.0.1:8080\""
-                        ),
-                    );
-                    None
-                }
+            // A host name is resolved once, here (the first address).
+            let resolved = text.parse::<SocketAddr>().ok().or_else(|| {
+                std::net::ToSocketAddrs::to_socket_addrs(text.as_str())
+                    .ok()
+                    .and_then(|mut addrs| addrs.next())
+            });
+            if resolved.is_none() {
+                p.at(
+                    l.referenced,
+                    format_args!(
+                        "listen: {text:?} is not an IP:port or host:port address such as \"127.0.0.1:8080\" or \"localhost:8080\""
+                    ),
+                );
             }
+            resolved
         });
 
         let mut upstreams = Vec::new();

@@ -30,6 +30,9 @@
 //! - [`logging`]: the process's non-blocking log; [`raise_fd_limit`].
 //! - [`example_server`]: the bundled MCP server behind
 //!   `mcpmux example-server`.
+//! - [`import`]: a host's MCP server config as mcpmux YAML
+//!   (`mcpmux import`); [`CONFIG_SCHEMA`]: the config's JSON Schema
+//!   (`mcpmux schema`).
 //!
 //! # Inside
 //!
@@ -48,6 +51,7 @@ pub(crate) mod catalog;
 pub(crate) mod config;
 pub(crate) mod downstream;
 pub mod example_server;
+pub mod import;
 mod inspect;
 mod local;
 pub mod logging;
@@ -70,6 +74,10 @@ pub use local::{LocalSession, LocalStateless};
 pub use notify::outbox::Backlog;
 pub use reload::Diff as ReloadDiff;
 pub use upstream::UpstreamState;
+
+/// The JSON Schema of the config file (`mcpmux schema`; also
+/// docs/config.schema.json), for editors that validate and complete YAML.
+pub const CONFIG_SCHEMA: &str = include_str!("../docs/config.schema.json");
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -2,11 +2,11 @@
 //! config, then hand over to the library until a signal arrives.
 #![forbid(unsafe_code)]
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use mcpmux::example_server::{self, ExampleServerArgs};
 use mcpmux::{Config, ConfigError, Gateway, Lookup, logging};
 
@@ -22,6 +22,25 @@ const EXIT_USAGE: u8 = 64;
 /// How long `mcpmux stdio` waits for upstreams before reading its input.
 const STDIO_STARTUP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// What `mcpmux serve --help` adds after the options.
+const SERVE_HELP: &str = "\
+Defaults: without --config, the embedded demo config (two example upstreams);
+without --listen or `listen` in the config, 127.0.0.1:8080. MCP is served at
+http://ADDR/mcp (Streamable HTTP, both protocol eras) and /sse (legacy
+HTTP+SSE); probes at /healthz and /readyz; /status and /metrics.
+
+Reload: with --config, the file is watched; a change (or SIGHUP) applies
+upstreams, shaping, policy, authentication and rate limits without a restart
+(other settings take effect after one). A broken file is refused and the
+running config stays. SIGTERM or SIGINT drains and stops.
+
+Environment: RUST_LOG sets the log filter (default: info), e.g.
+RUST_LOG=mcpmux=debug. Variables named in the config as ${VAR} or
+${VAR:-default} are read at start and on each reload.
+
+Exit status: 0 after a clean shutdown, 64 when the config is invalid (each
+error with file:line:column), 1 when the address cannot be bound.";
+
 #[derive(Parser)]
 #[command(
     name = "mcpmux",
@@ -36,12 +55,15 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve MCP at http://ADDR/mcp. Without --config, runs the embedded demo config.
+    #[command(after_long_help = SERVE_HELP)]
     Serve {
-        /// The YAML config file.
+        /// The YAML config file (`mcpmux check FILE` validates it).
         #[arg(long, short)]
         config: Option<PathBuf>,
-        /// Address to listen on; overrides `listen` in the config.
-        #[arg(long)]
+        /// Address to listen on, IP:PORT or HOST:PORT (a host name is
+        /// resolved once, at start); overrides `listen` in the config.
+        /// Default: the config's `listen`, else 127.0.0.1:8080.
+        #[arg(long, value_parser = parse_listen)]
         listen: Option<SocketAddr>,
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
@@ -56,9 +78,27 @@ enum Command {
     },
     /// Validate a config file and exit: 0 when valid, 64 with the errors otherwise.
     Check {
+        /// The YAML config file.
+        #[arg(required_unless_present = "config", conflicts_with = "config")]
+        file: Option<PathBuf>,
+        /// The YAML config file (the same as FILE).
         #[arg(long, short)]
-        config: PathBuf,
+        config: Option<PathBuf>,
     },
+    /// Print the mcpmux YAML for a host's MCP servers: Claude Desktop's
+    /// claude_desktop_config.json, Cursor's or VS Code's mcp.json. Notes on
+    /// what did not carry over, and the variables to set, go to stderr.
+    Import {
+        /// The host's config file (JSON).
+        file: PathBuf,
+    },
+    /// Print the JSON Schema of the config file, for editors
+    /// (yaml-language-server) to validate and complete it.
+    Schema,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff).
+    Man,
     /// Run the bundled demo MCP server on stdin/stdout.
     ExampleServer(ExampleServerArgs),
 }
@@ -72,17 +112,28 @@ enum LogFormat {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config } => match Config::load(&config, &Lookup::from_process()) {
-            Ok(cfg) => {
-                println!(
-                    "{}: ok ({} upstreams)",
-                    config.display(),
-                    cfg.upstream_count()
-                );
-                ExitCode::SUCCESS
+        Command::Check { file, config } => {
+            let config = file.or(config).expect("clap requires one of them");
+            check(&config)
+        }
+        Command::Import { file } => import(&file),
+        Command::Schema => {
+            print!("{}", mcpmux::CONFIG_SCHEMA);
+            ExitCode::SUCCESS
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "mcpmux", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man => {
+            match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("mcpmux: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => config_failure(&e),
-        },
+        }
         Command::ExampleServer(args) => {
             let _log = logging::init(logging::Format::Text);
             match runtime().block_on(example_server::run(args)) {
@@ -116,6 +167,66 @@ fn main() -> ExitCode {
             serve_stdio(cfg, config)
         }
     }
+}
+
+/// `mcpmux check`: 0 when the file is valid, 64 with its errors.
+fn check(config: &std::path::Path) -> ExitCode {
+    match Config::load(config, &Lookup::from_process()) {
+        Ok(cfg) => {
+            println!(
+                "{}: ok ({} upstreams)",
+                config.display(),
+                cfg.upstream_count()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => config_failure(&e),
+    }
+}
+
+/// `mcpmux import`: the YAML on stdout, notes and variables on stderr.
+fn import(file: &std::path::Path) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("mcpmux: cannot read {}: {e}", file.display());
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match mcpmux::import::convert(&text) {
+        Ok(imported) => {
+            print!("{}", imported.yaml);
+            for note in &imported.notes {
+                eprintln!("note: {note}");
+            }
+            if !imported.variables.is_empty() {
+                eprintln!(
+                    "set these variables where mcpmux runs (the host config had the values):"
+                );
+                for (name, _) in &imported.variables {
+                    eprintln!("  {name}");
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mcpmux: {}: {e}", file.display());
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// `--listen`: IP:PORT, or HOST:PORT resolved now (the first address).
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let mut addrs = text
+        .to_socket_addrs()
+        .map_err(|e| format!("{text:?} is not IP:PORT or HOST:PORT ({e})"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
 }
 
 /// The config file, or the embedded demo config without one.

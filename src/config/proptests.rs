@@ -174,7 +174,7 @@ fn quoted(s: String, how: u8) -> String {
         && !s.starts_with(['-', '.']);
     match how % 32 {
         0 => s,
-        _ if simple && how % 2 == 0 => s,
+        _ if simple && how.is_multiple_of(2) => s,
         _ => serde_json::to_string(&s).unwrap_or_default(),
     }
 }

@@ -49,10 +49,16 @@ async fn demo_config_serves_two_prefixed_upstreams_and_sigterm_leaves_no_child()
 }
 
 async fn check(yaml: &str) -> (i32, String, String) {
+    check_as(yaml, &["check", "--config"]).await
+}
+
+/// `mcpmux` with `args` and then the path of a file holding `yaml`.
+async fn check_as(yaml: &str, args: &[&str]) -> (i32, String, String) {
     let path = tempdir().join("mcpmux.yaml");
     std::fs::write(&path, with_auth_off(yaml)).unwrap();
     let out = Command::new(exe())
-        .args(["check", "--config", path.to_str().unwrap()])
+        .args(args)
+        .arg(&path)
         .env_remove("MCPMUX_TEST_UNSET")
         .output()
         .await
@@ -167,4 +173,68 @@ async fn header_secrets_reach_the_upstream_and_never_the_logs() {
     assert!(status.success(), "{status}");
     assert!(log.lines().count() > 20, "trace logging was on");
     assert!(!log.contains(&secret), "the secret leaked into the log");
+}
+
+#[tokio::test]
+async fn check_takes_the_file_as_an_argument_too() {
+    let yaml = "upstreams:\n  a:\n    command: /nonexistent/server\n";
+    let (code, stdout, stderr) = check_as(yaml, &["check"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("ok (1 upstreams)"), "{stdout}");
+    let (code, _, stderr) = check_as("upstreams:\n  a:\n    colour: x\n", &["check"]).await;
+    assert_eq!(code, 64, "{stderr}");
+    assert!(stderr.contains("FILE:3:5:"), "{stderr}");
+    // Both at once is a usage error, not a guess.
+    let (code, _, stderr) = check_as(yaml, &["check", "other.yaml", "--config"]).await;
+    assert_eq!(code, 2, "{stderr}");
+}
+
+#[tokio::test]
+async fn listen_takes_a_host_name() {
+    let mut served = Served::start(&["--listen", "localhost:0"]);
+    let listening = served
+        .wait_for("mcpmux listening; MCP endpoint at /mcp", 1)
+        .await;
+    let addr: std::net::SocketAddr = listening[0]["addr"].as_str().unwrap().parse().unwrap();
+    assert!(addr.ip().is_loopback(), "{addr}");
+    let client = McpClient::connect(&format!("http://{addr}/mcp")).await;
+    let (tools, _) = client.list_all("tools/list", "tools").await;
+    assert!(!tools.is_empty());
+    served.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = within("mcpmux to exit", served.child.wait()).await.unwrap();
+    assert!(status.success(), "{status}");
+}
+
+/// Runs `mcpmux ARGS`: its exit code, stdout and stderr.
+async fn run(args: &[&str]) -> (i32, String, String) {
+    let out = within("mcpmux", Command::new(exe()).args(args).output())
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn help_completions_and_man_page_come_from_the_cli_itself() {
+    let (code, help, _) = run(&["serve", "--help"]).await;
+    assert_eq!(code, 0);
+    for needle in ["127.0.0.1:8080", "RUST_LOG", "SIGHUP", "Reload", "64"] {
+        assert!(help.contains(needle), "{needle} in serve --help:\n{help}");
+    }
+    let (code, bash, _) = run(&["completions", "bash"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        bash.contains("complete") && bash.contains("import"),
+        "{bash}"
+    );
+    let (code, man, _) = run(&["man"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        man.starts_with(".ie") || man.contains(".TH mcpmux"),
+        "{man}"
+    );
+    assert!(man.contains("serve"), "{man}");
 }

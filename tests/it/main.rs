@@ -15,6 +15,7 @@ mod input_rounds;
 mod isolation;
 mod live;
 mod modern;
+mod onboarding;
 mod ops;
 mod policy;
 mod remote;

@@ -27,8 +27,14 @@ impl Served {
     }
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Served {
+        // Port 0 on loopback unless the test names its own address.
+        let listen: &[&str] = match args.contains(&"--listen") {
+            true => &[],
+            false => &["--listen", "127.0.0.1:0"],
+        };
         let mut child = Command::new(exe())
-            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(["serve", "--log-format", "json"])
+            .args(listen)
             .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
