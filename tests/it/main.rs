@@ -8,6 +8,7 @@ mod cli;
 mod conformance;
 mod core;
 mod deploy;
+mod docs;
 mod everything;
 mod faults;
 mod hardening;

@@ -1,0 +1,239 @@
+//! The documentation stays true: every relative link and anchor in
+//! README.md, docs/ and ARCHITECTURE.md resolves, the README's config
+//! passes `mcpmux check`, its host snippets are configs those hosts'
+//! shapes describe (`mcpmux import` reads each), and CI runs the README's
+//! test command.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use tokio::process::Command;
+
+use crate::support::{exe, tempdir, within};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Markdown files a reader follows links between.
+fn pages() -> Vec<PathBuf> {
+    let mut pages = vec![repo().join("README.md"), repo().join("ARCHITECTURE.md")];
+    for entry in std::fs::read_dir(repo().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    pages
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped (but `-`
+/// and `_`), spaces to `-`; a repeated one gets `-1`, `-2`, ...
+fn anchors(text: &str) -> HashSet<String> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut anchors = HashSet::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let Some(heading) = line.strip_prefix('#') else {
+            continue;
+        };
+        if fenced {
+            continue;
+        }
+        let title = heading.trim_start_matches('#').trim();
+        let slug: String = title
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(slug.clone()).or_insert(0);
+        anchors.insert(match *n {
+            0 => slug.clone(),
+            k => format!("{slug}-{k}"),
+        });
+        *n += 1;
+    }
+    anchors
+}
+
+/// Every `](target)` outside code blocks.
+fn links(text: &str) -> Vec<String> {
+    let mut links = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            links.push(after[..end].to_owned());
+            rest = &after[end..];
+        }
+    }
+    links
+}
+
+#[test]
+fn every_relative_link_and_anchor_in_the_docs_resolves() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for link in links(&text) {
+            if link.starts_with("http://") || link.starts_with("https://") {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = match link.split_once('#') {
+                Some((path, anchor)) => (path, Some(anchor)),
+                None => (link.as_str(), None),
+            };
+            let target: PathBuf = match path {
+                "" => page.clone(),
+                path => page.parent().unwrap().join(path),
+            };
+            if !target.exists() {
+                broken.push(format!("{}: {link} (no such file)", name(&page)));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                let text = std::fs::read_to_string(&target).unwrap_or_default();
+                if !anchors(&text).contains(anchor) {
+                    broken.push(format!("{}: {link} (no such heading)", name(&page)));
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} links found");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+fn name(path: &Path) -> String {
+    path.strip_prefix(repo())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn the_link_checker_knows_githubs_anchors() {
+    let text = "# A page\n## Requests from servers to clients (sampling, elicitation, roots)\n## `GET /mcp`\n## Calls\n## Calls\n```\n# not a heading\n```\n";
+    let found = anchors(text);
+    for anchor in [
+        "a-page",
+        "requests-from-servers-to-clients-sampling-elicitation-roots",
+        "get-mcp",
+        "calls",
+        "calls-1",
+    ] {
+        assert!(found.contains(anchor), "{anchor} in {found:?}");
+    }
+    assert!(!found.contains("not-a-heading"));
+    assert_eq!(
+        links("see [a](b.md#c) and [d](#e)\n```\n[x](y)\n```"),
+        ["b.md#c", "#e"]
+    );
+}
+
+/// The fenced blocks of `lang` in README.md, in order.
+fn readme_blocks(lang: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match (&mut current, line.trim_start().strip_prefix("```")) {
+            (None, Some(tag)) if tag == lang => current = Some(String::new()),
+            (Some(block), Some("")) => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            (Some(block), _) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            _ => {}
+        }
+    }
+    blocks
+}
+
+async fn mcpmux(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let out = within(
+        "mcpmux",
+        Command::new(exe())
+            .args(args)
+            .envs(env.iter().copied())
+            .output(),
+    )
+    .await
+    .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test]
+async fn the_readmes_config_and_host_snippets_are_what_they_claim() {
+    let yaml = readme_blocks("yaml");
+    let [config] = yaml.as_slice() else {
+        panic!("expected one YAML block in README.md, found {}", yaml.len());
+    };
+    let file = tempdir().join("mcpmux.yaml");
+    std::fs::write(&file, config).unwrap();
+    let (code, said) = mcpmux(&["check", file.to_str().unwrap()], &[("GITHUB_TOKEN", "t")]).await;
+    assert_eq!(code, 0, "README's config:\n{config}\n{said}");
+    assert!(said.contains("ok (2 upstreams)"), "{said}");
+
+    // Claude Desktop, VS Code and Cursor snippets: each a host config that
+    // names mcpmux, in the shape that host reads.
+    let json = readme_blocks("json");
+    assert_eq!(json.len(), 3, "{json:?}");
+    for (snippet, shape) in json.iter().zip(["mcpServers", "servers", "mcpServers"]) {
+        let value: serde_json::Value =
+            serde_json::from_str(snippet).unwrap_or_else(|e| panic!("not JSON ({e}):\n{snippet}"));
+        assert!(value[shape]["mcpmux"].is_object(), "{shape} in {snippet}");
+        let host = tempdir().join("host.json");
+        std::fs::write(&host, snippet).unwrap();
+        let (code, said) = mcpmux(&["import", host.to_str().unwrap()], &[]).await;
+        assert_eq!(code, 0, "{said}");
+        assert!(said.contains("  mcpmux:\n"), "{said}");
+    }
+    let claude_desktop = &json[0];
+    assert!(
+        claude_desktop.contains("\"stdio\""),
+        "Claude Desktop runs mcpmux stdio: {claude_desktop}"
+    );
+}
+
+#[test]
+fn ci_runs_the_readmes_test_command() {
+    let sh = readme_blocks("sh");
+    let two = sh
+        .iter()
+        .find(|b| b.contains("# 2. Run the whole test suite"))
+        .expect("the two commands in README.md");
+    let commands: Vec<&str> = two
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(commands, ["cargo run -- serve", "scripts/test.sh"]);
+    let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l.trim() == "exec bash scripts/test.sh"),
+        ".ci/run does not run the README's test command:\n{ci}"
+    );
+}
