@@ -258,7 +258,7 @@ fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
                 "instances": h.instance_count(),
                 "suppressedLogLines": h.suppressed_lines(),
             });
-            (!h.required() || h.state() == UpstreamState::Ready, status)
+            (!h.holds_readiness(), status)
         })
         .collect()
 }

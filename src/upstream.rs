@@ -29,7 +29,7 @@ pub(crate) mod test_support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -173,6 +173,10 @@ struct Shared {
     timeout: Duration,
     /// How long a call waits for the upstream while it is starting.
     start_wait: Duration,
+    /// When the upstream was configured (its first start began).
+    created: std::time::Instant,
+    /// Whether its first start has ended, ready or failed.
+    settled_once: AtomicBool,
     /// Calls in a row that timed out; reset by any answer.
     call_timeouts: AtomicU32,
     /// After this many call timeouts in a row, `ping_now` is woken.
@@ -439,6 +443,21 @@ impl UpstreamHandle {
         self.shared.required
     }
 
+    /// Whether it keeps the gateway out of `/readyz` now. A required
+    /// upstream does while it is not ready. Any other does only during its
+    /// first start, and for at most its `start_wait`: a new replica then
+    /// takes traffic with a full catalog, and an optional upstream that is
+    /// down (on every replica, say) never takes the replicas out.
+    pub(crate) fn holds_readiness(&self) -> bool {
+        let state = self.state();
+        if self.shared.required {
+            return state != UpstreamState::Ready;
+        }
+        state == UpstreamState::Starting
+            && !self.shared.settled_once.load(Ordering::Relaxed)
+            && self.shared.created.elapsed() < self.shared.start_wait
+    }
+
     /// How it is reached: stdio, http, streamable-http or sse.
     pub(crate) fn transport(&self) -> &'static str {
         self.shared.transport
@@ -465,6 +484,9 @@ impl UpstreamHandle {
     }
 
     fn set_state(&self, state: UpstreamState) {
+        if state != UpstreamState::Starting {
+            self.shared.settled_once.store(true, Ordering::Relaxed);
+        }
         self.shared.state.send_replace(state);
     }
 }

@@ -212,7 +212,7 @@ impl RawUpstream {
             timeout: timeout?,
             era,
             namespace_uris: self.namespace_uris.unwrap_or(true),
-            required: self.required.unwrap_or(true),
+            required: self.required.unwrap_or(false),
             start_wait: start_wait?,
             health: health?,
             shape,

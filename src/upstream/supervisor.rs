@@ -9,7 +9,7 @@
 //! restarts with backoff (at once for an HTTP session the server forgot).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
@@ -137,6 +137,8 @@ fn new_handle(
             name: config.name.as_str().into(),
             timeout: config.timeout,
             start_wait: config.start_wait,
+            created: std::time::Instant::now(),
+            settled_once: AtomicBool::new(false),
             call_timeouts: AtomicU32::new(0),
             call_timeouts_limit: config.health.call_timeouts,
             ping_now: tokio::sync::Notify::new(),

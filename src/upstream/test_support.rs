@@ -5,7 +5,7 @@
 //! connection with no supervisor, and an [`UpstreamEvents`] that records
 //! every call. No process, socket or task is started.
 
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -228,6 +228,8 @@ impl UpstreamHandle {
                 name: name.into(),
                 timeout,
                 start_wait: Duration::ZERO,
+                created: std::time::Instant::now(),
+                settled_once: AtomicBool::new(true),
                 call_timeouts: AtomicU32::new(0),
                 call_timeouts_limit: 3,
                 ping_now: tokio::sync::Notify::new(),

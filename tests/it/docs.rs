@@ -2,7 +2,7 @@
 //! README.md, docs/ and ARCHITECTURE.md resolves, the README's config
 //! passes `mcpmux check`, its host snippets are configs those hosts'
 //! shapes describe (`mcpmux import` reads each), and CI runs the README's
-//! test command.
+//! test command, and rust-version is what the locked dependencies need.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -235,5 +235,65 @@ fn ci_runs_the_readmes_test_command() {
     assert!(
         ci.lines().any(|l| l.trim() == "exec bash scripts/test.sh"),
         ".ci/run does not run the README's test command:\n{ci}"
+    );
+}
+
+/// `major.minor` of a `rust-version` value.
+fn version_of(text: &str) -> (u32, u32) {
+    let mut parts = text.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// The `rust-version = "..."` of a Cargo.toml's text.
+fn rust_version(manifest: &str) -> Option<(u32, u32)> {
+    manifest.lines().find_map(|line| {
+        let value = line.trim().strip_prefix("rust-version")?.trim_start();
+        let value = value.strip_prefix('=')?.trim().trim_matches('"');
+        Some(version_of(value))
+    })
+}
+
+#[test]
+fn rust_version_is_what_the_locked_dependencies_need() {
+    let ours = rust_version(&std::fs::read_to_string(repo().join("Cargo.toml")).unwrap())
+        .expect("Cargo.toml sets rust-version");
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .expect("CARGO_HOME or HOME");
+    let sources: Vec<PathBuf> = std::fs::read_dir(cargo_home.join("registry/src"))
+        .expect("the registry sources cargo unpacked for this build")
+        .map(|e| e.unwrap().path())
+        .collect();
+    let lock = std::fs::read_to_string(repo().join("Cargo.lock")).unwrap();
+    let mut needed = ((0, 0), String::new());
+    let mut found = 0;
+    let mut name = None;
+    for line in lock.lines() {
+        if let Some(n) = line.strip_prefix("name = ") {
+            name = Some(n.trim_matches('"').to_owned());
+        } else if let (Some(v), Some(n)) = (line.strip_prefix("version = "), name.take()) {
+            let package = format!("{n}-{}", v.trim_matches('"'));
+            let manifest = sources
+                .iter()
+                .map(|s| s.join(&package).join("Cargo.toml"))
+                .find(|m| m.exists());
+            let Some(manifest) = manifest else { continue };
+            found += 1;
+            if let Some(v) = rust_version(&std::fs::read_to_string(manifest).unwrap())
+                && v > needed.0
+            {
+                needed = (v, package);
+            }
+        }
+    }
+    assert!(
+        found > 100,
+        "only {found} locked packages found under {sources:?}"
+    );
+    assert_eq!(
+        ours, needed.0,
+        "Cargo.toml's rust-version is {ours:?}; the locked {} needs {:?}",
+        needed.1, needed.0
     );
 }

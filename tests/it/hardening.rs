@@ -459,7 +459,7 @@ async fn down_starting_and_unresponsive_upstreams_are_named_with_their_state() {
     let fast_health = "    health: { ping_interval: 200ms, ping_timeout: 1s, restart_after: 1h }\n";
     let restarting = "    health: { ping_interval: 200ms, ping_timeout: 1s, restart_after: 3s }\n";
     let yaml = format!(
-        "upstreams:\n{a}{fast_health}{c}{restarting}{b}  sleepy:\n    command: sleep\n    args: [\"600\"]\n    timeout: 1h\n    start_wait: 300ms\n    required: false\n  broken:\n    command: /nonexistent/mcp-server\n    required: false\n",
+        "upstreams:\n{a}    required: true\n{fast_health}{c}{restarting}{b}  sleepy:\n    command: sleep\n    args: [\"600\"]\n    timeout: 1h\n    start_wait: 300ms\n    required: false\n  broken:\n    command: /nonexistent/mcp-server\n    required: false\n",
         a = example_upstream("a", &[]),
         c = example_upstream("c", &[]),
         b = example_upstream("b", &[]),

@@ -18,7 +18,7 @@ async fn get(url: &str) -> (StatusCode, String) {
 #[tokio::test]
 async fn probes_status_and_metrics_follow_the_upstreams() {
     let yaml = format!(
-        "upstreams:\n{}  ghost:\n    command: /nonexistent/mcp-server\n    env: {{ GHOST_TOKEN: \"ghost-secret-value\" }}\n    required: false\n",
+        "upstreams:\n{}    required: true\n  ghost:\n    command: /nonexistent/mcp-server\n    env: {{ GHOST_TOKEN: \"ghost-secret-value\" }}\n",
         example_upstream("alpha", &[])
     );
     let gw = TestGateway::start_unready(&yaml).await;
@@ -205,4 +205,60 @@ async fn sigterm_lets_a_slow_call_finish_then_exits_cleanly() {
     let status = within("exit", served.child.wait()).await.unwrap();
     assert!(status.success(), "{status}");
     assert!(!process_exists(pid), "upstream child outlived the gateway");
+}
+
+#[tokio::test]
+async fn an_optional_upstream_holds_readiness_only_during_its_first_start_wait() {
+    // Neither is required: `sleepy` never finishes its handshake (its first
+    // start lasts its start_wait); `broken` fails its first start at once.
+    let yaml = format!(
+        "upstreams:\n{}  sleepy:\n    command: sleep\n    args: [\"600\"]\n    timeout: 1h\n    start_wait: 1h\n  broken:\n    command: /nonexistent/mcp-server\n",
+        example_upstream("alpha", &[])
+    );
+    let gw = TestGateway::start_unready(&yaml).await;
+    gw.wait_ready("alpha").await;
+    let base = gw.url.trim_end_matches("/mcp").to_owned();
+    let mut broken = gw.gateway().upstream("broken").unwrap().watch_state();
+    within(
+        "broken's first start to fail",
+        broken.wait_for(|s| matches!(s, UpstreamState::Down { .. })),
+    )
+    .await
+    .unwrap();
+    let (status, body) = get(&format!("{base}/readyz")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    let mut states: Vec<(&str, &str)> = body["upstreams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| (u["name"].as_str().unwrap(), u["state"].as_str().unwrap()))
+        .collect();
+    states.sort();
+    assert_eq!(
+        states,
+        [
+            ("alpha", "ready"),
+            ("broken", "down"),
+            ("sleepy", "starting")
+        ]
+    );
+    gw.stop().await;
+
+    // The same, with sleepy's first start over (start_wait passed): ready,
+    // though sleepy still starts and broken is down.
+    let yaml = yaml.replace("start_wait: 1h", "start_wait: 1ms");
+    let gw = TestGateway::start_unready(&yaml).await;
+    gw.wait_ready("alpha").await;
+    let mut broken = gw.gateway().upstream("broken").unwrap().watch_state();
+    within(
+        "broken's first start to fail",
+        broken.wait_for(|s| matches!(s, UpstreamState::Down { .. })),
+    )
+    .await
+    .unwrap();
+    let base = gw.url.trim_end_matches("/mcp").to_owned();
+    let (status, body) = get(&format!("{base}/readyz")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    gw.stop().await;
 }
