@@ -275,6 +275,28 @@ pub(crate) struct StdioConfig {
     pub cwd: Option<PathBuf>,
     /// Which of the gateway's own environment variables the child sees.
     pub inherit_env: InheritEnv,
+    /// One child for everyone, or one per downstream session.
+    pub isolation: Isolation,
+}
+
+/// `isolation:` of a stdio upstream: who shares its child process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isolation {
+    /// One child serves every session (the default).
+    Shared,
+    /// Each 2025-era session gets a child of its own, started on its first
+    /// call and stopped when it ends, at most `max_instances` at a time;
+    /// the shared child still provides the catalog and serves stateless
+    /// requests.
+    PerSession { max_instances: usize },
+}
+
+impl Isolation {
+    /// `max_instances` when none is configured: each instance is a whole
+    /// process (a browser, a shell), so the default is modest.
+    pub(crate) const DEFAULT_MAX_INSTANCES: usize = 16;
+    /// The highest `max_instances` accepted (the default `sessions.max`).
+    pub(crate) const MAX_MAX_INSTANCES: usize = 10_000;
 }
 
 /// The variables of the gateway's environment a stdio child inherits.

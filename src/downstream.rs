@@ -255,6 +255,7 @@ fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
                 "resourceTemplates": templates,
                 "restarts": h.restarts(),
                 "pid": h.pid(),
+                "instances": h.instance_count(),
                 "suppressedLogLines": h.suppressed_lines(),
             });
             (!h.holds_readiness(), status)
@@ -325,6 +326,7 @@ async fn metrics(
                 up: h.state() == UpstreamState::Ready,
                 restarts: h.restarts(),
                 suppressed_lines: h.suppressed_lines(),
+                instances: h.instance_count(),
             })
             .collect(),
         legacy_sessions: state.sessions.len(),

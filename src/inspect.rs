@@ -59,6 +59,17 @@ impl Upstream {
         self.handle.pid()
     }
 
+    /// How many per-session instances it runs now; `None` unless it has
+    /// `isolation: per-session`.
+    pub fn instances(&self) -> Option<usize> {
+        self.handle.instance_count()
+    }
+
+    /// The process ids of its per-session instances' children.
+    pub fn instance_pids(&self) -> Vec<u32> {
+        self.handle.instance_pids()
+    }
+
     /// Whether it speaks the stateless 2026-07-28 protocol, as of its last
     /// handshake (it answered `server/discover` with that version).
     pub fn is_modern(&self) -> bool {

@@ -99,6 +99,8 @@ pub(crate) struct UpstreamSnapshot {
     pub restarts: u64,
     /// Stderr and stray stdout lines dropped by the log rate limit.
     pub suppressed_lines: u64,
+    /// Per-session instances running (`isolation: per-session` only).
+    pub instances: Option<usize>,
 }
 
 /// The HTTP listener in a [`Snapshot`].
@@ -116,6 +118,7 @@ pub(crate) struct Metrics {
     requests: Family<OperationLabels, Counter>,
     upstream_up: Family<UpstreamLabels, Gauge>,
     upstream_restarts: Family<UpstreamLabels, Counter>,
+    upstream_instances: Family<UpstreamLabels, Gauge>,
     sessions: Family<EraLabels, Gauge>,
     subscription_entries: Gauge,
     subscribed_uris: Gauge,
@@ -151,6 +154,7 @@ impl Metrics {
             requests: Family::default(),
             upstream_up: Family::default(),
             upstream_restarts: Family::default(),
+            upstream_instances: Family::default(),
             sessions: Family::default(),
             subscription_entries: Gauge::default(),
             subscribed_uris: Gauge::default(),
@@ -183,6 +187,11 @@ impl Metrics {
                 "mcpmux_upstream_restarts",
                 "Times the upstream was restarted",
                 metrics.upstream_restarts.clone(),
+            );
+            r.register(
+                "mcpmux_upstream_instances",
+                "Per-session instances (child processes) running, for upstreams with isolation: per-session",
+                metrics.upstream_instances.clone(),
             );
             r.register(
                 "mcpmux_sessions",
@@ -285,6 +294,11 @@ impl Metrics {
                 &self.suppressed_lines.get_or_create(&labels),
                 upstream.suppressed_lines,
             );
+            if let Some(n) = upstream.instances {
+                self.upstream_instances
+                    .get_or_create(&labels)
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
         }
         catch_up(&self.sessions_evicted, snapshot.sessions_evicted);
         catch_up(&self.log_lines_dropped, snapshot.log_lines_dropped);

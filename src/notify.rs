@@ -304,11 +304,17 @@ impl NotifyHub {
             .is_none_or(|v| v.allows(subscriber.identity().map(|i| &**i), key))
     }
 
-    /// An upstream resource changed: tell exactly its subscribers.
+    /// An upstream resource changed: tell exactly its subscribers (only
+    /// subscriber `only`, when set).
     pub(crate) fn resource_updated(&self, upstream: &str, original_uri: &str) {
+        self.resource_updated_to(None, upstream, original_uri);
+    }
+
+    fn resource_updated_to(&self, only: Option<SubscriberId>, upstream: &str, original_uri: &str) {
         let uri = self.interest.exposed_uri(upstream, original_uri);
         for id in self.interest.table().subscribers(&uri) {
-            if let Some(subscriber) = self.subscribers.get(&id)
+            if only.is_none_or(|o| o == id)
+                && let Some(subscriber) = self.subscribers.get(&id)
                 && self.may_see(&subscriber, &uri)
             {
                 subscriber.outbox.mark_updated(uri.clone());
@@ -319,6 +325,16 @@ impl NotifyHub {
     /// An upstream log message: forwarded to subscribers whose level admits
     /// it, with the logger name prefixed by the upstream's.
     pub(crate) fn log_message(&self, upstream: &str, params: Option<&RawValue>) {
+        self.log_message_to(None, upstream, params);
+    }
+
+    /// [`Self::log_message`], to subscriber `only` alone when set.
+    fn log_message_to(
+        &self,
+        only: Option<SubscriberId>,
+        upstream: &str,
+        params: Option<&RawValue>,
+    ) {
         let Some(mut params) =
             params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
         else {
@@ -342,6 +358,9 @@ impl NotifyHub {
         )
         .into();
         for subscriber in &self.subscribers {
+            if only.is_some_and(|o| o != subscriber.id) {
+                continue;
+            }
             let from_its_upstream = subscriber
                 .only_upstream
                 .as_deref()
@@ -483,6 +502,30 @@ impl UpstreamEvents for NotifyHub {
             params.map(RawValue::get),
         );
         subscriber.outbox.push_message(frame.into());
+    }
+
+    fn session_alive(&self, session: u64) -> bool {
+        self.subscribers.contains_key(&session)
+    }
+
+    fn resource_updated_for(&self, session: u64, upstream: &str, original_uri: &str) {
+        self.resource_updated_to(Some(session), upstream, original_uri);
+    }
+
+    fn log_message_for(&self, session: u64, upstream: &str, params: Option<&RawValue>) {
+        self.log_message_to(Some(session), upstream, params);
+    }
+
+    /// A session's own instance changed its lists: the catalog (from the
+    /// shared instance) did not, but the session is told to look again.
+    fn lists_changed_for(&self, session: u64, kinds: &[ListKind]) {
+        if let Some(subscriber) = self.subscribers.get(&session) {
+            for kind in kinds {
+                if subscriber.wants.wants(*kind) {
+                    subscriber.outbox.mark_list_changed(*kind);
+                }
+            }
+        }
     }
 
     fn task_status(&self, upstream: &str, method: &Method, params: Option<&RawValue>) {

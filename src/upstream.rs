@@ -14,6 +14,7 @@ mod events;
 pub(crate) mod handshake;
 pub(crate) mod http;
 mod interest;
+mod isolated;
 mod legacy_sse;
 pub(crate) mod link;
 mod listen;
@@ -210,6 +211,9 @@ struct Shared {
     transport: &'static str,
     /// Items it contributes per list kind, as last published.
     counts: [std::sync::atomic::AtomicUsize; 4],
+    /// Its per-session instances (`isolation: per-session`); none for a
+    /// shared-only upstream and for an instance itself.
+    instances: Option<Arc<isolated::Instances>>,
 }
 
 impl UpstreamHandle {
@@ -307,6 +311,54 @@ impl UpstreamHandle {
             Ok(Ok(_)) => self.connection(),
             _ => Err(unavailable),
         }
+    }
+
+    /// The connection a call of downstream session `session` goes to: the
+    /// session's own instance under `isolation: per-session` (started on
+    /// its first call, waited for until `deadline`), else the shared one
+    /// (as [`Self::connection_on_demand`]). Stateless requests (no
+    /// session) always use the shared one.
+    pub(crate) async fn connection_for(
+        &self,
+        session: Option<SubscriberId>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Arc<Connection>, UpstreamError> {
+        match (session, &self.shared.instances) {
+            (Some(session), Some(instances)) => {
+                let instance = instances.instance(session)?;
+                isolated::connection_of(&instance, deadline).await
+            }
+            _ => self.connection_on_demand(deadline).await,
+        }
+    }
+
+    /// Stops session `session`'s own instance, if it has one here (the
+    /// session ended).
+    pub(crate) fn release_instance(&self, session: SubscriberId) {
+        if let Some(instances) = &self.shared.instances {
+            instances.release(session);
+        }
+    }
+
+    /// Per-session instances running now; none unless `isolation: per-session`.
+    pub(crate) fn instance_count(&self) -> Option<usize> {
+        self.shared.instances.as_ref().map(|i| i.len())
+    }
+
+    /// The handles of its per-session instances running now.
+    pub(crate) fn instance_handles(&self) -> Vec<UpstreamHandle> {
+        self.shared
+            .instances
+            .as_ref()
+            .map_or_else(Vec::new, |i| i.handles())
+    }
+
+    /// The process ids of its per-session instances' children.
+    pub(crate) fn instance_pids(&self) -> Vec<u32> {
+        self.shared
+            .instances
+            .as_ref()
+            .map_or_else(Vec::new, |i| i.pids())
     }
 
     /// Waits (until `deadline`) for a ready connection other than `failed`,

@@ -212,6 +212,61 @@ fn roots_are_file_uris_with_optional_names() {
 }
 
 #[test]
+fn isolation_is_shared_by_default_and_per_session_takes_a_cap() {
+    let stdio = |yaml: &str| match parse(yaml).unwrap().upstreams.remove(0).transport {
+        Transport::Stdio(s) => s.isolation,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        stdio("upstreams:\n  b:\n    command: srv\n"),
+        Isolation::Shared
+    );
+    assert_eq!(
+        stdio("upstreams:\n  b:\n    command: srv\n    isolation: shared\n"),
+        Isolation::Shared
+    );
+    assert_eq!(
+        stdio("upstreams:\n  b:\n    command: srv\n    isolation: per-session\n"),
+        Isolation::PerSession {
+            max_instances: Isolation::DEFAULT_MAX_INSTANCES
+        }
+    );
+    assert_eq!(
+        stdio(
+            "upstreams:\n  b:\n    command: srv\n    isolation: per-session\n    max_instances: 3\n"
+        ),
+        Isolation::PerSession { max_instances: 3 }
+    );
+}
+
+#[test]
+fn isolation_keys_are_checked_with_their_location() {
+    let line = single_issue("upstreams:\n  b:\n    url: http://x\n    isolation: per-session\n");
+    assert!(line.starts_with("test.yaml:3:10: "), "{line}");
+    assert!(line.contains("upstreams.b.isolation: only stdio"), "{line}");
+
+    let line = single_issue("upstreams:\n  b:\n    command: srv\n    isolation: per-user\n");
+    assert!(line.starts_with("test.yaml:4:16: "), "{line}");
+    assert!(line.contains("\"shared\" or \"per-session\""), "{line}");
+
+    let line = single_issue(
+        "upstreams:\n  b:\n    command: srv\n    isolation: per-session\n    max_instances: 0\n",
+    );
+    assert!(line.starts_with("test.yaml:5:20: "), "{line}");
+    assert!(
+        line.contains("upstreams.b.max_instances: must be between 1 and"),
+        "{line}"
+    );
+
+    let line = single_issue("upstreams:\n  b:\n    command: srv\n    max_instances: 4\n");
+    assert!(line.starts_with("test.yaml:4:20: "), "{line}");
+    assert!(
+        line.contains("only applies with isolation: per-session"),
+        "{line}"
+    );
+}
+
+#[test]
 fn page_sizes_are_one_number_or_one_per_list() {
     let up = "upstreams:\n  files:\n    command: srv\n";
     let default = parse(up).unwrap().page_size;

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::{
-    EraChoice, HealthConfig, InheritEnv, Lookup, Problems, RemoteConfig, RemoteMode, Root, Secret,
-    ShapeConfig, StdioConfig, Transport, UpstreamConfig, check_upstream_name,
+    EraChoice, HealthConfig, InheritEnv, Isolation, Lookup, Problems, RemoteConfig, RemoteMode,
+    Root, Secret, ShapeConfig, StdioConfig, Transport, UpstreamConfig, check_upstream_name,
 };
 
 #[derive(Debug, Deserialize)]
@@ -45,6 +45,10 @@ pub(super) struct RawUpstream {
     inherit_env: Option<Spanned<RawInheritEnv>>,
     #[serde(default)]
     start_wait: Option<Spanned<String>>,
+    #[serde(default)]
+    isolation: Option<Spanned<String>>,
+    #[serde(default)]
+    max_instances: Option<Spanned<u64>>,
     #[serde(default)]
     health: Option<RawHealth>,
     #[serde(default)]
@@ -330,13 +334,53 @@ impl RawUpstream {
             .and_then(|c| p.expand(c, &format!("{label}.cwd"), lookup))
             .map(PathBuf::from);
         let inherit_env = self.inherit_env(label, p);
+        let isolation = self.isolation(label, p);
         Some(StdioConfig {
             command: command_text,
             args,
             env,
             cwd,
             inherit_env,
+            isolation,
         })
+    }
+
+    /// `isolation` (`shared` or `per-session`) and `max_instances`, which
+    /// only `per-session` takes.
+    fn isolation(&self, label: &str, p: &mut Problems) -> Isolation {
+        let per_session = match self.isolation.as_ref().map(|i| (i, i.value.as_str())) {
+            None | Some((_, "shared")) => false,
+            Some((_, "per-session")) => true,
+            Some((i, other)) => {
+                p.at(
+                    i.referenced,
+                    format_args!(
+                        "{label}.isolation: {other:?} is not \"shared\" or \"per-session\""
+                    ),
+                );
+                return Isolation::Shared;
+            }
+        };
+        let max_instances = p.count_or(
+            self.max_instances.as_ref(),
+            Isolation::DEFAULT_MAX_INSTANCES as u64,
+            1,
+            Isolation::MAX_MAX_INSTANCES as u64,
+            &format!("{label}.max_instances"),
+        );
+        match (per_session, &self.max_instances) {
+            (true, _) => Isolation::PerSession {
+                max_instances: usize::try_from(max_instances).unwrap_or(usize::MAX),
+            },
+            (false, Some(max)) => {
+                p.at(
+                    max.referenced,
+                    format_args!("{label}.max_instances: only applies with isolation: per-session"),
+                );
+                Isolation::Shared
+            }
+            (false, None) => Isolation::Shared,
+        }
     }
 
     fn remote(
@@ -351,6 +395,8 @@ impl RawUpstream {
             ("env", !self.env.is_empty()),
             ("cwd", self.cwd.is_some()),
             ("inherit_env", self.inherit_env.is_some()),
+            ("isolation", self.isolation.is_some()),
+            ("max_instances", self.max_instances.is_some()),
         ];
         for (key, present) in stdio_only {
             if present {

@@ -128,7 +128,11 @@ pub(super) async fn run(
 ) -> Reply {
     let asked = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + call.handle.timeout();
-    let conn = match call.handle.connection_on_demand(deadline).await {
+    let conn = match call
+        .handle
+        .connection_for(ctx.subscriber.as_ref().map(|s| s.id), deadline)
+        .await
+    {
         Ok(conn) => conn,
         Err(e) => {
             let e = RouteError::from(e);

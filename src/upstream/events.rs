@@ -108,6 +108,7 @@ pub(crate) trait UpstreamEvents: Send + Sync {
     /// A URL-mode elicitation session `session` was shown has finished:
     /// `notifications/elicitation/complete` with `params` goes to it alone.
     fn elicitation_complete(&self, session: u64, params: Option<&RawValue>);
+
     /// A task status notification (`notifications/tasks/status` or
     /// `notifications/tasks`) from `upstream`, its params as sent.
     fn task_status(&self, _upstream: &str, _method: &Method, _params: Option<&RawValue>) {}
@@ -116,4 +117,17 @@ pub(crate) trait UpstreamEvents: Send + Sync {
     fn watched_tasks(&self, _upstream: &str) -> Vec<Arc<str>> {
         Vec::new()
     }
+
+    /// Whether downstream session `session` is still registered.
+    fn session_alive(&self, session: u64) -> bool;
+
+    /// Like [`Self::resource_updated`], for session `session` alone (its
+    /// own instance of a per-session upstream sent it).
+    fn resource_updated_for(&self, session: u64, upstream: &str, original_uri: &str);
+
+    /// Like [`Self::log_message`], for session `session` alone.
+    fn log_message_for(&self, session: u64, upstream: &str, params: Option<&RawValue>);
+
+    /// Like [`Self::lists_changed`], for session `session` alone.
+    fn lists_changed_for(&self, session: u64, kinds: &[ListKind]);
 }

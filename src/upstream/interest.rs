@@ -113,8 +113,12 @@ impl Interest {
     }
 
     /// Removes a subscriber from every URI it watched (its session or
-    /// stream ended), unsubscribing upstream where it was the last.
+    /// stream ended), unsubscribing upstream where it was the last, and
+    /// stops the per-session instances it had.
     pub(crate) fn forget_subscriber(&self, subscriber: SubscriberId) {
+        for handle in self.upstreams.all() {
+            handle.release_instance(subscriber);
+        }
         for last in self.table.remove_subscriber(subscriber) {
             self.release(&last);
         }
@@ -155,7 +159,12 @@ impl Interest {
         *sent = target;
         let Some(level) = target else { return };
         let params = json!({ "level": level.as_str() }).to_string();
-        for handle in self.upstreams.all() {
+        let with_instances = self
+            .upstreams
+            .all()
+            .into_iter()
+            .flat_map(|h| std::iter::once(h.clone()).chain(h.instance_handles()));
+        for handle in with_instances {
             let (Ok(conn), Some(hello)) = (handle.connection(), handle.hello()) else {
                 continue;
             };
@@ -201,8 +210,19 @@ impl Interest {
                 tracing::info!(restored, "re-subscribed resources");
             }
         }
+        self.restore_level(conn, hello, timeout).await;
+    }
+
+    /// Asks a freshly (re)connected session-based upstream (or per-session
+    /// instance) for the log level last asked of upstreams, if any.
+    pub(crate) async fn restore_level(
+        &self,
+        conn: &Connection,
+        hello: &ServerHello,
+        timeout: Duration,
+    ) {
         let level = *self.level.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(level) = level.filter(|_| hello.has("logging")) {
+        if let Some(level) = level.filter(|_| hello.has("logging") && !hello.modern) {
             let params = json!({ "level": level.as_str() }).to_string();
             if let Err(e) = conn.request(Method::SetLevel, Some(&params), timeout).await {
                 tracing::warn!(error = %e, "could not restore the log level");

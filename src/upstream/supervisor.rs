@@ -20,10 +20,10 @@ use tokio_util::task::TaskTracker;
 use super::link::Link;
 use super::{
     Answer, Connection, Interest, ListsChanged, ServerHello, Shared, UpstreamError, UpstreamEvents,
-    UpstreamHandle, UpstreamState, connection, handshake, listen,
+    UpstreamHandle, UpstreamState, connection, handshake, isolated, listen, noise,
 };
-use crate::catalog::{CatalogStore, ListKind, UpstreamView};
-use crate::config::{EraChoice, UpstreamConfig};
+use crate::catalog::{CatalogStore, ListKind, UpstreamLists, UpstreamView};
+use crate::config::{EraChoice, Isolation, UpstreamConfig};
 use crate::protocol::Method;
 
 /// Notifications queued from one upstream to its supervisor. When full,
@@ -40,7 +40,9 @@ const STABLE_LISTEN: Duration = Duration::from_secs(5);
 const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Starts the supervisor for one upstream on `tracker`: its events go to
-/// `events`, and `interest` is what clients want of it.
+/// `events`, and `interest` is what clients want of it. Under `isolation:
+/// per-session` its handle also carries the pool of per-session instances,
+/// each a supervisor of its own (see [`isolated`]).
 pub(crate) fn spawn(
     config: UpstreamConfig,
     catalog: Arc<CatalogStore>,
@@ -50,9 +52,89 @@ pub(crate) fn spawn(
     tracker: &TaskTracker,
 ) -> (UpstreamHandle, tokio::task::JoinHandle<()>) {
     let name: Arc<str> = config.name.as_str().into();
-    let handle = UpstreamHandle {
+    let noise: Arc<noise::NoiseFilter> = Arc::default();
+    let instances = match &config.transport {
+        crate::config::Transport::Stdio(stdio) => match stdio.isolation {
+            Isolation::PerSession { max_instances } => {
+                let start = instance_starter(
+                    &config, &catalog, &events, &interest, &shutdown, tracker, &noise,
+                );
+                Some(Arc::new(isolated::Instances::new(
+                    name.clone(),
+                    max_instances,
+                    events.clone(),
+                    start,
+                )))
+            }
+            Isolation::Shared => None,
+        },
+        _ => None,
+    };
+    let handle = new_handle(&config, noise, instances);
+    let supervisor = Supervisor {
+        handle: handle.clone(),
+        config,
+        catalog,
+        events,
+        interest,
+        shutdown,
+        tasks: tracker.clone(),
+        role: Role::Shared,
+    };
+    let span = tracing::info_span!("upstream", upstream = %name);
+    let task = tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
+    (handle, task)
+}
+
+/// How the pool of a per-session upstream starts one session's instance:
+/// a supervisor like the shared one, whose stop token is a child of the
+/// upstream's and whose announcements reach that session alone.
+fn instance_starter(
+    config: &UpstreamConfig,
+    catalog: &Arc<CatalogStore>,
+    events: &Arc<dyn UpstreamEvents>,
+    interest: &Arc<Interest>,
+    shutdown: &CancellationToken,
+    tracker: &TaskTracker,
+    noise: &Arc<noise::NoiseFilter>,
+) -> isolated::Start {
+    let (config, catalog, events, interest, shutdown, tracker, noise) = (
+        config.clone(),
+        catalog.clone(),
+        events.clone(),
+        interest.clone(),
+        shutdown.clone(),
+        tracker.clone(),
+        noise.clone(),
+    );
+    Box::new(move |session| {
+        let handle = new_handle(&config, noise.clone(), None);
+        let stop = shutdown.child_token();
+        let supervisor = Supervisor {
+            handle: handle.clone(),
+            config: config.clone(),
+            catalog: catalog.clone(),
+            events: Arc::new(isolated::SessionEvents::new(events.clone(), session)),
+            interest: interest.clone(),
+            shutdown: stop.clone(),
+            tasks: tracker.clone(),
+            role: Role::Instance,
+        };
+        let span = tracing::info_span!("upstream", upstream = %config.name, session);
+        let task = tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
+        isolated::Started { handle, stop, task }
+    })
+}
+
+/// A fresh handle for one supervisor (shared or a session's instance).
+fn new_handle(
+    config: &UpstreamConfig,
+    noise: Arc<noise::NoiseFilter>,
+    instances: Option<Arc<isolated::Instances>>,
+) -> UpstreamHandle {
+    UpstreamHandle {
         shared: Arc::new(Shared {
-            name: name.clone(),
+            name: config.name.as_str().into(),
             timeout: config.timeout,
             start_wait: config.start_wait,
             created: std::time::Instant::now(),
@@ -60,7 +142,7 @@ pub(crate) fn spawn(
             call_timeouts: AtomicU32::new(0),
             call_timeouts_limit: config.health.call_timeouts,
             ping_now: tokio::sync::Notify::new(),
-            noise: Arc::default(),
+            noise,
             conn: ArcSwapOption::empty(),
             hello: ArcSwapOption::empty(),
             state: watch::Sender::new(UpstreamState::Starting),
@@ -81,20 +163,21 @@ pub(crate) fn spawn(
                 },
             },
             counts: Default::default(),
+            instances,
         }),
-    };
-    let supervisor = Supervisor {
-        handle: handle.clone(),
-        config,
-        catalog,
-        events,
-        interest,
-        shutdown,
-        tasks: tracker.clone(),
-    };
-    let span = tracing::info_span!("upstream", upstream = %name);
-    let task = tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
-    (handle, task)
+    }
+}
+
+/// Which supervisor this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The upstream's one shared instance: it provides the catalog, holds
+    /// the subscriptions and serves every call not bound to an instance.
+    Shared,
+    /// A session's own instance (`isolation: per-session`): it serves that
+    /// session's calls only, contributes nothing to the catalog, and its
+    /// list changes are announced to that session alone.
+    Instance,
 }
 
 struct Supervisor {
@@ -110,6 +193,7 @@ struct Supervisor {
     shutdown: CancellationToken,
     /// The gateway's tracker, for the transport's I/O tasks.
     tasks: TaskTracker,
+    role: Role,
 }
 
 impl Supervisor {
@@ -147,6 +231,9 @@ impl Supervisor {
             }
         }
         self.handle.set_state(UpstreamState::Stopped);
+        if let Some(instances) = &self.handle.shared.instances {
+            instances.stop_all().await;
+        }
     }
 
     /// One life of the upstream: start, handshake, serve, tear down.
@@ -189,14 +276,21 @@ impl Supervisor {
 
         let setup = async {
             let hello = self.handshake(&conn).await?;
-            let lists = handshake::fetch_lists(&conn, &hello, timeout).await?;
+            // An instance's lists are the shared instance's (the catalog).
+            let lists = match self.role {
+                Role::Shared => handshake::fetch_lists(&conn, &hello, timeout).await?,
+                Role::Instance => UpstreamLists::default(),
+            };
             Ok::<_, UpstreamError>((hello, lists))
         };
         let reason = tokio::select! {
             setup = setup => match setup {
                 Ok((hello, lists)) => {
                     let counts: Vec<usize> = ListKind::ALL.iter().map(|k| lists.get(*k).len()).collect();
-                    tracing::info!(version = %hello.protocol_version, tools = counts[0], prompts = counts[1], resources = counts[2], templates = counts[3], "upstream ready");
+                    match self.role {
+                        Role::Shared => tracing::info!(version = %hello.protocol_version, tools = counts[0], prompts = counts[1], resources = counts[2], templates = counts[3], "upstream ready"),
+                        Role::Instance => tracing::info!(version = %hello.protocol_version, pid = child.pid(), "per-session instance ready"),
+                    }
                     let view = UpstreamView { lists, instructions: hello.instructions.clone() };
                     let hello = Arc::new(hello);
                     self.handle.shared.hello.store(Some(hello.clone()));
@@ -205,7 +299,11 @@ impl Supervisor {
                     // the upstream counts as ready. The connection is visible
                     // first, so a subscription made meanwhile goes straight to
                     // it rather than into a gap.
-                    self.interest.restore(&name, &conn, &hello, timeout).await;
+                    match self.role {
+                        Role::Shared => self.interest.restore(&name, &conn, &hello, timeout).await,
+                        // Its session's subscriptions live on the shared instance.
+                        Role::Instance => self.interest.restore_level(&conn, &hello, timeout).await,
+                    }
                     self.publish(Some(&view));
                     self.handle.set_state(UpstreamState::Ready);
                     self.serve(&conn, &hello, view, &mut child, &mut note_rx).await
@@ -272,7 +370,11 @@ impl Supervisor {
         child: &mut Link,
         notes: &mut mpsc::Receiver<ListsChanged>,
     ) -> String {
-        let watched = || self.interest.watched_on(conn.upstream());
+        // Subscriptions live on the shared instance.
+        let watched = || match self.role {
+            Role::Shared => self.interest.watched_on(conn.upstream()),
+            Role::Instance => Vec::new(),
+        };
         let mut listen_failures: u32 = 0;
         let mut listening = match hello.modern {
             true => listen::open(conn, hello, watched(), conn.watched_tasks()).await,
@@ -363,6 +465,11 @@ impl Supervisor {
             if stale.is_empty() {
                 continue;
             }
+            if self.role == Role::Instance {
+                // The session lists from the catalog; it is told to look again.
+                self.events.lists_changed(&stale);
+                continue;
+            }
             for kind in stale {
                 if !hello.has(kind.capability()) {
                     continue;
@@ -418,6 +525,9 @@ impl Supervisor {
     /// Publishes this upstream's view (None: it left) and tells every
     /// subscriber which merged lists changed.
     fn publish(&self, view: Option<&UpstreamView>) {
+        if self.role == Role::Instance {
+            return;
+        }
         if let (Some(view), Some(conn)) = (view, self.handle.shared.conn.load_full()) {
             let headers = view
                 .lists

@@ -49,6 +49,10 @@ pub(crate) struct Recorder {
     pub(crate) roots: Mutex<std::collections::HashMap<u64, String>>,
     /// `(session, params JSON)` of each `elicitation_complete`.
     pub(crate) completed: Mutex<Vec<(u64, Option<String>)>>,
+    /// Sessions that ended (`session_alive` says false for them).
+    pub(crate) ended: Mutex<Vec<u64>>,
+    /// Each call meant for one session: `(session, what)`.
+    pub(crate) scoped: Mutex<Vec<(u64, String)>>,
 }
 
 impl UpstreamEvents for Recorder {
@@ -110,6 +114,36 @@ impl UpstreamEvents for Recorder {
             .lock()
             .unwrap()
             .push((session, params.map(|p| p.get().to_owned())));
+    }
+
+    fn session_alive(&self, session: u64) -> bool {
+        !self.ended.lock().unwrap().contains(&session)
+    }
+
+    fn resource_updated_for(&self, session: u64, upstream: &str, original_uri: &str) {
+        self.scoped
+            .lock()
+            .unwrap()
+            .push((session, format!("updated {upstream} {original_uri}")));
+    }
+
+    fn log_message_for(
+        &self,
+        session: u64,
+        upstream: &str,
+        _params: Option<&serde_json::value::RawValue>,
+    ) {
+        self.scoped
+            .lock()
+            .unwrap()
+            .push((session, format!("log {upstream}")));
+    }
+
+    fn lists_changed_for(&self, session: u64, kinds: &[ListKind]) {
+        self.scoped
+            .lock()
+            .unwrap()
+            .push((session, format!("lists {kinds:?}")));
     }
 }
 
@@ -213,6 +247,7 @@ impl UpstreamHandle {
                 required: false,
                 transport: "stdio",
                 counts: Default::default(),
+                instances: None,
             }),
         };
         handle.replace_connection(conn);

@@ -90,6 +90,16 @@ async fn config_errors_exit_64_with_one_line_naming_line_and_column() {
             "FILE:5:10:",
             "MCPMUX_TEST_UNSET",
         ),
+        (
+            "upstreams:\n  a:\n    command: x\n    isolation: per-session\n    max_instances: 0\n",
+            "FILE:5:20:",
+            "max_instances",
+        ),
+        (
+            "upstreams:\n  a:\n    command: x\n    isolation: per-user\n",
+            "FILE:4:16:",
+            "per-user",
+        ),
     ];
     for (yaml, location, mention) in cases {
         let (code, _, stderr) = check(yaml).await;

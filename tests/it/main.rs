@@ -13,6 +13,7 @@ mod everything;
 mod faults;
 mod hardening;
 mod input_rounds;
+mod isolation;
 mod live;
 mod modern;
 mod onboarding;
