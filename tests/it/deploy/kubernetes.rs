@@ -546,8 +546,9 @@ async fn the_secret_holds_what_the_deployment_and_config_use_and_placeholders_ar
         );
     }
 
-    // The placeholders are refused: the config does not pass with them.
-    let values: Vec<(String, String)> = keys
+    // The placeholders are refused: with any one of the keys the config
+    // uses left at its placeholder, the config does not pass.
+    let placeholders: Vec<(String, String)> = keys
         .iter()
         .map(|k| {
             let value = secret["stringData"][k]
@@ -558,14 +559,31 @@ async fn the_secret_holds_what_the_deployment_and_config_use_and_placeholders_ar
         .collect();
     let file = tempdir().join("config.yaml");
     std::fs::write(&file, &config).unwrap();
-    let output =
-        mcpmux_check_with(&file, values.iter().map(|(k, v)| (k.as_str(), v.as_str()))).await;
+    let live_keys: Vec<&(String, String)> = placeholders
+        .iter()
+        .filter(|(k, _)| variables(&live).contains(k))
+        .collect();
     assert!(
-        !output.status.success(),
-        "the config passes with the Secret's placeholder values, so an unedited \
-         Secret would serve with a published key:\n{}",
-        printed(&output)
+        !live_keys.is_empty(),
+        "the config uses none of the Secret's keys"
     );
+    for (key, placeholder) in live_keys {
+        let values = placeholders.iter().map(|(k, _)| {
+            let value = if k == key {
+                placeholder.as_str()
+            } else {
+                "a-real-looking-value-for-the-check-0123"
+            };
+            (k.as_str(), value)
+        });
+        let output = mcpmux_check_with(&file, values).await;
+        assert!(
+            !output.status.success(),
+            "the config passes with {key}'s placeholder {placeholder:?}, so an unedited \
+             Secret would serve with a published key:\n{}",
+            printed(&output)
+        );
+    }
 }
 
 #[test]
