@@ -398,7 +398,10 @@ async fn dockerfile_caches_dependencies_in_a_layer_with_a_stub_for_every_target(
         output.status,
         printed(&output)
     );
-    let missing = missing_targets(&manifest, &dir);
+    let missing: Vec<String> = missing_targets(&manifest, &dir)
+        .iter()
+        .map(|t| format!("{} (at {})", t.what, t.paths.join(" or ")))
+        .collect();
     assert!(
         missing.is_empty(),
         "the dependency layer has no stub for these targets in Cargo.toml: {missing:#?}\n\
