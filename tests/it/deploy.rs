@@ -23,6 +23,7 @@ use crate::support::{exe, interop, tempdir, within};
 
 mod dockerfile;
 mod kubernetes;
+mod kustomize;
 
 use dockerfile::image_cmd;
 
