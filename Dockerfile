@@ -95,8 +95,8 @@ EXPOSE 8080
 # helper inside the image. Health is checked over HTTP from outside: on
 # Kubernetes, the liveness probe is GET /healthz (200 while the process serves
 # HTTP) and the readiness probe is GET /readyz (200 when every required
-# upstream is ready, else 503 with each upstream's state as JSON); see
-# deploy/kubernetes/base/deployment.yaml.
+# upstream is ready and no optional one is in its first start, else 503 with
+# each upstream's state as JSON); see deploy/kubernetes/base/deployment.yaml.
 #
 # mcpmux exits on SIGTERM or SIGINT after draining in-flight requests for up
 # to `shutdown_grace` (10s by default) and stopping its stdio children, so
