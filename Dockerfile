@@ -41,19 +41,20 @@ FROM rust:1-bookworm AS build
 WORKDIR /build
 
 # The dependency layer. It depends on Cargo.toml and Cargo.lock only, so a
-# change under src/ reuses it and recompiles mcpmux alone. Cargo reads every
-# target Cargo.toml declares even when building one, so each gets a stub:
-# src/main.rs and src/lib.rs (the package's binary and library), and
-# fixture/main.rs. A target added to Cargo.toml needs a stub here too
-# (tests/it/deploy.rs fails until it has one).
+# change under src/ reuses it and recompiles mcpmux alone. So that Cargo
+# sees the same package here as in the real build below, every target
+# Cargo.toml declares gets a stub: src/main.rs and src/lib.rs (the package's
+# binary and library), and fixture/main.rs. A target added to Cargo.toml
+# needs a stub here too (tests/it/deploy.rs fails until it has one).
 COPY Cargo.toml Cargo.lock ./
 RUN mkdir -p src fixture \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs \
  && echo 'fn main() {}' > fixture/main.rs
 # Then remove what was built from the stubs: the stub sources under src/
-# (COPY src below brings the real ones; the other stubs stay, as Cargo
-# still reads those targets) and mcpmux's own artifacts and fingerprints.
+# (COPY src below brings the real ones; the other stubs stay, so the package
+# looks the same to Cargo in both builds) and mcpmux's own artifacts and
+# fingerprints.
 # The copied sources keep their modification times from the build context
 # and may be older than the stub's artifacts, so without this Cargo could
 # take the stub build as up to date.
