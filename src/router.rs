@@ -341,6 +341,20 @@ impl Router {
         self
     }
 
+    /// Sends a resolved call to its upstream (see [`forward::run`]).
+    async fn forward(&self, call: forward::Call<'_>, ctx: &RequestContext, id: &RawValue) -> Reply {
+        forward::run(
+            call,
+            ctx,
+            id,
+            &self.hub,
+            &self.metrics,
+            &self.tasks,
+            &self.parking,
+        )
+        .await
+    }
+
     /// Stateless calls waiting for their clients' input now.
     pub(crate) fn parked_calls(&self) -> usize {
         self.parking.len()
@@ -466,16 +480,7 @@ impl Router {
                         let creates = (call.method == Method::ToolsCall
                             && tasks::may_create(ctx, params))
                         .then(|| call.handle.name().clone());
-                        let reply = forward::run(
-                            call,
-                            ctx,
-                            id,
-                            &self.hub,
-                            &self.metrics,
-                            &self.tasks,
-                            &self.parking,
-                        )
-                        .await;
+                        let reply = self.forward(call, ctx, id).await;
                         match creates {
                             Some(upstream) => tasks::adopt_reply(
                                 reply,

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use super::forward::{self, Call};
+use super::forward::Call;
 use super::rewrite::{Params, json_string};
 use super::{Reply, RequestContext, RouteError, Router};
 use crate::notify::tasks::{Owner, Route};
@@ -341,16 +341,7 @@ impl Router {
             item: task.clone(),
             target: Some(Arc::from(&*route.upstream_id)),
         };
-        let reply = forward::run(
-            call,
-            ctx,
-            id,
-            &self.hub,
-            &self.metrics,
-            &self.tasks,
-            &self.parking,
-        )
-        .await;
+        let reply = self.forward(call, ctx, id).await;
         let gateway_id = task;
         Ok(map_result(reply, &self.tasks, move |result| {
             restore_id(result, &gateway_id)

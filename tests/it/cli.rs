@@ -207,14 +207,7 @@ async fn listen_takes_a_host_name() {
 
 /// Runs `mcpmux ARGS`: its exit code, stdout and stderr.
 async fn run(args: &[&str]) -> (i32, String, String) {
-    let out = within("mcpmux", Command::new(exe()).args(args).output())
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    crate::support::run_mcpmux(args, &[]).await
 }
 
 #[tokio::test]

@@ -7,9 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use tokio::process::Command;
-
-use crate::support::{exe, tempdir, within};
+use crate::support::tempdir;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -168,22 +166,10 @@ fn readme_blocks(lang: &str) -> Vec<String> {
     blocks
 }
 
+/// `mcpmux ARGS` with `env`: exit code, and stdout and stderr together.
 async fn mcpmux(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let out = within(
-        "mcpmux",
-        Command::new(exe())
-            .args(args)
-            .envs(env.iter().copied())
-            .output(),
-    )
-    .await
-    .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    let (code, out, err) = crate::support::run_mcpmux(args, env).await;
+    (code, format!("{out}{err}"))
 }
 
 #[tokio::test]

@@ -16,20 +16,7 @@ fn repo() -> PathBuf {
 
 /// Runs `mcpmux ARGS` with `env`: exit code, stdout, stderr.
 async fn mcpmux(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = within(
-        "mcpmux",
-        Command::new(exe())
-            .args(args)
-            .envs(env.iter().copied())
-            .output(),
-    )
-    .await
-    .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    crate::support::run_mcpmux(args, env).await
 }
 
 /// Imports `host` (written to a file named `name`) and checks the YAML

@@ -36,6 +36,24 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
     }
 }
 
+/// Runs `mcpmux ARGS` with `env` to the end: its exit code, stdout and stderr.
+pub async fn run_mcpmux(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = within(
+        "mcpmux",
+        tokio::process::Command::new(exe())
+            .args(args)
+            .envs(env.iter().copied())
+            .output(),
+    )
+    .await
+    .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Whether process `pid` still exists (a zombie counts as gone for us only
 /// once reaped, so this is true for zombies too).
 pub fn process_exists(pid: u32) -> bool {
