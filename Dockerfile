@@ -55,9 +55,6 @@ RUN mkdir -p src fixture \
 # (COPY src below brings the real ones; the other stubs stay, so the package
 # looks the same to Cargo in both builds) and mcpmux's own artifacts and
 # fingerprints.
-# The copied sources keep their modification times from the build context
-# and may be older than the stub's artifacts, so without this Cargo could
-# take the stub build as up to date.
 RUN cargo build --release --locked --bin mcpmux \
  && rm -rf src \
     target/release/mcpmux target/release/mcpmux.d \
@@ -69,9 +66,12 @@ RUN cargo build --release --locked --bin mcpmux \
 # docs/config.schema.json, printed by `mcpmux schema`, are compiled in).
 COPY src ./src
 COPY docs/config.schema.json ./docs/config.schema.json
-# The release profile keeps line tables (for backtraces); the image does not
-# need them: --strip-debug drops the debug sections and keeps the symbol
-# table, so a panic's backtrace still names functions.
+# The copied sources keep their modification times from the build context
+# and may be older than the stub's artifacts: the touch makes sure Cargo
+# never takes the stub build as up to date. The release profile keeps line
+# tables (for backtraces); the image does not need them: --strip-debug drops
+# the debug sections and keeps the symbol table, so a panic's backtrace
+# still names functions.
 RUN touch src/main.rs src/lib.rs \
  && cargo build --release --locked --bin mcpmux \
  && strip --strip-debug target/release/mcpmux
