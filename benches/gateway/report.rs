@@ -1,0 +1,174 @@
+//! What a run measured (one value per metric per round) and the Markdown
+//! it is printed as: median and spread (min–max) across rounds, and ratios
+//! against the direct path computed round by round.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::Duration;
+
+/// Per-round values by key (`"<metric>/<target>"`), in round order.
+#[derive(Default)]
+pub struct Results {
+    values: BTreeMap<String, Vec<f64>>,
+}
+
+impl Results {
+    pub fn push(&mut self, key: impl Into<String>, value: f64) {
+        self.values.entry(key.into()).or_default().push(value);
+    }
+
+    pub fn get(&self, key: &str) -> Option<&[f64]> {
+        self.values.get(key).map(Vec::as_slice)
+    }
+
+    /// Round-by-round `key_a / key_b`.
+    pub fn ratio(&self, a: &str, b: &str) -> Option<Vec<f64>> {
+        let (a, b) = (self.get(a)?, self.get(b)?);
+        let r: Vec<f64> = a
+            .iter()
+            .zip(b)
+            .filter(|(_, b)| **b > 0.0)
+            .map(|(a, b)| a / b)
+            .collect();
+        (!r.is_empty()).then_some(r)
+    }
+
+    /// Round-by-round `key_a - key_b`.
+    pub fn difference(&self, a: &str, b: &str) -> Option<Vec<f64>> {
+        let (a, b) = (self.get(a)?, self.get(b)?);
+        Some(a.iter().zip(b).map(|(a, b)| a - b).collect())
+    }
+}
+
+/// The value at fraction `p` (0..=1) of sorted durations, in µs.
+pub fn percentile_us(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1].as_secs_f64() * 1e6
+}
+
+/// The median of `values`.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+/// A number with about three significant digits.
+pub fn num(x: f64) -> String {
+    if x.is_nan() {
+        "—".to_owned()
+    } else if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// "median (min–max)", or the value alone for one round.
+pub fn cell(values: Option<&[f64]>) -> String {
+    let Some(values) = values.filter(|v| !v.is_empty()) else {
+        return "—".to_owned();
+    };
+    let m = median(values);
+    if values.len() == 1 {
+        return num(m);
+    }
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{} ({}–{})", num(m), num(min), num(max))
+}
+
+/// A ratio cell: "4.52× (4.1–5.0)".
+pub fn ratio_cell(values: Option<Vec<f64>>) -> String {
+    match values {
+        Some(v) if !v.is_empty() => {
+            let c = cell(Some(&v));
+            match c.split_once(' ') {
+                Some((m, spread)) => format!("{m}× {spread}"),
+                None => format!("{c}×"),
+            }
+        }
+        _ => "—".to_owned(),
+    }
+}
+
+/// One table with a title and notes under it.
+pub struct Table {
+    pub title: String,
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    pub notes: Vec<String>,
+}
+
+impl Table {
+    pub fn new(title: &str, header: &[&str]) -> Table {
+        Table {
+            title: title.to_owned(),
+            header: header.iter().map(|h| (*h).to_owned()).collect(),
+            rows: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    fn markdown(&self, out: &mut String) {
+        let _ = writeln!(out, "## {}\n", self.title);
+        let _ = writeln!(out, "| {} |", self.header.join(" | "));
+        let _ = writeln!(
+            out,
+            "|{}",
+            self.header.iter().map(|_| "---|").collect::<String>()
+        );
+        for row in &self.rows {
+            let _ = writeln!(out, "| {} |", row.join(" | "));
+        }
+        out.push('\n');
+        for note in &self.notes {
+            let _ = writeln!(out, "{note}\n");
+        }
+    }
+}
+
+/// The whole page: a header describing the machine and the run, then the tables.
+pub fn markdown(machine: &[(String, String)], run: &[String], tables: &[Table]) -> String {
+    let mut out = String::from("# mcpmux benchmark\n\n");
+    out.push_str(
+        "Produced by `scripts/bench.sh` (`cargo bench --bench gateway`); see\n\
+         `benches/gateway/main.rs` for what each figure means. Ratios matter more than\n\
+         absolute figures: every figure is the median over rounds, with the\n\
+         spread (min–max) in parentheses, and ratios are taken round by round.\n\n",
+    );
+    out.push_str("| machine | |\n|---|---|\n");
+    for (what, value) in machine {
+        let _ = writeln!(out, "| {what} | {value} |");
+    }
+    out.push('\n');
+    for line in run {
+        let _ = writeln!(out, "- {line}");
+    }
+    out.push('\n');
+    for table in tables {
+        table.markdown(&mut out);
+    }
+    out
+}
