@@ -66,7 +66,9 @@ async fn measure(gateway: &procs::Gateway, shape: &Shape, res: &mut Results) -> 
         let (tools, _) = list_all(&mut session).await?;
         times.push(start.elapsed().as_secs_f64());
         if tools != expected {
-            return Err(fail(format!("tools/list gave {tools} tools, not {expected}")));
+            return Err(fail(format!(
+                "tools/list gave {tools} tools, not {expected}"
+            )));
         }
     }
     let used = Usage::of(gateway.proc.pid)?.since(before);

@@ -66,7 +66,7 @@ impl Conn {
     async fn send(&mut self, req: Request<Body>) -> Res<hyper::Response<Incoming>> {
         let send = async {
             self.sender.ready().await?;
-            Ok::<_, hyper::Error>(self.sender.send_request(req).await?)
+            self.sender.send_request(req).await
         };
         tokio::time::timeout(REQUEST_TIMEOUT, send)
             .await
@@ -132,10 +132,10 @@ pub fn message_of(body: &[u8]) -> Res<Value> {
     }
     let text = std::str::from_utf8(body)?;
     text.lines()
+        .rev()
         .filter_map(|l| l.strip_prefix("data:"))
         .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .filter(|v| v.get("id").is_some())
-        .last()
+        .find(|v| v.get("id").is_some())
         .ok_or_else(|| fail(format!("no JSON-RPC answer in: {}", preview(body))))
 }
 
@@ -192,7 +192,14 @@ impl Session {
     /// One request; the answer's `result`, or an error naming the JSON-RPC error.
     pub async fn request(&mut self, method: &str, params: Value) -> Res<Value> {
         self.next_id += 1;
-        rpc(&mut self.conn, self.id.as_ref(), self.next_id, method, params).await
+        rpc(
+            &mut self.conn,
+            self.id.as_ref(),
+            self.next_id,
+            method,
+            params,
+        )
+        .await
     }
 
     /// One echo call; checks the status and the answer's size (and, with

@@ -164,7 +164,9 @@ async fn measure(
         )
         .await?;
     if reached.pointer("/structuredContent/reached") == Some(&json!(0)) {
-        return Err(fail("the gateway holds no notification stream on the floor"));
+        return Err(fail(
+            "the gateway holds no notification stream on the floor",
+        ));
     }
     let mut times = Vec::with_capacity(n);
     let deadline = start + DELIVERY_BOUND;

@@ -89,7 +89,8 @@ pub struct Floor {
 impl Floor {
     /// A floor listing `tools` tools: `echo`, `notify`, then `tool2`, `tool3`, ...
     pub fn new(tools: usize) -> Floor {
-        let schema = r#"{"type":"object","properties":{"text":{"type":"string"},"uri":{"type":"string"}}}"#;
+        let schema =
+            r#"{"type":"object","properties":{"text":{"type":"string"},"uri":{"type":"string"}}}"#;
         let mut items = Vec::with_capacity(tools.max(2));
         items.push(format!(
             r#"{{"name":"{ECHO}","description":"Returns its text argument.","inputSchema":{schema}}}"#
@@ -285,8 +286,8 @@ async fn serve(floor: Arc<Floor>, req: Request<Incoming>) -> Result<Response<Bod
             let Some(reply) = handled.reply else {
                 return Ok(status(StatusCode::ACCEPTED));
             };
-            let mut response = Response::builder()
-                .header(hyper::header::CONTENT_TYPE, "application/json");
+            let mut response =
+                Response::builder().header(hyper::header::CONTENT_TYPE, "application/json");
             if handled.initialize {
                 let n = floor.sessions.fetch_add(1, Ordering::Relaxed);
                 response = response.header("mcp-session-id", format!("floor-{n}"));

@@ -7,7 +7,8 @@
 //! mcpmux to an HTTP floor, through mcpmux to a stdio floor, R times):
 //! latency p50/p99 of `tools/call` echo (2 KB, 32 KB; one client); CPU µs
 //! and context switches per call of the gateway and of the floor (from
-//! `/proc/<pid>/stat` and `/proc/<pid>/task/*/status`); throughput at 1, 16
+//! `/proc/<pid>/task/*/schedstat` and `status`, checked against
+//! `/proc/<pid>/stat`); throughput at 1, 16
 //! and 64 clients; `initialize` cost. Then, each with a fresh gateway: startup
 //! to `/readyz` with many stdio floors and the merged `tools/list` of all
 //! their tools; fan-out of one `resources/updated` to N open streams, and the
@@ -119,8 +120,10 @@ impl Options {
         let quick = args.iter().any(|a| a == "--quick");
         let mut plan = if quick { Plan::quick() } else { Plan::full() };
         let mut out = None;
-        let mut mcpmux = std::env::var_os("MCPMUX_BIN")
-            .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mcpmux")), PathBuf::from);
+        let mut mcpmux = std::env::var_os("MCPMUX_BIN").map_or_else(
+            || PathBuf::from(env!("CARGO_BIN_EXE_mcpmux")),
+            PathBuf::from,
+        );
         let mut only = None;
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -274,7 +277,11 @@ async fn run(options: &Options) -> Res<()> {
     if options.runs("fanout") {
         for round in 0..plan.fanout_rounds {
             for &n in &plan_fanout {
-                eprintln!("fan-out round {}/{}, {n} streams", round + 1, plan.fanout_rounds);
+                eprintln!(
+                    "fan-out round {}/{}, {n} streams",
+                    round + 1,
+                    plan.fanout_rounds
+                );
                 fanout::round(mcpmux, &exe, &scratch, n, &mut res).await?;
             }
         }
@@ -291,9 +298,8 @@ async fn run(options: &Options) -> Res<()> {
         ),
         format!("load average at the end: {}", procs::load_average()),
     ];
-    run_notes.push(
-        "The load client, the floor and the gateway share the machine's CPUs.".to_owned(),
-    );
+    run_notes
+        .push("The load client, the floor and the gateway share the machine's CPUs.".to_owned());
     let tables = tables(&res, plan, &plan_fanout);
     let text = report::markdown(&machine, &run_notes, &tables);
     println!("{text}");
@@ -415,7 +421,10 @@ fn tables(res: &Results, plan: &Plan, fanout: &[usize]) -> Vec<Table> {
     for &c in &plan.clients {
         by_target(
             &format!("tput_{c}"),
-            &format!("throughput, {c} client{} (calls/s)", if c == 1 { "" } else { "s" }),
+            &format!(
+                "throughput, {c} client{} (calls/s)",
+                if c == 1 { "" } else { "s" }
+            ),
             &mut per_call,
         );
     }
@@ -435,9 +444,10 @@ fn tables(res: &Results, plan: &Plan, fanout: &[usize]) -> Vec<Table> {
         ]);
     }
     per_call.note(
-        "Ratios are through-mcpmux over direct, round by round. Throughput ratios are \
-         the fraction of direct throughput kept; CPU is read from /proc/<pid>/stat \
-         (10 ms ticks), so it is taken over thousands of calls.",
+        "Ratios are through-mcpmux over direct, round by round; for throughput, the \
+         fraction of direct throughput kept. CPU is the sum of the process's threads' \
+         run time (/proc/<pid>/task/*/schedstat), checked against utime + stime of \
+         /proc/<pid>/stat; the floor's is that of the floor answering the calls.",
     );
     tables.push(per_call);
 
@@ -454,16 +464,30 @@ fn tables(res: &Results, plan: &Plan, fanout: &[usize]) -> Vec<Table> {
     };
     gateway.row(vec![
         "added latency p50, 2 KB (µs over direct)".to_owned(),
-        cell(res.difference("lat_p50_2k/http", "lat_p50_2k/direct").as_deref()),
-        cell(res.difference("lat_p50_2k/stdio", "lat_p50_2k/direct").as_deref()),
+        cell(
+            res.difference("lat_p50_2k/http", "lat_p50_2k/direct")
+                .as_deref(),
+        ),
+        cell(
+            res.difference("lat_p50_2k/stdio", "lat_p50_2k/direct")
+                .as_deref(),
+        ),
     ]);
-    both("cpu_gw", "gateway CPU per call, 2 KB, 1 client (µs)", &mut gateway);
+    both(
+        "cpu_gw",
+        "gateway CPU per call, 2 KB, 1 client (µs)",
+        &mut gateway,
+    );
     gateway.row(vec![
         "gateway CPU per call ÷ floor CPU per call (direct)".to_owned(),
         ratio_cell(res.ratio("cpu_gw/http", "cpu_floor/direct")),
         ratio_cell(res.ratio("cpu_gw/stdio", "cpu_floor/direct")),
     ]);
-    both("csw_cpu_gw", "gateway context switches per call", &mut gateway);
+    both(
+        "csw_cpu_gw",
+        "gateway context switches per call",
+        &mut gateway,
+    );
     for &c in plan.clients.iter().filter(|c| **c > 1) {
         both(
             &format!("load{c}_gw"),
@@ -525,5 +549,84 @@ fn tables(res: &Results, plan: &Plan, fanout: &[usize]) -> Vec<Table> {
          divided by the number of sessions (a stream's figure includes its connection).",
     );
     tables.push(fan);
+    tables.insert(0, targets(res, plan, fanout));
     tables
+}
+
+/// Issue 13's targets for the hot path, each against what this run measured
+/// (HTTP upstream, medians).
+fn targets(res: &Results, plan: &Plan, fanout: &[usize]) -> Table {
+    let mut table = Table::new(
+        "Targets (issue 13, HTTP upstream)",
+        &["target", "measured (median)", "met"],
+    );
+    let mut target = |what: &str, value: Option<f64>, unit: &str, ok: &dyn Fn(f64) -> bool| {
+        let (measured, met) = match value.filter(|v| !v.is_nan()) {
+            Some(v) => (
+                format!("{}{unit}", report::num(v)),
+                if ok(v) { "yes" } else { "no" },
+            ),
+            None => ("not measured".to_owned(), "—"),
+        };
+        table.row(vec![what.to_owned(), measured, met.to_owned()]);
+    };
+    let med = |v: Option<Vec<f64>>| v.map(|v| report::median(&v));
+    target(
+        "gateway CPU per 2 KB call ≤ 2× the floor's",
+        med(res.ratio("cpu_gw/http", "cpu_floor/direct")),
+        "×",
+        &|v| v <= 2.0,
+    );
+    target(
+        "added latency p50 ≤ 60 µs",
+        med(res.difference("lat_p50_2k/http", "lat_p50_2k/direct")),
+        " µs",
+        &|v| v <= 60.0,
+    );
+    for c in [16, 64] {
+        target(
+            &format!("throughput at {c} clients ≥ 0.5× direct"),
+            med(res.ratio(&format!("tput_{c}/http"), &format!("tput_{c}/direct"))),
+            "×",
+            &|v| v >= 0.5,
+        );
+    }
+    let n = fanout
+        .iter()
+        .copied()
+        .find(|n| *n == 1000)
+        .or(fanout.first().copied());
+    if let Some(n) = n {
+        let at = |key: &str| res.get(&format!("{key}/{n}")).map(report::median);
+        target(
+            &format!("fan-out to {n} streams: p99 ≤ 5 ms"),
+            at("fan_p99_ms"),
+            " ms",
+            &|v| v <= 5.0,
+        );
+        target(
+            &format!("fan-out to {n} streams: ≤ 5 µs gateway CPU per delivery"),
+            at("fan_cpu_us"),
+            " µs",
+            &|v| v <= 5.0,
+        );
+        target(
+            "a session with an open stream and one subscription ≤ 8 KB",
+            at("stream_kb"),
+            " KB",
+            &|v| v <= 8.0,
+        );
+    }
+    let tools = plan.catalog.upstreams * plan.catalog.tools_each;
+    target(
+        &format!("tools/list of one client over a {tools}-tool catalog ≤ 1 ms"),
+        res.get("list_ms").map(report::median),
+        " ms",
+        &|v| v <= 1.0,
+    );
+    table.note(
+        "Each target as issue 13 states it; `met` compares the median of this run. \
+         Figures from a busy machine say nothing about the targets.",
+    );
+    table
 }

@@ -37,7 +37,9 @@ impl Proc {
         let mut child = cmd
             .spawn()
             .map_err(|e| fail(format!("cannot start {name}: {e}")))?;
-        let pid = child.id().ok_or_else(|| fail(format!("{name} exited at once")))?;
+        let pid = child
+            .id()
+            .ok_or_else(|| fail(format!("{name} exited at once")))?;
         let stdin = child.stdin.take();
         Ok(Proc {
             child,
@@ -170,13 +172,17 @@ pub async fn wait_ready(addr: SocketAddr, since: Instant, bound: Duration) -> Re
 /// A process's CPU time and context switches at one moment.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Usage {
+    /// The sum of its live threads' run time (`/proc/<pid>/task/*/schedstat`,
+    /// in nanoseconds), in µs.
     pub cpu_us: u64,
+    /// utime + stime of `/proc/<pid>/stat` (all threads, exited ones
+    /// included, in 10 ms ticks), in µs: the cross-check of `cpu_us`.
+    pub ticks_us: u64,
+    /// Voluntary and involuntary context switches of its live threads.
     pub switches: u64,
 }
 
 impl Usage {
-    /// Reads `/proc/<pid>/stat` (utime + stime, all threads, exited ones
-    /// included) and the `*_ctxt_switches` of each live thread's status.
     pub fn of(pid: u32) -> Res<Usage> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
         let fields: Vec<&str> = stat
@@ -185,31 +191,50 @@ impl Usage {
             .1
             .split_whitespace()
             .collect();
-        // Fields 14 and 15 of stat(5), counted from the state (field 3).
+        // Fields 14 and 15 of proc_pid_stat(5), counted from the state (field 3).
         let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-        let mut switches = 0;
+        let (mut run_ns, mut switches) = (0, 0);
         for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-            let Ok(status) = std::fs::read_to_string(task?.path().join("status")) else {
-                continue; // the thread ended meanwhile
-            };
-            switches += status
-                .lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .sum::<u64>();
+            let task = task?.path();
+            // A thread that ended meanwhile has neither file.
+            if let Ok(schedstat) = std::fs::read_to_string(task.join("schedstat")) {
+                run_ns += schedstat
+                    .split_whitespace()
+                    .next()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+            if let Ok(status) = std::fs::read_to_string(task.join("status")) {
+                switches += status
+                    .lines()
+                    .filter(|l| l.contains("ctxt_switches:"))
+                    .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                    .sum::<u64>();
+            }
         }
         Ok(Usage {
-            cpu_us: ticks * 1_000_000 / TICKS_PER_SECOND,
+            cpu_us: run_ns / 1000,
+            ticks_us: ticks * 1_000_000 / TICKS_PER_SECOND,
             switches,
         })
     }
 
-    /// What was used since `earlier`.
+    /// What was used since `earlier`; says so on stderr when the two CPU
+    /// counters disagree by more than their resolution allows.
     pub fn since(self, earlier: Usage) -> Usage {
-        Usage {
+        let used = Usage {
             cpu_us: self.cpu_us.saturating_sub(earlier.cpu_us),
+            ticks_us: self.ticks_us.saturating_sub(earlier.ticks_us),
             switches: self.switches.saturating_sub(earlier.switches),
+        };
+        let slack = 30_000 + used.cpu_us / 10;
+        if used.cpu_us.abs_diff(used.ticks_us) > slack {
+            eprintln!(
+                "note: threads' run time {} µs but stat's utime+stime {} µs (threads that ended are missing from the first)",
+                used.cpu_us, used.ticks_us
+            );
         }
+        used
     }
 }
 
@@ -233,7 +258,14 @@ pub fn children(pid: u32) -> Vec<u32> {
         .filter(|child| {
             std::fs::read_to_string(format!("/proc/{child}/stat"))
                 .ok()
-                .and_then(|s| s.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok())
+                .and_then(|s| {
+                    s.rsplit_once(')')?
+                        .1
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse()
+                        .ok()
+                })
                 == Some(pid)
         })
         .collect()

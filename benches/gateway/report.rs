@@ -68,7 +68,7 @@ pub fn median(values: &[f64]) -> f64 {
 pub fn num(x: f64) -> String {
     if x.is_nan() {
         "—".to_owned()
-    } else if x.abs() >= 100.0 {
+    } else if x.abs() >= 100.0 || (x.fract() == 0.0 && x.abs() < 1e12) {
         format!("{x:.0}")
     } else if x.abs() >= 10.0 {
         format!("{x:.1}")
