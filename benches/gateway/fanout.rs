@@ -40,9 +40,10 @@ pub async fn round(
     exe: &Path,
     scratch: &Scratch,
     n: usize,
+    floor_threads: usize,
     res: &mut Results,
 ) -> Res<()> {
-    let (floor, floor_addr) = procs::floor_http(exe, 2).await?;
+    let (floor, floor_addr) = procs::floor_http(exe, 2, floor_threads).await?;
     let upstream = crate::http_upstream("fh", floor_addr);
     let config = scratch.write("fanout.yaml", &crate::gateway_yaml(&upstream))?;
     let gateway = procs::gateway(mcpmux, &config).await?;

@@ -237,11 +237,19 @@ pub fn run_stdio(tools: usize) -> Res<()> {
 }
 
 /// `floor http`: serves `POST/GET/DELETE /mcp` on 127.0.0.1:0, prints
-/// `listening ADDR` on stdout, and stops when stdin closes.
-pub fn run_http(tools: usize) -> Res<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+/// `listening ADDR` on stdout, and stops when stdin closes. `threads` 1 is
+/// a current-thread runtime, more a multi-thread one with that many workers.
+pub fn run_http(tools: usize, threads: usize) -> Res<()> {
+    let runtime = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()?
+    };
     runtime.block_on(async move {
         let floor = Arc::new(Floor::new(tools));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

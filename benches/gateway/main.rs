@@ -44,11 +44,15 @@ pub fn fail(message: impl Into<String>) -> Error {
 const USAGE: &str = "\
 usage: cargo bench --bench gateway -- [--quick] [--rounds N] [--out FILE]
                                       [--mcpmux PATH] [--only calls,catalog,fanout]
+                                      [--floor-threads N] [--fanout N,M]
   --quick    a short run (well under a minute) to check the pipeline
   --rounds   rounds of the interleaved per-call measurements (default 5)
   --out      also write the Markdown report to FILE (docs/benchmark.md)
   --mcpmux   the gateway binary (default: $MCPMUX_BIN, else the one cargo built)
-  --only     run only these parts";
+  --only     run only these parts
+  --fanout   the fan-out sizes (default 1000,10000; --quick 100,1000)
+  --floor-threads  worker threads of the HTTP floor (default: the CPU count;
+             1 is a current-thread runtime)";
 
 /// What a run does; `--quick` shrinks every count.
 struct Plan {
@@ -109,6 +113,7 @@ impl Plan {
 
 struct Options {
     plan: Plan,
+    floor_threads: usize,
     quick: bool,
     out: Option<PathBuf>,
     mcpmux: PathBuf,
@@ -125,6 +130,7 @@ impl Options {
             PathBuf::from,
         );
         let mut only = None;
+        let mut floor_threads = std::thread::available_parallelism().map_or(1, usize::from);
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             let mut value = || {
@@ -141,6 +147,13 @@ impl Options {
                 }
                 "--out" => out = Some(PathBuf::from(value()?)),
                 "--mcpmux" => mcpmux = PathBuf::from(value()?),
+                "--floor-threads" => floor_threads = value()?.parse()?,
+                "--fanout" => {
+                    plan.fanout = value()?
+                        .split(',')
+                        .map(str::parse)
+                        .collect::<Result<_, _>>()?;
+                }
                 "--only" => only = Some(value()?.split(',').map(str::to_owned).collect()),
                 "--help" | "-h" => return Err(fail(USAGE)),
                 other => return Err(fail(format!("unknown argument {other}\n{USAGE}"))),
@@ -151,6 +164,7 @@ impl Options {
         }
         Ok(Options {
             plan,
+            floor_threads,
             quick,
             out,
             mcpmux,
@@ -199,15 +213,19 @@ fn main() -> ExitCode {
 
 /// `floor http|stdio [--tools N]`: a child process of the benchmark.
 fn floor_main(args: &[String]) -> ExitCode {
-    let tools = args
-        .iter()
-        .position(|a| a == "--tools")
-        .and_then(|i| args.get(i + 1)?.parse().ok())
-        .unwrap_or(2);
+    let number = |name: &str, default: usize| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1)?.parse().ok())
+            .unwrap_or(default)
+    };
+    let tools = number("--tools", 2);
     let outcome = match args.first().map(String::as_str) {
-        Some("http") => floor::run_http(tools),
+        Some("http") => floor::run_http(tools, number("--threads", 1)),
         Some("stdio") => floor::run_stdio(tools),
-        _ => Err(fail("usage: gateway floor http|stdio [--tools N]")),
+        _ => Err(fail(
+            "usage: gateway floor http [--threads N] [--tools N] | stdio [--tools N]",
+        )),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -260,9 +278,11 @@ async fn run(options: &Options) -> Res<()> {
     let mut res = Results::default();
     let mut plan_fanout = plan.fanout.clone();
     let most = plan_fanout.iter().copied().max().unwrap_or(0) as u64;
-    if most * 2 + 256 > fds {
+    // Each stream is one connection of this process (and one of the gateway,
+    // which raises its own limit).
+    if most + 512 > fds {
         eprintln!("open-file limit {fds} is too low for {most} streams; fan-out limited");
-        plan_fanout.retain(|n| (*n as u64) * 2 + 256 <= fds);
+        plan_fanout.retain(|n| (*n as u64) + 512 <= fds);
     }
 
     if options.runs("calls") {
@@ -282,19 +302,24 @@ async fn run(options: &Options) -> Res<()> {
                     round + 1,
                     plan.fanout_rounds
                 );
-                fanout::round(mcpmux, &exe, &scratch, n, &mut res).await?;
+                fanout::round(mcpmux, &exe, &scratch, n, options.floor_threads, &mut res).await?;
             }
         }
     }
 
     let mut run_notes = vec![
         format!(
-            "{} rounds of per-call measurements{}; {} sequential 2 KB calls and {} 32 KB calls per target per round; {:?} per throughput window.",
+            "Per-call rounds: {}{}; {} sequential 2 KB calls and {} 32 KB calls per target per round; {:?} per throughput window; the HTTP floor has {}.",
             plan.rounds,
             if options.quick { " (--quick)" } else { "" },
             plan.calls_2k,
             plan.calls_32k,
-            plan.window
+            plan.window,
+            if options.floor_threads <= 1 {
+                "a current-thread runtime".to_owned()
+            } else {
+                format!("{} worker threads", options.floor_threads)
+            }
         ),
         format!("load average at the end: {}", procs::load_average()),
     ];
@@ -319,7 +344,7 @@ async fn calls_part(
     res: &mut Results,
 ) -> Res<()> {
     let plan = &options.plan;
-    let (floor, floor_addr) = procs::floor_http(exe, 2).await?;
+    let (floor, floor_addr) = procs::floor_http(exe, 2, options.floor_threads).await?;
     let upstreams = format!(
         "{}{}",
         http_upstream("fh", floor_addr),

@@ -66,10 +66,11 @@ impl Proc {
     }
 }
 
-/// Starts `exe floor http --tools N`; it prints its address on stdout.
-pub async fn floor_http(exe: &Path, tools: usize) -> Res<(Proc, SocketAddr)> {
+/// Starts `exe floor http --tools N --threads T`; it prints its address on stdout.
+pub async fn floor_http(exe: &Path, tools: usize, threads: usize) -> Res<(Proc, SocketAddr)> {
     let mut cmd = Command::new(exe);
     cmd.args(["floor", "http", "--tools", &tools.to_string()])
+        .args(["--threads", &threads.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut proc = Proc::spawn("floor", cmd)?;
