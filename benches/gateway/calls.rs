@@ -100,6 +100,7 @@ pub async fn latency(
     if cpu {
         target.record_usage(res, "cpu", &before, calls as u64)?;
     }
+    session.close().await?;
     times.sort_unstable();
     res.push(
         format!("lat_p50_{label}/{}", target.key),
@@ -140,19 +141,26 @@ pub async fn throughput(
                 session.echo(&payload, false).await?;
                 calls += 1;
             }
-            Ok::<_, crate::Error>((calls, Instant::now()))
+            let finished = Instant::now();
+            Ok::<_, crate::Error>((calls, finished, session))
         });
     }
     tokio::time::sleep_until(start.into()).await;
     let before = target.usage()?;
     let mut total = 0;
     let mut end = start;
+    let mut done = Vec::with_capacity(clients);
     while let Some(joined) = tasks.join_next().await {
-        let (calls, finished) = joined.map_err(|e| fail(format!("client task: {e}")))??;
+        let (calls, finished, session) =
+            joined.map_err(|e| fail(format!("client task: {e}")))??;
         total += calls;
         end = end.max(finished);
+        done.push(session);
     }
     target.record_usage(res, &format!("load{clients}"), &before, total)?;
+    for session in done {
+        session.close().await?;
+    }
     let secs = (end - start).as_secs_f64();
     res.push(
         format!("tput_{clients}/{}", target.key),
@@ -172,15 +180,19 @@ pub async fn initialize_cost(
     res: &mut Results,
 ) -> Res<()> {
     let mut conn = Conn::connect(addr).await?;
-    initialize(&mut conn).await?;
+    let mut ids = Vec::with_capacity(count + 1);
+    ids.extend(initialize(&mut conn).await?);
     let before = Usage::of(pid)?;
     let mut times = Vec::with_capacity(count);
     for _ in 0..count {
         let start = Instant::now();
-        initialize(&mut conn).await?;
+        ids.extend(initialize(&mut conn).await?);
         times.push(start.elapsed());
     }
     let used = Usage::of(pid)?.since(before);
+    for id in &ids {
+        conn.delete(id).await?;
+    }
     times.sort_unstable();
     res.push(format!("init_p50/{key}"), percentile_us(&times, 0.5));
     res.push(format!("init_p99/{key}"), percentile_us(&times, 0.99));

@@ -100,6 +100,18 @@ impl Conn {
         })
     }
 
+    /// `DELETE /mcp`: ends `session`.
+    pub async fn delete(&mut self, session: &HeaderValue) -> Res<()> {
+        let req = Request::delete("/mcp")
+            .header(HOST, self.host.clone())
+            .header("mcp-protocol-version", VERSION)
+            .header(SESSION, session.clone())
+            .body(Empty::new().map_err(|e| match e {}).boxed())?;
+        let response = self.send(req).await?;
+        let _ = response.into_body().collect().await;
+        Ok(())
+    }
+
     /// `GET path`; the status, the body dropped.
     pub async fn get_status(&mut self, path: &str) -> Res<StatusCode> {
         let req = Request::get(path)
@@ -187,6 +199,15 @@ impl Session {
             id,
             next_id: 1,
         })
+    }
+
+    /// Ends the session (`DELETE`), so that sessions do not pile up in the
+    /// gateway from round to round.
+    pub async fn close(mut self) -> Res<()> {
+        match self.id.take() {
+            Some(id) => self.conn.delete(&id).await,
+            None => Ok(()),
+        }
     }
 
     /// One request; the answer's `result`, or an error naming the JSON-RPC error.

@@ -343,7 +343,7 @@ pub fn machine(mcpmux: &Path) -> Vec<(String, String)> {
         ("mcpmux".to_owned(), output_of(mcpmux, &["--version"])),
         (
             "commit".to_owned(),
-            output_of("git", &["rev-parse", "--short", "HEAD"]),
+            output_of("git", &["describe", "--always", "--dirty", "--abbrev=10"]),
         ),
         ("date".to_owned(), utc_now()),
         ("load average at start".to_owned(), load_average()),

@@ -127,6 +127,15 @@ impl Table {
         self.rows.push(cells);
     }
 
+    /// Whether no row has a figure (its part of the run was skipped).
+    pub fn is_empty(&self) -> bool {
+        self.rows.iter().all(|row| {
+            row.iter()
+                .skip(1)
+                .all(|c| matches!(c.as_str(), "—" | "" | "(same gateway)" | "not measured"))
+        })
+    }
+
     pub fn note(&mut self, note: impl Into<String>) {
         self.notes.push(note.into());
     }
