@@ -5,9 +5,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::json;
 
-use crate::client::{Conn, Session};
+use crate::client::{Conn, Session, message_of, preview};
 use crate::procs::{self, Scratch, Usage};
 use crate::report::{Results, median};
 use crate::{Res, fail};
@@ -83,6 +85,20 @@ async fn measure(gateway: &procs::Gateway, shape: &Shape, res: &mut Results) -> 
     Ok(())
 }
 
+/// A `tools/list` answer, read no further than the client needs (the tools
+/// are counted, not built), so the client's own parsing weighs little.
+#[derive(Deserialize)]
+struct Page {
+    result: Option<Listed>,
+}
+
+#[derive(Deserialize)]
+struct Listed {
+    tools: Vec<IgnoredAny>,
+    #[serde(rename = "nextCursor")]
+    next_cursor: Option<String>,
+}
+
 /// Every page of `tools/list`: (tools, pages).
 async fn list_all(session: &mut Session) -> Res<(usize, usize)> {
     let mut cursor: Option<String> = None;
@@ -92,15 +108,19 @@ async fn list_all(session: &mut Session) -> Res<(usize, usize)> {
             Some(c) => json!({ "cursor": c }),
             None => json!({}),
         };
-        let result = session.request("tools/list", params).await?;
-        tools += result
-            .get("tools")
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len);
-        cursor = result
-            .get("nextCursor")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let body = session.request_raw("tools/list", params).await?;
+        let listed = match serde_json::from_slice::<Page>(&body) {
+            Ok(Page { result: Some(l) }) => l,
+            // An SSE answer, or an error: the slow path says which.
+            _ => serde_json::from_value::<Listed>(
+                message_of(&body)?
+                    .get("result")
+                    .cloned()
+                    .ok_or_else(|| fail(format!("tools/list failed: {}", preview(&body))))?,
+            )?,
+        };
+        tools += listed.tools.len();
+        cursor = listed.next_cursor;
         if cursor.is_none() {
             return Ok((tools, page));
         }

@@ -210,6 +210,26 @@ impl Session {
         }
     }
 
+    /// One request; the answer's body as it came (HTTP 200 checked).
+    pub async fn request_raw(&mut self, method: &str, params: Value) -> Res<Bytes> {
+        self.next_id += 1;
+        let frame = serde_json::json!({
+            "jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params,
+        });
+        let answer = self
+            .conn
+            .post(self.id.as_ref(), Bytes::from(frame.to_string()))
+            .await?;
+        if answer.status != StatusCode::OK {
+            return Err(fail(format!(
+                "{method} answered HTTP {}: {}",
+                answer.status,
+                preview(&answer.body)
+            )));
+        }
+        Ok(answer.body)
+    }
+
     /// One request; the answer's `result`, or an error naming the JSON-RPC error.
     pub async fn request(&mut self, method: &str, params: Value) -> Res<Value> {
         self.next_id += 1;
