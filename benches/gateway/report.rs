@@ -158,13 +158,82 @@ impl Table {
     }
 }
 
-/// The whole page: a header describing the machine and the run, then the tables.
+/// What the page's figures mean; the end of every generated page (and of
+/// the placeholder `docs/benchmark.md`).
+const ABOUT: &str = r#"## What it measures
+
+One binary (`benches/gateway/main.rs`, run by `cargo bench --bench gateway`;
+`scripts/bench.sh` builds the release gateway too and runs that) plays three
+parts:
+
+- the **floor**: the least an MCP server can do, in Rust on hyper 1.x
+  (Streamable HTTP, HTTP/1.1) and over stdio: `initialize`, `ping`,
+  `tools/list`, `tools/call` of an `echo` tool that returns its text at
+  once, `resources/subscribe`, a `GET /mcp` notification stream, and a
+  `notify` tool that emits `notifications/resources/updated`. Each floor is
+  its own process, so its CPU is counted apart;
+- the **load client**: one HTTP/1.1 keep-alive connection and one MCP
+  session per simulated client;
+- the **driver**: it starts `mcpmux serve` (authentication off, upstreams
+  pointing at floors over HTTP and over stdio) as a child process on
+  127.0.0.1 with a port the system picks, and reads `/proc` for the CPU
+  time (each thread's run time from `/proc/<pid>/task/*/schedstat`, checked
+  against utime + stime in `/proc/<pid>/stat`), context switches and
+  resident memory of each process.
+
+In interleaved rounds (direct to the floor, through mcpmux to an HTTP floor,
+through mcpmux to a stdio floor), with medians and the spread across rounds,
+and ratios against direct taken round by round:
+
+- latency p50 and p99 of `tools/call` with 2 KB and 32 KB payloads, one
+  client calling sequentially;
+- CPU µs and context switches per call of the gateway and of the floor;
+- throughput with 1, 16 and 64 clients, as a fraction of direct;
+- `initialize` (with `notifications/initialized`): latency and server CPU.
+
+Then, each with a fresh gateway:
+
+- startup to a ready catalog (spawn → `/readyz` 200) with 50 stdio
+  upstreams of 100 tools each, and one client fetching every page of the
+  merged 5,000-tool `tools/list` (at the default page size; the report
+  gives the number of pages);
+- fan-out: 1,000 and 10,000 sessions, each with an open `GET /mcp` stream
+  and a subscription to one resource; the floor emits one
+  `resources/updated`; delivery latency p50/p99 across streams and gateway
+  CPU per delivered notification;
+- the gateway's memory per idle session and per session with an open
+  stream and a subscription (growth of its VmRSS).
+
+Options (after `scripts/bench.sh` or `cargo bench --bench gateway --`):
+`--quick`, `--rounds N`, `--out FILE`, `--mcpmux PATH`,
+`--only calls,catalog,fanout`, `--fanout 1000,10000` (the fan-out sizes),
+`--floor-threads N` (the HTTP floor's worker threads; default the CPU
+count, 1 for a current-thread runtime: cheaper per call, one core at
+most). Without `--bench` on its command line, as under
+`cargo test --all-targets`, the benchmark binary does nothing.
+
+Read the figures with this in mind:
+
+- The load client, the floors and the gateway share the machine's CPUs; on
+  a small machine every figure includes that contention, which is why
+  ratios against direct, taken in the same round, say more than absolute
+  figures.
+- Fan-out latency includes the benchmark process reading every stream.
+- Memory per session with a stream includes its TCP connection.
+- `cargo bench --bench gateway` alone runs the gateway binary cargo builds
+  for benchmarks, with the dev-dependencies' features (tokio's test-util);
+  `scripts/bench.sh` runs the one `cargo build --release` makes, and the
+  report says when it is not.
+"#;
+
+/// The whole page: a header describing the machine and the run, the
+/// tables, then what they measure.
 pub fn markdown(machine: &[(String, String)], run: &[String], tables: &[Table]) -> String {
     let mut out = String::from("# mcpmux benchmark\n\n");
     out.push_str(
-        "Produced by `scripts/bench.sh` (`cargo bench --bench gateway`); see\n\
-         `benches/gateway/main.rs` for what each figure means. Ratios matter more than\n\
-         absolute figures: every figure is the median over rounds, with the\n\
+        "Produced by `scripts/bench.sh --out docs/benchmark.md` (`cargo bench --bench\n\
+         gateway`); what each figure means is at the end of this page. Ratios matter\n\
+         more than absolute figures: every figure is the median over rounds, with the\n\
          spread (min–max) in parentheses, and ratios are taken round by round.\n\n",
     );
     out.push_str("| machine | |\n|---|---|\n");
@@ -179,5 +248,6 @@ pub fn markdown(machine: &[(String, String)], run: &[String], tables: &[Table]) 
     for table in tables {
         table.markdown(&mut out);
     }
+    out.push_str(ABOUT);
     out
 }
