@@ -238,7 +238,8 @@ fn floor_main(args: &[String]) -> ExitCode {
 }
 
 /// The gateway config the benchmark runs: no authentication, limits raised
-/// so that 10,000 sessions with streams fit, no idle expiry during a run;
+/// so that 10,000 sessions with streams fit, no idle expiry during a run,
+/// every upstream `required` (so `/readyz` 200 means all are ready);
 /// list page sizes are the defaults (the report says how many pages).
 pub fn gateway_yaml(upstreams: &str) -> String {
     format!(
@@ -253,14 +254,16 @@ pub fn gateway_yaml(upstreams: &str) -> String {
 pub fn stdio_upstream(name: &str, exe: &Path, tools: usize) -> String {
     let command = exe.to_string_lossy().replace('$', "$$");
     format!(
-        "  {name}:\n    command: {}\n    args: [\"floor\", \"stdio\", \"--tools\", \"{tools}\"]\n",
+        "  {name}:\n    command: {}\n    args: [\"floor\", \"stdio\", \"--tools\", \"{tools}\"]\n    required: true\n",
         serde_json::to_string(&command).expect("a string serializes")
     )
 }
 
 /// YAML for an HTTP floor upstream.
 pub fn http_upstream(name: &str, addr: SocketAddr) -> String {
-    format!("  {name}:\n    url: \"http://{addr}/mcp\"\n    transport: \"streamable-http\"\n")
+    format!(
+        "  {name}:\n    url: \"http://{addr}/mcp\"\n    transport: \"streamable-http\"\n    required: true\n"
+    )
 }
 
 async fn run(options: &Options) -> Res<()> {
