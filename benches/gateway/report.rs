@@ -1,0 +1,253 @@
+//! What a run measured (one value per metric per round) and the Markdown
+//! it is printed as: median and spread (min–max) across rounds, and ratios
+//! against the direct path computed round by round.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::Duration;
+
+/// Per-round values by key (`"<metric>/<target>"`), in round order.
+#[derive(Default)]
+pub struct Results {
+    values: BTreeMap<String, Vec<f64>>,
+}
+
+impl Results {
+    pub fn push(&mut self, key: impl Into<String>, value: f64) {
+        self.values.entry(key.into()).or_default().push(value);
+    }
+
+    pub fn get(&self, key: &str) -> Option<&[f64]> {
+        self.values.get(key).map(Vec::as_slice)
+    }
+
+    /// Round-by-round `key_a / key_b`.
+    pub fn ratio(&self, a: &str, b: &str) -> Option<Vec<f64>> {
+        let (a, b) = (self.get(a)?, self.get(b)?);
+        let r: Vec<f64> = a
+            .iter()
+            .zip(b)
+            .filter(|(_, b)| **b > 0.0)
+            .map(|(a, b)| a / b)
+            .collect();
+        (!r.is_empty()).then_some(r)
+    }
+
+    /// Round-by-round `key_a - key_b`.
+    pub fn difference(&self, a: &str, b: &str) -> Option<Vec<f64>> {
+        let (a, b) = (self.get(a)?, self.get(b)?);
+        Some(a.iter().zip(b).map(|(a, b)| a - b).collect())
+    }
+}
+
+/// The value at fraction `p` (0..=1) of sorted durations, in µs.
+pub fn percentile_us(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1].as_secs_f64() * 1e6
+}
+
+/// The median of `values`.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+/// A number with about three significant digits.
+pub fn num(x: f64) -> String {
+    if x.is_nan() {
+        "—".to_owned()
+    } else if x.abs() >= 100.0 || (x.fract() == 0.0 && x.abs() < 1e12) {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// "median (min–max)", or the value alone for one round.
+pub fn cell(values: Option<&[f64]>) -> String {
+    let Some(values) = values.filter(|v| !v.is_empty()) else {
+        return "—".to_owned();
+    };
+    let m = median(values);
+    if values.len() == 1 {
+        return num(m);
+    }
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{} ({}–{})", num(m), num(min), num(max))
+}
+
+/// A ratio cell: "4.52× (4.1–5.0)".
+pub fn ratio_cell(values: Option<Vec<f64>>) -> String {
+    match values {
+        Some(v) if !v.is_empty() => {
+            let c = cell(Some(&v));
+            match c.split_once(' ') {
+                Some((m, spread)) => format!("{m}× {spread}"),
+                None => format!("{c}×"),
+            }
+        }
+        _ => "—".to_owned(),
+    }
+}
+
+/// One table with a title and notes under it.
+pub struct Table {
+    pub title: String,
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    pub notes: Vec<String>,
+}
+
+impl Table {
+    pub fn new(title: &str, header: &[&str]) -> Table {
+        Table {
+            title: title.to_owned(),
+            header: header.iter().map(|h| (*h).to_owned()).collect(),
+            rows: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// Whether no row has a figure (its part of the run was skipped).
+    pub fn is_empty(&self) -> bool {
+        self.rows.iter().all(|row| {
+            row.iter()
+                .skip(1)
+                .all(|c| matches!(c.as_str(), "—" | "" | "(same gateway)" | "not measured"))
+        })
+    }
+
+    pub fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    fn markdown(&self, out: &mut String) {
+        let _ = writeln!(out, "## {}\n", self.title);
+        let _ = writeln!(out, "| {} |", self.header.join(" | "));
+        let _ = writeln!(
+            out,
+            "|{}",
+            self.header.iter().map(|_| "---|").collect::<String>()
+        );
+        for row in &self.rows {
+            let _ = writeln!(out, "| {} |", row.join(" | "));
+        }
+        out.push('\n');
+        for note in &self.notes {
+            let _ = writeln!(out, "{note}\n");
+        }
+    }
+}
+
+/// What the page's figures mean; the end of every generated page (and of
+/// the placeholder `docs/benchmark.md`).
+const ABOUT: &str = r#"## What it measures
+
+One binary (`benches/gateway/main.rs`, run by `cargo bench --bench gateway`;
+`scripts/bench.sh` builds the release gateway too and runs that) plays three
+parts:
+
+- the **floor**: the least an MCP server can do, in Rust on hyper 1.x
+  (Streamable HTTP, HTTP/1.1) and over stdio: `initialize`, `ping`,
+  `tools/list`, `tools/call` of an `echo` tool that returns its text at
+  once, `resources/subscribe`, a `GET /mcp` notification stream, and a
+  `notify` tool that emits `notifications/resources/updated`. Each floor is
+  its own process, so its CPU is counted apart;
+- the **load client**: one HTTP/1.1 keep-alive connection and one MCP
+  session per simulated client;
+- the **driver**: it starts `mcpmux serve` (authentication off, upstreams
+  pointing at floors over HTTP and over stdio) as a child process on
+  127.0.0.1 with a port the system picks, and reads `/proc` for the CPU
+  time (each thread's run time from `/proc/<pid>/task/*/schedstat`, checked
+  against utime + stime in `/proc/<pid>/stat`), context switches and
+  resident memory of each process.
+
+In interleaved rounds (direct to the floor, through mcpmux to an HTTP floor,
+through mcpmux to a stdio floor), with medians and the spread across rounds,
+and ratios against direct taken round by round:
+
+- latency p50 and p99 of `tools/call` with 2 KB and 32 KB payloads, one
+  client calling sequentially;
+- CPU µs and context switches per call of the gateway and of the floor;
+- throughput with 1, 16 and 64 clients, as a fraction of direct;
+- `initialize` (with `notifications/initialized`): latency and server CPU.
+
+Then, each with a fresh gateway:
+
+- startup to a ready catalog (spawn → `/readyz` 200) with 50 stdio
+  upstreams of 100 tools each, and one client fetching every page of the
+  merged 5,000-tool `tools/list` (at the default page size; the report
+  gives the number of pages);
+- fan-out: 1,000 and 10,000 sessions, each with an open `GET /mcp` stream
+  and a subscription to one resource; the floor emits one
+  `resources/updated`; delivery latency p50/p99 across streams and gateway
+  CPU per delivered notification;
+- the gateway's memory per idle session and per session with an open
+  stream and a subscription (growth of its VmRSS).
+
+Options (after `scripts/bench.sh` or `cargo bench --bench gateway --`):
+`--quick`, `--rounds N`, `--out FILE`, `--mcpmux PATH`,
+`--only calls,catalog,fanout`, `--fanout 1000,10000` (the fan-out sizes),
+`--floor-threads N` (the HTTP floor's worker threads; default the CPU
+count, 1 for a current-thread runtime: cheaper per call, one core at
+most). Without `--bench` on its command line, as under
+`cargo test --all-targets`, the benchmark binary does nothing.
+
+Read the figures with this in mind:
+
+- The load client, the floors and the gateway share the machine's CPUs; on
+  a small machine every figure includes that contention, which is why
+  ratios against direct, taken in the same round, say more than absolute
+  figures.
+- Fan-out latency includes the benchmark process reading every stream.
+- Memory per session with a stream includes its TCP connection.
+- `cargo bench --bench gateway` alone runs the gateway binary cargo builds
+  for benchmarks, with the dev-dependencies' features (tokio's test-util);
+  `scripts/bench.sh` runs the one `cargo build --release` makes, and the
+  report says when it is not.
+"#;
+
+/// The whole page: a header describing the machine and the run, the
+/// tables, then what they measure.
+pub fn markdown(machine: &[(String, String)], run: &[String], tables: &[Table]) -> String {
+    let mut out = String::from("# mcpmux benchmark\n\n");
+    out.push_str(
+        "Produced by `scripts/bench.sh --out docs/benchmark.md` (`cargo bench --bench\n\
+         gateway`); what each figure means is at the end of this page. Ratios matter\n\
+         more than absolute figures: every figure is the median over rounds, with the\n\
+         spread (min–max) in parentheses, and ratios are taken round by round.\n\n",
+    );
+    out.push_str("| machine | |\n|---|---|\n");
+    for (what, value) in machine {
+        let _ = writeln!(out, "| {what} | {value} |");
+    }
+    out.push('\n');
+    for line in run {
+        let _ = writeln!(out, "- {line}");
+    }
+    out.push('\n');
+    for table in tables {
+        table.markdown(&mut out);
+    }
+    out.push_str(ABOUT);
+    out
+}

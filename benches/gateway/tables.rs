@@ -1,0 +1,257 @@
+//! The report's tables, built from a run's `Results`: the issue's targets,
+//! per call (direct vs through mcpmux), the gateway's own cost, the
+//! catalog, and fan-out with memory per session.
+
+use crate::Plan;
+use crate::report::{self, Results, Table, cell, ratio_cell};
+
+/// The report's tables from what was measured.
+pub fn all(res: &Results, plan: &Plan, fanout: &[usize]) -> Vec<Table> {
+    let mut tables = Vec::new();
+    let mut per_call = Table::new(
+        "Per call: direct to the floor vs through mcpmux",
+        &[
+            "metric",
+            "direct",
+            "via mcpmux, HTTP upstream",
+            "ratio",
+            "via mcpmux, stdio upstream",
+            "ratio",
+        ],
+    );
+    let by_target = |metric: &str, label: &str, table: &mut Table| {
+        let d = format!("{metric}/direct");
+        let h = format!("{metric}/http");
+        let s = format!("{metric}/stdio");
+        table.row(vec![
+            label.to_owned(),
+            cell(res.get(&d)),
+            cell(res.get(&h)),
+            ratio_cell(res.ratio(&h, &d)),
+            cell(res.get(&s)),
+            ratio_cell(res.ratio(&s, &d)),
+        ]);
+    };
+    for (metric, label) in [
+        ("lat_p50_2k", "latency p50, 2 KB (µs)"),
+        ("lat_p99_2k", "latency p99, 2 KB (µs)"),
+        ("lat_p50_32k", "latency p50, 32 KB (µs)"),
+        ("lat_p99_32k", "latency p99, 32 KB (µs)"),
+        ("cpu_floor", "floor CPU per call, 2 KB (µs)"),
+        ("csw_cpu_floor", "floor context switches per call"),
+    ] {
+        by_target(metric, label, &mut per_call);
+    }
+    for &c in &plan.clients {
+        by_target(
+            &format!("tput_{c}"),
+            &format!(
+                "throughput, {c} client{} (calls/s)",
+                if c == 1 { "" } else { "s" }
+            ),
+            &mut per_call,
+        );
+    }
+    for (metric, label) in [
+        ("init_p50", "initialize + initialized p50 (µs)"),
+        ("init_cpu", "server CPU per initialize + initialized (µs)"),
+    ] {
+        let d = format!("{metric}/direct");
+        let g = format!("{metric}/gw");
+        per_call.row(vec![
+            label.to_owned(),
+            cell(res.get(&d)),
+            cell(res.get(&g)),
+            ratio_cell(res.ratio(&g, &d)),
+            "(same gateway)".to_owned(),
+            String::new(),
+        ]);
+    }
+    per_call.note(
+        "Ratios are through-mcpmux over direct, round by round; for throughput, the \
+         fraction of direct throughput kept. CPU is the sum of the process's threads' \
+         run time (/proc/<pid>/task/*/schedstat), checked against utime + stime of \
+         /proc/<pid>/stat; the floor's is that of the floor answering the calls.",
+    );
+    tables.push(per_call);
+
+    let mut gateway = Table::new(
+        "The gateway's own cost per call",
+        &["metric", "HTTP upstream", "stdio upstream"],
+    );
+    let both = |metric: &str, label: &str, table: &mut Table| {
+        table.row(vec![
+            label.to_owned(),
+            cell(res.get(&format!("{metric}/http"))),
+            cell(res.get(&format!("{metric}/stdio"))),
+        ]);
+    };
+    gateway.row(vec![
+        "added latency p50, 2 KB (µs over direct)".to_owned(),
+        cell(
+            res.difference("lat_p50_2k/http", "lat_p50_2k/direct")
+                .as_deref(),
+        ),
+        cell(
+            res.difference("lat_p50_2k/stdio", "lat_p50_2k/direct")
+                .as_deref(),
+        ),
+    ]);
+    both(
+        "cpu_gw",
+        "gateway CPU per call, 2 KB, 1 client (µs)",
+        &mut gateway,
+    );
+    gateway.row(vec![
+        "gateway CPU per call ÷ floor CPU per call (direct)".to_owned(),
+        ratio_cell(res.ratio("cpu_gw/http", "cpu_floor/direct")),
+        ratio_cell(res.ratio("cpu_gw/stdio", "cpu_floor/direct")),
+    ]);
+    both(
+        "csw_cpu_gw",
+        "gateway context switches per call",
+        &mut gateway,
+    );
+    for &c in plan.clients.iter().filter(|c| **c > 1) {
+        both(
+            &format!("load{c}_gw"),
+            &format!("gateway CPU per call, {c} clients (µs)"),
+            &mut gateway,
+        );
+    }
+    for &c in plan.clients.iter().filter(|c| **c > 1) {
+        gateway.row(vec![
+            format!("throughput, {c} clients, fraction of direct"),
+            ratio_cell(res.ratio(&format!("tput_{c}/http"), &format!("tput_{c}/direct"))),
+            ratio_cell(res.ratio(&format!("tput_{c}/stdio"), &format!("tput_{c}/direct"))),
+        ]);
+    }
+    tables.push(gateway);
+
+    let shape = &plan.catalog;
+    let mut catalog = Table::new(
+        &format!(
+            "Catalog: {} stdio upstreams × {} tools",
+            shape.upstreams, shape.tools_each
+        ),
+        &["metric", "value"],
+    );
+    for (key, label) in [
+        ("startup_ms", "startup: spawn → /readyz 200 (ms)"),
+        ("list_ms", "tools/list, every page, one client (ms)"),
+        ("page_us", "tools/list, per page (µs)"),
+        ("pages", "pages"),
+        ("list_cpu_us", "gateway CPU per whole listing (µs)"),
+    ] {
+        catalog.row(vec![label.to_owned(), cell(res.get(key))]);
+    }
+    tables.push(catalog);
+
+    let mut fan = Table::new("Fan-out and memory per session (HTTP upstream)", &[]);
+    fan.header = std::iter::once("metric".to_owned())
+        .chain(fanout.iter().map(|n| format!("{n} sessions")))
+        .collect();
+    for (key, label) in [
+        ("fan_delivered", "streams that got the notification"),
+        ("fan_p50_ms", "delivery latency p50 (ms)"),
+        ("fan_p99_ms", "delivery latency p99 (ms)"),
+        ("fan_cpu_us", "gateway CPU per delivered notification (µs)"),
+        ("idle_kb", "gateway memory per idle session (KB)"),
+        (
+            "stream_kb",
+            "gateway memory per session with an open stream and a subscription (KB)",
+        ),
+    ] {
+        let mut row = vec![label.to_owned()];
+        row.extend(fanout.iter().map(|n| cell(res.get(&format!("{key}/{n}")))));
+        fan.row(row);
+    }
+    fan.note(
+        "Delivery latency runs from the floor being asked to emit one \
+         notifications/resources/updated to each stream's reader seeing it; the \
+         readers run in the benchmark process. Memory is the gateway's VmRSS growth \
+         divided by the number of sessions (a stream's figure includes its connection).",
+    );
+    tables.push(fan);
+    tables.insert(0, targets(res, plan, fanout));
+    tables.retain(|t| !t.is_empty());
+    tables
+}
+
+/// Issue 13's targets for the hot path, each against what this run measured
+/// (HTTP upstream, medians).
+fn targets(res: &Results, plan: &Plan, fanout: &[usize]) -> Table {
+    let mut table = Table::new(
+        "Targets (issue 13, HTTP upstream)",
+        &["target", "measured (median)", "met"],
+    );
+    let mut target = |what: &str, value: Option<f64>, unit: &str, ok: &dyn Fn(f64) -> bool| {
+        let (measured, met) = match value.filter(|v| !v.is_nan()) {
+            Some(v) => (
+                format!("{}{unit}", report::num(v)),
+                if ok(v) { "yes" } else { "no" },
+            ),
+            None => ("not measured".to_owned(), "—"),
+        };
+        table.row(vec![what.to_owned(), measured, met.to_owned()]);
+    };
+    let med = |v: Option<Vec<f64>>| v.map(|v| report::median(&v));
+    target(
+        "gateway CPU per 2 KB call ≤ 2× the floor's",
+        med(res.ratio("cpu_gw/http", "cpu_floor/direct")),
+        "×",
+        &|v| v <= 2.0,
+    );
+    target(
+        "added latency p50 ≤ 60 µs",
+        med(res.difference("lat_p50_2k/http", "lat_p50_2k/direct")),
+        " µs",
+        &|v| v <= 60.0,
+    );
+    for c in [16, 64] {
+        target(
+            &format!("throughput at {c} clients ≥ 0.5× direct"),
+            med(res.ratio(&format!("tput_{c}/http"), &format!("tput_{c}/direct"))),
+            "×",
+            &|v| v >= 0.5,
+        );
+    }
+    let n = fanout
+        .iter()
+        .copied()
+        .find(|n| *n == 1000)
+        .or(fanout.first().copied());
+    if let Some(n) = n {
+        let at = |key: &str| res.get(&format!("{key}/{n}")).map(report::median);
+        target(
+            &format!("fan-out to {n} streams: p99 ≤ 5 ms"),
+            at("fan_p99_ms"),
+            " ms",
+            &|v| v <= 5.0,
+        );
+        target(
+            &format!("fan-out to {n} streams: ≤ 5 µs gateway CPU per delivery"),
+            at("fan_cpu_us"),
+            " µs",
+            &|v| v <= 5.0,
+        );
+        target(
+            "a session with an open stream and one subscription ≤ 8 KB",
+            at("stream_kb"),
+            " KB",
+            &|v| v <= 8.0,
+        );
+    }
+    let tools = plan.catalog.upstreams * plan.catalog.tools_each;
+    target(
+        &format!("tools/list of one client over a {tools}-tool catalog ≤ 1 ms (every page)"),
+        res.get("list_ms").map(report::median),
+        " ms",
+        &|v| v <= 1.0,
+    );
+    table.note(
+        "Each target as issue 13 states it; `met` compares the median of this run. \
+         Figures from a busy machine say nothing about the targets.",
+    );
+    table
+}
