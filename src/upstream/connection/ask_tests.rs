@@ -78,6 +78,26 @@ async fn next_reply(up: &mut FakeUpstream) -> Value {
     }
 }
 
+/// The upstream's request is not answered before the 60 s timeout; then
+/// it is, with an error saying the client did not answer in time.
+async fn answered_only_at_the_timeout(up: &mut FakeUpstream) {
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    while let Some(sent) = up.try_sent() {
+        assert!(
+            sent.method.is_some(),
+            "still waiting, yet answered: {sent:?}"
+        );
+    }
+    let late = next_reply(up).await;
+    assert!(
+        late["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("in time"),
+        "{late}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_request_on_a_calls_stream_goes_to_that_calls_client_and_back() {
     let mut up = FakeUpstream::new("alpha");
@@ -205,20 +225,7 @@ async fn the_upstream_hears_when_no_answer_will_come() {
     // Nobody answers: the timeout (60 s by default) ends it.
     let (call, _stream) = call_of(&up, Some(7)).await;
     up.conn.dispatch_from(ELICIT, Some(call)).await;
-    tokio::time::sleep(Duration::from_secs(59)).await;
-    while let Some(sent) = up.try_sent() {
-        assert!(
-            sent.method.is_some(),
-            "still waiting, yet answered: {sent:?}"
-        );
-    }
-    let late = next_reply(&mut up).await;
-    assert!(
-        late["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("in time")
-    );
+    answered_only_at_the_timeout(&mut up).await;
     let forgotten = up.events.forgotten.lock().unwrap().clone();
     assert_eq!(
         forgotten.len(),
@@ -235,21 +242,7 @@ async fn a_client_that_never_reads_its_stream_is_timed_out_too() {
         .unwrap();
     let (call, _stream) = call_with_stream(&up, Some(7), (sink, stream)).await;
     up.conn.dispatch_from(ELICIT, Some(call)).await;
-    tokio::time::sleep(Duration::from_secs(59)).await;
-    while let Some(sent) = up.try_sent() {
-        assert!(
-            sent.method.is_some(),
-            "still waiting, yet answered: {sent:?}"
-        );
-    }
-    let late = next_reply(&mut up).await;
-    assert!(
-        late["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("in time"),
-        "{late}"
-    );
+    answered_only_at_the_timeout(&mut up).await;
     assert_eq!(up.events.forgotten.lock().unwrap().len(), 1);
 }
 
