@@ -371,23 +371,7 @@ fn output_of(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> String {
 
 /// The current time as `YYYY-MM-DD HH:MM UTC`.
 fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
-        rest / 3600,
-        rest % 3600 / 60
-    )
+    let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    // `YYYY-MM-DDTHH:MM:SSZ` -> `YYYY-MM-DD HH:MM UTC`
+    format!("{} {} UTC", &stamp[..10], &stamp[11..16])
 }
