@@ -478,7 +478,7 @@ impl Router {
                 return match prepared {
                     Ok(call) => {
                         let creates = (call.method == Method::ToolsCall
-                            && tasks::may_create(ctx, params))
+                            && tasks::may_create(ctx, &call.params))
                         .then(|| call.handle.name().clone());
                         let reply = self.forward(call, ctx, id).await;
                         match creates {

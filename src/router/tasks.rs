@@ -81,11 +81,14 @@ pub(super) fn owner(ctx: &RequestContext) -> Owner {
 /// Whether a `tools/call` may create a task: a 2025-era call with a
 /// `task` member, or a modern one whose client declared the extension.
 /// Others are left alone (no parse of their answer).
-pub(super) fn may_create(ctx: &RequestContext, params: Option<&RawValue>) -> bool {
-    let Some(params) = params else { return false };
+pub(super) fn may_create(ctx: &RequestContext, params: &Params<'_>) -> bool {
     match ctx.era {
-        Era::Legacy => params.get().contains("\"task\""),
-        Era::Modern => params.get().contains(EXTENSION),
+        Era::Legacy => params.raw("task").is_some(),
+        Era::Modern => params
+            .meta(protocol::meta::CLIENT_CAPABILITIES)
+            .and_then(|c| c.get("extensions"))
+            .and_then(|e| e.get(EXTENSION))
+            .is_some_and(|v| !v.is_null()),
     }
 }
 
