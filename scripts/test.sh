@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+bash scripts/setup-system.sh
 bash scripts/setup-interop.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
