@@ -96,32 +96,51 @@ pub(crate) const MAX_NESTING: usize = 128;
 /// Whether JSON `text` nests arrays and objects deeper than `max`. One pass
 /// over the bytes, aware of strings and escapes; it does not validate.
 pub(crate) fn nesting_exceeds(text: &str, max: usize) -> bool {
+    let bytes = text.as_bytes();
     let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for byte in text.bytes() {
-        if in_string {
-            match (escaped, byte) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match byte {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
+    let mut at = 0;
+    // Only brackets and quotes matter outside strings; inside one, only its
+    // closing quote and escapes, so string contents are skipped by memchr.
+    while let Some(offset) = memchr::memchr3(b'"', b'[', b'{', &bytes[at..]) {
+        let found = at + offset;
+        // Closing brackets between `at` and `found` lower the depth.
+        depth = depth.saturating_sub(count_closing(&bytes[at..found]));
+        match bytes[found] {
+            b'"' => match string_end(bytes, found + 1) {
+                Some(end) => at = end + 1,
+                None => return false,
+            },
+            _ => {
                 depth += 1;
                 if depth > max {
                     return true;
                 }
+                at = found + 1;
             }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
         }
     }
     false
+}
+
+/// Closing brackets in a stretch with no string in it.
+fn count_closing(stretch: &[u8]) -> usize {
+    memchr::memchr2_iter(b']', b'}', stretch).count()
+}
+
+/// The index of the quote that closes the string whose contents start at
+/// `from`, skipping escaped characters; `None` if it never closes.
+fn string_end(bytes: &[u8], mut from: usize) -> Option<usize> {
+    loop {
+        let i = from + memchr::memchr2(b'"', b'\\', &bytes[from..])?;
+        if bytes[i] == b'"' {
+            return Some(i);
+        }
+        // A backslash escapes the next byte, whatever it is.
+        from = i + 2;
+        if from > bytes.len() {
+            return None;
+        }
+    }
 }
 
 /// The error for a message [`nesting_exceeds`] refuses.
@@ -426,5 +445,46 @@ mod tests {
         // Brackets inside strings, and escaped quotes, do not count.
         let quoted = format!(r#"{{"a":"{}\"{}"}}"#, "[".repeat(500), "{".repeat(500));
         assert!(!nesting_exceeds(&quoted, 2));
+    }
+
+    /// The byte-at-a-time definition that [`nesting_exceeds`] speeds up.
+    fn nesting_exceeds_bytewise(text: &str, max: usize) -> bool {
+        let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+        for byte in text.bytes() {
+            if in_string {
+                match (escaped, byte) {
+                    (true, _) => escaped = false,
+                    (false, b'\\') => escaped = true,
+                    (false, b'"') => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match byte {
+                b'"' => in_string = true,
+                b'[' | b'{' => {
+                    depth += 1;
+                    if depth > max {
+                        return true;
+                    }
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        false
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn nesting_agrees_with_the_bytewise_definition(
+            text in r#"[\[\]{}"\\a,:]{0,64}"#,
+            max in 0usize..6,
+        ) {
+            proptest::prop_assert_eq!(
+                nesting_exceeds(&text, max),
+                nesting_exceeds_bytewise(&text, max)
+            );
+        }
     }
 }

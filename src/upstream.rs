@@ -20,6 +20,7 @@ pub(crate) mod link;
 mod listen;
 mod message;
 pub(crate) mod noise;
+mod poster;
 mod remote;
 pub(crate) mod stdio;
 mod subscriptions;
@@ -37,7 +38,7 @@ use serde_json::value::RawValue;
 use tokio::sync::watch;
 
 pub(crate) use connection::Request;
-pub(crate) use connection::{Answer, Connection, ListsChanged, ProgressRoute};
+pub(crate) use connection::{Answer, Connection, ListsChanged, ProgressRoute, Sent};
 pub(crate) use events::{
     AskRefused, ClientAnswer, ClientAsk, InputAsk, UpstreamEvents, check_declared,
 };

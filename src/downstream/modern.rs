@@ -85,8 +85,16 @@ fn names_a_version(params: &RawValue) -> bool {
     fn present<'de, D: serde::Deserializer<'de>>(value: D) -> Result<bool, D::Error> {
         serde::de::IgnoredAny::deserialize(value).map(|_| true)
     }
-    // Serde would also read a struct from an array, member by member.
     let text = params.get();
+    // Without the key's text and without an escape that could spell it,
+    // the member cannot be there: most requests end here, unparsed.
+    let key = b"protocolVersion";
+    if memchr::memchr(b'\\', text.as_bytes()).is_none()
+        && memchr::memmem::find(text.as_bytes(), key).is_none()
+    {
+        return false;
+    }
+    // Serde would also read a struct from an array, member by member.
     text.trim_start_matches([' ', '\t', '\n', '\r'])
         .starts_with('{')
         && serde_json::from_str::<Params>(text).is_ok_and(|p| p.meta.is_some_and(|m| m.version))
@@ -385,6 +393,8 @@ mod tests {
             r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
             r#"{"name":"x","_meta":{"a":1,"io.modelcontextprotocol/protocolVersion":7}}"#,
             r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":null}}"#,
+            // The key spelled with escapes is the same key.
+            r#"{"_meta":{"io.modelcontextprotocol\/protocol\u0056ersion":"2026-07-28"}}"#,
         ] {
             assert!(names_a_version(&raw(modern)), "{modern}");
         }

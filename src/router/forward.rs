@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 mod bridge;
 mod park;
@@ -23,7 +23,7 @@ use crate::metrics::{Metrics, Outcome};
 use crate::protocol::Method;
 use crate::protocol::{self, Era, RpcError, code};
 use crate::upstream::{
-    Answer, Connection, Origin, ProgressRoute, Request, UpstreamError, UpstreamHandle,
+    Connection, Origin, ProgressRoute, Request, Sent, UpstreamError, UpstreamHandle,
 };
 
 /// Frames buffered for a streaming reply. Progress beyond this is dropped
@@ -475,7 +475,7 @@ impl Exchange {
         upstream_id: u64,
         params: &str,
         route: Option<ProgressRoute>,
-    ) -> Result<oneshot::Receiver<Answer>, UpstreamError> {
+    ) -> Result<Sent, UpstreamError> {
         let deadline = self.started + self.timeout;
         let request = Request {
             method: self.method.clone(),
@@ -484,7 +484,7 @@ impl Exchange {
             origin: self.origin.clone(),
             progress: route,
         };
-        let queued = conn.send_request(upstream_id, request);
+        let queued = conn.send_request_direct(upstream_id, request);
         match tokio::time::timeout_at(deadline, queued).await {
             Ok(rx) => rx,
             Err(_) => {
@@ -515,7 +515,7 @@ impl Exchange {
         guard: &CallGuard,
         conn: &Connection,
         upstream_id: u64,
-        rx: Result<oneshot::Receiver<Answer>, UpstreamError>,
+        rx: Result<Sent, UpstreamError>,
     ) -> String {
         let mut answer = self.answer(conn, upstream_id, rx).await;
         if matches!(
@@ -580,7 +580,7 @@ impl Exchange {
         &self,
         conn: &Connection,
         upstream_id: u64,
-        rx: Result<oneshot::Receiver<Answer>, UpstreamError>,
+        rx: Result<Sent, UpstreamError>,
     ) -> Result<Box<RawValue>, RouteError> {
         match rx {
             Ok(rx) => self.wait(conn, upstream_id, rx).await,
@@ -612,8 +612,12 @@ impl Exchange {
         &self,
         conn: &Connection,
         upstream_id: u64,
-        mut rx: oneshot::Receiver<Answer>,
+        sent: Sent,
     ) -> Result<Box<RawValue>, RouteError> {
+        let Sent {
+            answer: mut rx,
+            mut post,
+        } = sent;
         let mut deadline = self.started + self.timeout;
         // A modern client that closes its response stream cancels the call.
         let client_gone = async {
@@ -625,6 +629,11 @@ impl Exchange {
         tokio::pin!(client_gone);
         loop {
             tokio::select! {
+                // The POST this task drives; its answer comes through `rx`.
+                () = async { post.as_mut().expect("guarded").await }, if post.is_some() => {
+                    post = None;
+                    continue;
+                }
                 () = &mut client_gone => return Err(RouteError::Cancelled),
                 () = log_waiting(&self.log_tap) => {
                     if let (Some(tap), Some((_, sink))) = (&self.log_tap, &self.progress) {

@@ -24,6 +24,36 @@ use super::message::{Origin, Outgoing};
 use crate::catalog::ListKind;
 use crate::protocol::{self, Envelope, MessageKind, Method};
 
+/// A transport that can send a request from the caller's own task (the
+/// Streamable HTTP link): no hop through a writer task, no task per POST.
+/// The caller drives the returned [`DirectPost`] while it waits for the
+/// answer, which still arrives through [`Connection::dispatch`] and the
+/// pending table; dropping the future aborts the POST.
+pub(crate) trait DirectSend: Send + Sync {
+    /// The POST of `message` as a future for the caller to drive, or the
+    /// message back when it must go through the outbound queue (the
+    /// transport is not settled yet, or all its POST slots are taken).
+    fn direct(self: Arc<Self>, message: Outgoing) -> Routed;
+}
+
+/// Where [`DirectSend::direct`] put a message.
+pub(crate) enum Routed {
+    /// The caller drives this POST.
+    Direct(DirectPost),
+    /// The message goes through the outbound queue after all.
+    Queue(Outgoing),
+}
+
+/// One POST that the caller's task drives (see [`DirectSend`]).
+pub(crate) type DirectPost = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// A request on its way: the answer's receiver and, when the transport
+/// sends from the caller's task, the POST to drive until the answer comes.
+pub(crate) struct Sent {
+    pub(crate) answer: oneshot::Receiver<Answer>,
+    pub(crate) post: Option<DirectPost>,
+}
+
 /// Outbound frames waiting for the transport's writer. When full, senders
 /// wait: a stalled upstream slows only the callers of that upstream.
 pub(crate) const OUTBOUND_CAPACITY: usize = 256;
@@ -110,6 +140,9 @@ pub(crate) struct Connection {
     upstream: Arc<str>,
     /// Drained by the transport's writer task.
     outbound: mpsc::Sender<Outgoing>,
+    /// The transport, when it can send from the caller's task; weak, since
+    /// the transport holds this connection.
+    direct: OnceLock<std::sync::Weak<dyn DirectSend>>,
     pending: DashMap<u64, Pending>,
     next_id: AtomicU64,
     closed: CancellationToken,
@@ -157,6 +190,7 @@ impl Connection {
         Self {
             upstream,
             outbound,
+            direct: OnceLock::new(),
             pending: DashMap::new(),
             next_id: AtomicU64::new(1),
             closed: CancellationToken::new(),
@@ -309,6 +343,12 @@ impl Connection {
         message
     }
 
+    /// Lets requests sent with [`Self::send_request_direct`] go out from
+    /// the caller's task through `transport` (set once, by the transport).
+    pub(crate) fn set_direct(&self, transport: std::sync::Weak<dyn DirectSend>) {
+        let _ = self.direct.set(transport);
+    }
+
     /// Sends request `id` and returns the receiver for its answer. The
     /// pending entry is removed by the answer, by [`Self::forget`], or by close.
     pub(crate) async fn send_request(
@@ -316,6 +356,41 @@ impl Connection {
         id: u64,
         request: Request<'_>,
     ) -> Result<oneshot::Receiver<Answer>, UpstreamError> {
+        let (answer, message) = self.register(id, request)?;
+        self.queue(id, message).await?;
+        Ok(answer)
+    }
+
+    /// Like [`Self::send_request`], but a transport that can send from the
+    /// caller's task hands back the POST to drive instead of queueing it.
+    pub(crate) async fn send_request_direct(
+        &self,
+        id: u64,
+        request: Request<'_>,
+    ) -> Result<Sent, UpstreamError> {
+        let (answer, message) = self.register(id, request)?;
+        let message = match self.direct.get().and_then(std::sync::Weak::upgrade) {
+            Some(transport) => match transport.direct(message) {
+                Routed::Direct(post) => {
+                    return Ok(Sent {
+                        answer,
+                        post: Some(post),
+                    });
+                }
+                Routed::Queue(message) => message,
+            },
+            None => message,
+        };
+        self.queue(id, message).await?;
+        Ok(Sent { answer, post: None })
+    }
+
+    /// Enters request `id` in the pending table and builds its message.
+    fn register(
+        &self,
+        id: u64,
+        request: Request<'_>,
+    ) -> Result<(oneshot::Receiver<Answer>, Outgoing), UpstreamError> {
         let Request {
             method,
             params,
@@ -343,11 +418,16 @@ impl Connection {
         if target.is_some() {
             message.target = target;
         }
+        Ok((rx, message))
+    }
+
+    /// Queues request `id`'s message for the transport's writer.
+    async fn queue(&self, id: u64, message: Outgoing) -> Result<(), UpstreamError> {
         if self.outbound.send(message).await.is_err() {
             self.pending.remove(&id);
             return Err(self.unavailable());
         }
-        Ok(rx)
+        Ok(())
     }
 
     /// Sends a request and waits for its answer, up to `timeout`.

@@ -17,18 +17,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt as _;
+use http_body_util::BodyExt as _;
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Response, StatusCode, Url};
+use reqwest::{StatusCode, Url};
 use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::connection::Connection;
+use super::connection::{Connection, DirectSend, Routed};
 use super::legacy_sse;
 use super::message::Outgoing;
+use super::poster::{HttpAnswer, Poster, from_reqwest};
 use super::remote::{Mode, RemoteSession};
 use super::{LinkError, UpstreamError};
 use crate::config::{RemoteConfig, RemoteMode};
@@ -38,6 +39,8 @@ use crate::sse::SseParser;
 /// POSTs in flight at once per upstream; more wait for a slot.
 pub(crate) const MAX_CONCURRENT_POSTS: usize = 64;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an idle pooled connection to an upstream is kept.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Largest JSON body accepted from an upstream.
 const MAX_BODY: usize = 64 * 1024 * 1024;
 /// Resumptions of one POST stream that ended before its answer.
@@ -72,7 +75,7 @@ impl HttpLink {
         }
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build()
             .map_err(LinkError::Client)?;
         let mode = match cfg.mode {
@@ -81,9 +84,17 @@ impl HttpLink {
             // The endpoint is learned from the SSE stream at the first POST.
             RemoteMode::Sse => Mode::Detect,
         };
+        let poster = Poster::new(
+            client.clone(),
+            url.clone(),
+            &headers,
+            CONNECT_TIMEOUT,
+            POOL_IDLE_TIMEOUT,
+        );
         let shared = Arc::new(RemoteSession {
             upstream,
             client,
+            poster,
             url,
             headers,
             mode: Mutex::new(mode),
@@ -96,9 +107,12 @@ impl HttpLink {
             session_confirmed: AtomicBool::new(false),
             last_event_id: Mutex::new(None),
             posts: dashmap::DashMap::new(),
+            slots: Arc::new(Semaphore::new(MAX_CONCURRENT_POSTS)),
             tasks: tasks.clone(),
             span: tracing::Span::current(),
         });
+        let transport: Arc<dyn DirectSend> = shared.clone();
+        shared.conn.set_direct(Arc::downgrade(&transport));
         // Aborted by `stop`; the tracker still sees it end.
         let writer = shared.spawn(write_loop(shared.clone(), outbound, cfg.mode));
         Ok(HttpLink { shared, writer })
@@ -144,7 +158,7 @@ async fn write_loop(
     mut outbound: mpsc::Receiver<Outgoing>,
     mode: RemoteMode,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_POSTS));
+    let slots = shared.slots.clone();
     let mut detected = mode == RemoteMode::StreamableHttp;
     loop {
         let message = tokio::select! {
@@ -189,6 +203,34 @@ async fn write_loop(
                 shared.posts.remove(&id);
             }
         }
+    }
+}
+
+/// Once the link speaks Streamable HTTP, a request is POSTed from the
+/// caller's task when a slot is free (the common path: no writer hop and
+/// no task per POST); the rest goes through the writer in order.
+impl DirectSend for RemoteSession {
+    fn direct(self: Arc<Self>, message: Outgoing) -> Routed {
+        let settled = matches!(
+            *self.mode.lock().unwrap_or_else(|e| e.into_inner()),
+            Mode::Streamable
+        );
+        if !settled || self.ended.is_cancelled() || message.is(&Method::Initialize) {
+            return Routed::Queue(message);
+        }
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            return Routed::Queue(message);
+        };
+        let span = self.span.clone();
+        let post = async move {
+            // A POST outlives neither the link nor its slot.
+            tokio::select! {
+                () = self.send(message) => {}
+                () = self.ended.cancelled() => {}
+            }
+            drop(slot);
+        };
+        Routed::Direct(Box::pin(tracing::Instrument::instrument(post, span)))
     }
 }
 
@@ -278,63 +320,62 @@ impl RemoteSession {
     /// server that cannot be reached at all ends the link, so the upstream
     /// shows as down and is re-initialized with backoff; a stateless
     /// (modern) one keeps its link, since nothing is lost with the socket.
-    async fn post(&self, sent: &Outgoing) -> Result<Response, UpstreamError> {
-        let mut request = self
-            .client
-            .post(self.url.clone())
-            .headers(self.headers.clone())
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json, text/event-stream")
-            .body(sent.frame.clone());
+    async fn post(&self, sent: &Outgoing) -> Result<HttpAnswer, UpstreamError> {
+        let mut extra = HeaderMap::new();
         // The upstream's era decides, not the frame: a modern client's `_meta`
         // must not turn a call to a session-based upstream into a modern one.
         // The discover probe is modern by definition.
         let modern = self.conn.is_modern() || sent.is(&Method::Discover);
-        let version = sent
-            .version
-            .as_deref()
-            .filter(|_| modern)
-            .unwrap_or(crate::protocol::MODERN_VERSION);
-        request = match modern {
+        if modern {
             // A modern request mirrors its body into headers and has no session.
-            true => {
-                let mut request = request.header("mcp-protocol-version", version);
-                if let Some(method) = sent.method.as_ref().and_then(|m| header_value(m.name())) {
-                    request = request.header("mcp-method", method);
-                }
-                let name = sent
-                    .target
-                    .as_deref()
-                    .filter(|_| sent.method.as_ref().is_some_and(Method::names_its_target));
-                if let Some(name) = name.and_then(header_value) {
-                    request = request.header("mcp-name", name);
-                }
-                // Tool parameters the upstream wants mirrored into headers.
-                for (name, value) in &sent.mirrored {
-                    request = request.header(name, value);
-                }
-                request
+            let version = sent
+                .version
+                .as_deref()
+                .unwrap_or(crate::protocol::MODERN_VERSION);
+            if let Some(version) = header_value(version) {
+                extra.insert("mcp-protocol-version", version);
             }
-            false => self.session_headers(request),
-        };
-        request.send().await.map_err(|e| {
-            let unreachable = e.is_connect();
-            let reason = format!("request failed: {}", e.without_url());
-            if unreachable && !self.conn.is_modern() {
-                self.end(format!("the server is unreachable ({reason})"));
+            if let Some(method) = sent.method.as_ref().and_then(|m| header_value(m.name())) {
+                extra.insert("mcp-method", method);
             }
-            self.unavailable(reason)
-        })
+            let name = sent
+                .target
+                .as_deref()
+                .filter(|_| sent.method.as_ref().is_some_and(Method::names_its_target));
+            if let Some(name) = name.and_then(header_value) {
+                extra.insert("mcp-name", name);
+            }
+            // Tool parameters the upstream wants mirrored into headers.
+            for (name, value) in &sent.mirrored {
+                let name = HeaderName::from_bytes(name.as_bytes());
+                if let (Ok(name), Ok(value)) = (name, HeaderValue::from_str(value)) {
+                    extra.append(name, value);
+                }
+            }
+        } else {
+            self.session_headers(&mut extra);
+        }
+        self.poster
+            .post(sent.frame.clone(), extra)
+            .await
+            .map_err(|e| {
+                let reason = format!("request failed: {e}");
+                if e.connect && !self.conn.is_modern() {
+                    self.end(format!("the server is unreachable ({reason})"));
+                }
+                self.unavailable(reason)
+            })
     }
 
-    fn session_headers(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    /// Adds the session id and negotiated version of a session-based link.
+    fn session_headers(&self, headers: &mut HeaderMap) {
         if let Some(session) = self
             .session_id
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
         {
-            request = request.header("mcp-session-id", session);
+            headers.insert("mcp-session-id", session);
         }
         if let Some(version) = self
             .version
@@ -342,12 +383,11 @@ impl RemoteSession {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
         {
-            request = request.header("mcp-protocol-version", version);
+            headers.insert("mcp-protocol-version", version);
         }
-        request
     }
 
-    async fn handle_response(self: &Arc<Self>, sent: &Outgoing, response: Response) {
+    async fn handle_response(self: &Arc<Self>, sent: &Outgoing, response: HttpAnswer) {
         if let Some(session) = response.headers().get("mcp-session-id") {
             *self.session_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
         }
@@ -413,19 +453,24 @@ impl RemoteSession {
     }
 
     async fn deliver_json(&self, body: &str, via: Option<u64>) {
-        match serde_json::from_str::<Vec<Box<serde_json::value::RawValue>>>(body) {
-            Ok(batch) => {
+        // Only a body that starts as an array can be a batch.
+        let batch = match body.trim_start().starts_with('[') {
+            true => serde_json::from_str::<Vec<&serde_json::value::RawValue>>(body).ok(),
+            false => None,
+        };
+        match batch {
+            Some(batch) => {
                 for message in batch {
                     self.deliver(message.get(), via).await;
                 }
             }
-            Err(_) => self.deliver(body, via).await,
+            None => self.deliver(body, via).await,
         }
     }
 
     /// Reads a POST's SSE answer; resumes it with GET + `Last-Event-ID`
     /// when it ends before the request's answer arrived.
-    async fn post_stream(self: &Arc<Self>, sent: &Outgoing, response: Response) {
+    async fn post_stream(self: &Arc<Self>, sent: &Outgoing, response: HttpAnswer) {
         let mut last_id = None;
         let mut retry = DEFAULT_RETRY;
         let mut response = response;
@@ -464,18 +509,22 @@ impl RemoteSession {
         }
     }
 
-    async fn get(&self, last_event_id: Option<&str>) -> Result<Response, UpstreamError> {
-        let mut request = self
-            .client
-            .get(self.url.clone())
-            .headers(self.headers.clone())
-            .header(header::ACCEPT, "text/event-stream");
-        if let Some(id) = last_event_id {
-            request = request.header("last-event-id", id);
+    async fn get(&self, last_event_id: Option<&str>) -> Result<HttpAnswer, UpstreamError> {
+        let mut headers = self.headers.clone();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        if let Some(id) = last_event_id.and_then(|id| HeaderValue::from_str(id).ok()) {
+            headers.insert("last-event-id", id);
         }
-        self.session_headers(request)
+        self.session_headers(&mut headers);
+        self.client
+            .get(self.url.clone())
+            .headers(headers)
             .send()
             .await
+            .map(from_reqwest)
             .map_err(|e| self.unavailable(format!("request failed: {}", e.without_url())))
     }
 
@@ -483,21 +532,24 @@ impl RemoteSession {
     /// `via` is the request whose POST the body answers.
     pub(super) async fn read_events(
         &self,
-        response: Response,
+        response: HttpAnswer,
         last_id: &mut Option<String>,
         retry: &mut Duration,
         via: Option<u64>,
     ) -> Result<(), BodyError> {
         let mut parser = SseParser::default();
-        let mut body = response.bytes_stream();
+        let mut body = response.into_body();
         loop {
-            let chunk = tokio::select! {
+            let frame = tokio::select! {
                 () = self.ended.cancelled() => return Ok(()),
-                chunk = body.next() => match chunk {
-                    Some(Ok(c)) => c,
-                    Some(Err(e)) => return Err(BodyError::Read(e.without_url())),
+                frame = body.frame() => match frame {
+                    Some(Ok(frame)) => frame,
+                    Some(Err(e)) => return Err(BodyError::Read(e.to_string())),
                     None => return Ok(()),
                 },
+            };
+            let Ok(chunk) = frame.into_data() else {
+                continue;
             };
             for event in parser.push(&chunk)? {
                 if let Some(id) = event.id {
@@ -567,7 +619,7 @@ impl RemoteSession {
 #[non_exhaustive]
 pub(super) enum BodyError {
     #[error("{0}")]
-    Read(reqwest::Error),
+    Read(String),
     #[error("response body larger than {0} bytes")]
     TooLarge(usize),
     #[error("response body is not UTF-8")]
@@ -577,11 +629,14 @@ pub(super) enum BodyError {
 }
 
 /// Reads a body up to `limit` bytes.
-pub(super) async fn read_limited(response: Response, limit: usize) -> Result<String, BodyError> {
+pub(super) async fn read_limited(response: HttpAnswer, limit: usize) -> Result<String, BodyError> {
     let mut body = Vec::new();
-    let mut stream = response.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| BodyError::Read(e.without_url()))?;
+    let mut stream = response.into_body();
+    while let Some(frame) = stream.frame().await {
+        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
         if body.len() + chunk.len() > limit {
             return Err(BodyError::TooLarge(limit));
         }

@@ -29,6 +29,8 @@ pub(super) enum Mode {
 pub(super) struct RemoteSession {
     pub(super) upstream: Arc<str>,
     pub(super) client: reqwest::Client,
+    /// POSTs, through the fast client when the URL allows.
+    pub(super) poster: super::poster::Poster,
     pub(super) url: Url,
     /// Configured headers (credentials marked sensitive).
     pub(super) headers: HeaderMap,
@@ -48,6 +50,8 @@ pub(super) struct RemoteSession {
     /// Requests whose POST is in flight, so a modern cancellation can close
     /// the response stream. Entries leave when the POST ends.
     pub(super) posts: dashmap::DashMap<u64, tokio::task::AbortHandle>,
+    /// POSTs in flight at once, from the writer and from callers' tasks.
+    pub(super) slots: Arc<tokio::sync::Semaphore>,
     /// The gateway's task tracker: every task of the link runs on it, in
     /// the supervisor's span.
     pub(super) tasks: TaskTracker,

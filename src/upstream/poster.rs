@@ -1,0 +1,160 @@
+//! The POST client of a Streamable HTTP link.
+//!
+//! A plain `http://` upstream with no proxy configured in the environment
+//! is POSTed to through a pooled hyper client whose fixed parts (the URI,
+//! the configured headers, `Content-Type` and `Accept`) are built once per
+//! link, so a call costs no URL parsing, proxy matching or redirect
+//! bookkeeping. Everything else (`https://`, an `HTTP_PROXY`/`ALL_PROXY`
+//! in the environment) goes through reqwest as before, and so does a POST
+//! the fast client got a redirect for, so redirects are followed the same
+//! way on both paths. Both paths hand back the same [`HttpAnswer`].
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt as _, Full};
+use hyper::http;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use reqwest::Url;
+use reqwest::header::{self, HeaderMap, HeaderValue};
+
+/// Errors of reading an answer's body, from either client.
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// An answer's body, from either client.
+pub(super) type AnswerBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// What a POST (or GET) got back.
+pub(super) type HttpAnswer = http::Response<AnswerBody>;
+
+/// Why a POST got no answer at all.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub(super) struct PostError {
+    /// The server could not be reached (nothing was sent).
+    pub(super) connect: bool,
+    pub(super) message: String,
+}
+
+/// Sends a link's POSTs; see the module header for which client does.
+pub(super) struct Poster {
+    fast: Option<FastPost>,
+    client: reqwest::Client,
+    url: Url,
+    /// The configured headers (credentials marked sensitive), plus
+    /// `Content-Type` and `Accept` for POSTs.
+    fixed: HeaderMap,
+}
+
+/// The pooled hyper client and the request parts built once.
+struct FastPost {
+    client: Client<HttpConnector, Full<Bytes>>,
+    uri: http::Uri,
+}
+
+/// Proxy settings reqwest honours; with any of them set, every POST goes
+/// through reqwest so the proxy is used as configured.
+const PROXY_VARIABLES: [&str; 4] = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"];
+
+impl Poster {
+    pub(super) fn new(
+        client: reqwest::Client,
+        url: Url,
+        headers: &HeaderMap,
+        connect_timeout: Duration,
+        idle_timeout: Duration,
+    ) -> Poster {
+        let mut fixed = headers.clone();
+        fixed.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        fixed.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        let proxied = PROXY_VARIABLES
+            .iter()
+            .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()));
+        let fast = match (url.scheme(), proxied) {
+            ("http", false) => url.as_str().parse::<http::Uri>().ok().map(|uri| {
+                let mut connector = HttpConnector::new();
+                connector.set_connect_timeout(Some(connect_timeout));
+                connector.set_nodelay(true);
+                let client = Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(idle_timeout)
+                    .build(connector);
+                FastPost { client, uri }
+            }),
+            _ => None,
+        };
+        Poster {
+            fast,
+            client,
+            url,
+            fixed,
+        }
+    }
+
+    /// POSTs `body` with the fixed headers and `extra` ones (which win).
+    pub(super) async fn post(
+        &self,
+        body: Bytes,
+        extra: HeaderMap,
+    ) -> Result<HttpAnswer, PostError> {
+        if let Some(fast) = &self.fast {
+            let mut headers = self.fixed.clone();
+            headers.extend(
+                extra
+                    .iter()
+                    .map(|(name, value)| (name.clone(), value.clone())),
+            );
+            let mut request = http::Request::new(Full::new(body.clone()));
+            *request.method_mut() = http::Method::POST;
+            *request.uri_mut() = fast.uri.clone();
+            *request.headers_mut() = headers;
+            let answer = fast.client.request(request).await.map_err(|e| PostError {
+                connect: e.is_connect(),
+                message: describe(&e),
+            })?;
+            // reqwest follows redirects (with its limits); let it.
+            if !answer.status().is_redirection() {
+                return Ok(answer.map(|b| b.map_err(BoxError::from).boxed_unsync()));
+            }
+        }
+        let mut headers = self.fixed.clone();
+        headers.extend(extra);
+        let answer = self
+            .client
+            .post(self.url.clone())
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| PostError {
+                connect: e.is_connect(),
+                message: e.without_url().to_string(),
+            })?;
+        Ok(from_reqwest(answer))
+    }
+}
+
+/// A reqwest answer as an [`HttpAnswer`].
+pub(super) fn from_reqwest(answer: reqwest::Response) -> HttpAnswer {
+    http::Response::<reqwest::Body>::from(answer).map(|b| b.map_err(BoxError::from).boxed_unsync())
+}
+
+/// An error and its causes on one line, as reqwest words its own.
+fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
