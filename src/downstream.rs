@@ -238,6 +238,11 @@ fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
                 }
                 _ => None,
             };
+            let reason = reason.or_else(|| {
+                h.protection()
+                    .is_open()
+                    .then(|| "its circuit breaker is open".to_owned())
+            });
             let label = state.label();
             let [tools, prompts, resources, templates] = h.item_counts();
             let hello = h.hello();
@@ -257,6 +262,7 @@ fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
                 "pid": h.pid(),
                 "instances": h.instance_count(),
                 "suppressedLogLines": h.suppressed_lines(),
+                "protection": h.protection().status(),
             });
             (!h.holds_readiness(), status)
         })
@@ -327,6 +333,7 @@ async fn metrics(
                 restarts: h.restarts(),
                 suppressed_lines: h.suppressed_lines(),
                 instances: h.instance_count(),
+                protection: h.protection().counts(),
             })
             .collect(),
         legacy_sessions: state.sessions.len(),

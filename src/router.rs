@@ -9,6 +9,7 @@
 //! upstream that owns the request.
 
 mod forward;
+mod retry;
 pub(crate) mod rewrite;
 mod tasks;
 #[cfg(test)]
@@ -189,7 +190,11 @@ impl RouteError {
             Self::Cancelled | Self::Upstream(UpstreamError::Cancelled { .. }) => Outcome::Cancelled,
             Self::Upstream(UpstreamError::Timeout { .. }) => Outcome::Timeout,
             Self::Upstream(
-                UpstreamError::Unavailable { .. } | UpstreamError::SessionExpired { .. },
+                UpstreamError::Unavailable { .. }
+                | UpstreamError::SessionExpired { .. }
+                | UpstreamError::Overloaded { .. }
+                | UpstreamError::CircuitOpen { .. }
+                | UpstreamError::NotRetried { .. },
             ) => Outcome::Unavailable,
             _ => Outcome::Error,
         }
@@ -232,11 +237,42 @@ impl RouteError {
                 Fault::Downstream,
                 RpcError::new(code::REQUEST_CANCELLED, message),
             ),
+            Self::Upstream(
+                UpstreamError::Overloaded {
+                    upstream,
+                    retry_after,
+                    ..
+                }
+                | UpstreamError::CircuitOpen {
+                    upstream,
+                    retry_after,
+                    ..
+                },
+            ) => {
+                let code = match self {
+                    Self::Upstream(UpstreamError::Overloaded { .. }) => code::UPSTREAM_SATURATED,
+                    _ => code::UPSTREAM_CIRCUIT_OPEN,
+                };
+                let data =
+                    json!({ "upstream": upstream, "retryAfterMs": retry_after.as_millis() as u64 });
+                (
+                    Fault::Upstream,
+                    RpcError::new(code, message).with_data(data),
+                )
+            }
             Self::Upstream(e) => {
                 let (code, upstream) = match e {
                     UpstreamError::Unavailable { upstream, .. }
-                    | UpstreamError::SessionExpired { upstream } => {
+                    | UpstreamError::SessionExpired { upstream, .. }
+                    | UpstreamError::NotRetried { upstream, .. } => {
                         (code::UPSTREAM_UNAVAILABLE, upstream)
+                    }
+                    // Matched above.
+                    UpstreamError::Overloaded { upstream, .. } => {
+                        (code::UPSTREAM_SATURATED, upstream)
+                    }
+                    UpstreamError::CircuitOpen { upstream, .. } => {
+                        (code::UPSTREAM_CIRCUIT_OPEN, upstream)
                     }
                     UpstreamError::Timeout { upstream, .. } => (code::UPSTREAM_TIMEOUT, upstream),
                     UpstreamError::Protocol { upstream, .. }
@@ -701,12 +737,15 @@ impl Router {
             hidden
         };
         let mut target: Option<Arc<str>> = None;
+        let mut tool_marked = false;
         let (upstream, key, value) = match method {
             Method::ToolsCall => {
                 let name = params.string("name").map_err(RouteError::InvalidParams)?;
                 if hidden(&name) {
                     return Err(RouteError::UnknownTool(name));
                 }
+                // A call that creates a task is never repeatable.
+                tool_marked = catalog.tool_repeatable(&name) && params.raw("task").is_none();
                 let tool = catalog.tool(&name).ok_or(RouteError::UnknownTool(name))?;
                 target = Some(Arc::from(&*tool.original));
                 (
@@ -783,6 +822,7 @@ impl Router {
         };
         let handle = self.upstream(&upstream)?;
         Ok(forward::Call {
+            repeatable: retry::repeatable(&method, tool_marked),
             method,
             handle,
             params,

@@ -42,6 +42,8 @@ pub(super) struct Call<'p> {
     pub item: String,
     /// The tool or prompt name, or the URI, as the upstream knows it.
     pub target: Option<Arc<str>>,
+    /// Safe to send twice (see `retry`).
+    pub repeatable: bool,
 }
 
 /// Where a client's in-flight request went upstream.
@@ -128,11 +130,17 @@ pub(super) async fn run(
 ) -> Reply {
     let asked = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + call.handle.timeout();
-    let conn = match call
-        .handle
-        .connection_for(ctx.subscriber.as_ref().map(|s| s.id), deadline)
-        .await
-    {
+    // The upstream's breaker and concurrency cap first (see `upstream::protect`).
+    let admitted = call.handle.protection().admit(client_key(ctx)).await;
+    let connected = match &admitted {
+        Ok(_) => {
+            call.handle
+                .connection_for(ctx.subscriber.as_ref().map(|s| s.id), deadline)
+                .await
+        }
+        Err(e) => Err(e.clone()),
+    };
+    let conn = match connected {
         Ok(conn) => conn,
         Err(e) => {
             let e = RouteError::from(e);
@@ -251,6 +259,8 @@ pub(super) async fn run(
         item: call.item,
         asker: None,
         asks: None,
+        repeatable: call.repeatable,
+        admission: admitted.ok(),
     };
     // A 2025-era session's call may be asked back by its upstream
     // (sampling, elicitation, roots): its reply then becomes a stream.
@@ -433,6 +443,11 @@ struct Exchange {
     /// For a stateless call to a 2025-era upstream: where the upstream's
     /// requests for the client go (see `park`).
     asks: Option<mpsc::Sender<crate::upstream::InputAsk>>,
+    /// Safe to send twice (see `retry`).
+    repeatable: bool,
+    /// Its slot at the upstream and its breaker ticket, held until the
+    /// exchange ends.
+    admission: Option<crate::upstream::protect::Admission>,
 }
 
 /// Resolves when the tap may have log messages; never without a tap.
@@ -518,11 +533,20 @@ impl Exchange {
         rx: Result<oneshot::Receiver<Answer>, UpstreamError>,
     ) -> String {
         let mut answer = self.answer(conn, upstream_id, rx).await;
-        if matches!(
-            answer,
-            Err(RouteError::Upstream(UpstreamError::SessionExpired { .. }))
-        ) {
-            answer = self.retry(guard, conn).await;
+        if let Err(RouteError::Upstream(e)) = &answer
+            && let Some(next) = super::retry::decide(e, self.repeatable, self.handle.protection())
+        {
+            answer = match next {
+                Ok(()) => self.retry(guard, conn).await,
+                Err(e) => Err(RouteError::Upstream(e)),
+            };
+        }
+        if let Some(admission) = &self.admission {
+            match &answer {
+                Ok(_) => admission.record(Ok(())),
+                Err(RouteError::Upstream(e)) => admission.record(Err(e)),
+                Err(_) => {}
+            }
         }
         if let Ok(result) = answer {
             answer = self.bridge_input(guard, conn, result).await;
@@ -603,7 +627,7 @@ impl Exchange {
             _ => self.params.clone(),
         };
         guard.retarget(&conn, upstream_id);
-        tracing::info!(upstream = %self.handle.name(), method = self.method.name(), "retrying once after re-initializing the upstream");
+        tracing::info!(upstream = %self.handle.name(), method = self.method.name(), "retrying once on the reconnected upstream");
         let rx = self.send(&conn, upstream_id, &params, self.route()).await;
         self.answer(&conn, upstream_id, rx).await
     }
@@ -658,6 +682,16 @@ impl Exchange {
 /// upstream's further requests wait (in their relay tasks, never in the
 /// upstream's reader) within their timeout.
 const PARK_CAPACITY: usize = 8;
+
+/// Who a call counts against at a saturated upstream: the authenticated
+/// client, else the session, else every anonymous stateless client as one.
+fn client_key(ctx: &RequestContext) -> Arc<str> {
+    match (&ctx.identity, &ctx.subscriber) {
+        (Some(identity), _) => format!("client {}", identity.client).into(),
+        (None, Some(subscriber)) => format!("session {}", subscriber.id).into(),
+        (None, None) => "anonymous".into(),
+    }
+}
 
 /// `params` with `_meta.progressToken` set to `token` (retry path only).
 fn with_progress_token(params: &str, token: u64) -> String {

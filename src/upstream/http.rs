@@ -409,6 +409,7 @@ impl RemoteSession {
     fn conn_error(&self) -> UpstreamError {
         UpstreamError::SessionExpired {
             upstream: self.upstream.to_string(),
+            refused: true,
         }
     }
 

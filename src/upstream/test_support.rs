@@ -248,6 +248,10 @@ impl UpstreamHandle {
                 transport: "stdio",
                 counts: Default::default(),
                 instances: None,
+                protect: super::protect::Protection::new(
+                    name.into(),
+                    &crate::config::ProtectConfig::default(),
+                ),
             }),
         };
         handle.replace_connection(conn);
