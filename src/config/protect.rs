@@ -20,8 +20,8 @@ pub(crate) struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
-            max_in_flight: 64,
-            max_queued: 256,
+            max_in_flight: 256,
+            max_queued: 1024,
             queue_timeout: Duration::from_secs(5),
         }
     }

@@ -131,7 +131,11 @@ pub(super) async fn run(
     let asked = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + call.handle.timeout();
     // The upstream's breaker and concurrency cap first (see `upstream::protect`).
-    let admitted = call.handle.protection().admit(client_key(ctx)).await;
+    let admitted = call
+        .handle
+        .protection()
+        .admit(client_key(ctx), deadline)
+        .await;
     let connected = match &admitted {
         Ok(_) => {
             call.handle
@@ -542,9 +546,10 @@ impl Exchange {
             };
         }
         if let Some(admission) = &self.admission {
+            let conn_id = std::ptr::from_ref(conn) as usize;
             match &answer {
-                Ok(_) => admission.record(Ok(())),
-                Err(RouteError::Upstream(e)) => admission.record(Err(e)),
+                Ok(_) => admission.record(Ok(()), conn_id),
+                Err(RouteError::Upstream(e)) => admission.record(Err(e), conn_id),
                 Err(_) => {}
             }
         }

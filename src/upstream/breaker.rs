@@ -23,8 +23,12 @@ pub(crate) const PROBES: u32 = 2;
 pub(crate) enum Verdict {
     /// The upstream answered (a JSON-RPC error is an answer).
     Success,
-    /// A transport failure, a timeout, a broken answer.
+    /// A timeout, a broken answer.
     Failure,
+    /// The connection (identified by this number) failed or closed while
+    /// the call was in flight. Every call in flight then fails at once:
+    /// together they count as one failure.
+    Lost(usize),
     /// Says nothing about the upstream (cancelled, refused before sending).
     Neutral,
 }
@@ -74,6 +78,8 @@ struct State {
     generation: u64,
     /// The last failure, for the error and `/status`.
     last_failure: String,
+    /// The connection of the last [`Verdict::Lost`] counted.
+    last_lost: Option<usize>,
     opened: u64,
     rejected_open: u64,
     rejected_half_open: u64,
@@ -134,6 +140,7 @@ impl Breaker {
                 phase: Phase::Closed { failures: 0 },
                 generation: 0,
                 last_failure: String::new(),
+                last_lost: None,
                 opened: 0,
                 rejected_open: 0,
                 rejected_half_open: 0,
@@ -192,6 +199,15 @@ impl Breaker {
         if generation != state.generation {
             return;
         }
+        let verdict = match verdict {
+            // Another call lost with the same connection: already counted.
+            Verdict::Lost(conn) if state.last_lost == Some(conn) && !probe => Verdict::Neutral,
+            Verdict::Lost(conn) => {
+                state.last_lost = Some(conn);
+                Verdict::Failure
+            }
+            other => other,
+        };
         match (&mut state.phase, verdict) {
             (Phase::Closed { failures }, Verdict::Success) => *failures = 0,
             (Phase::Closed { failures }, Verdict::Failure) => {
@@ -348,6 +364,17 @@ mod tests {
         b.admit().unwrap().record(Verdict::Success);
         b.admit().unwrap().record(Verdict::Success);
         assert_eq!(b.snapshot().state, "closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_lost_with_one_connection_count_once() {
+        let b = breaker(2);
+        for _ in 0..5 {
+            b.admit().unwrap().record(Verdict::Lost(7));
+        }
+        assert_eq!(b.snapshot().state, "closed");
+        b.admit().unwrap().record(Verdict::Lost(8));
+        assert_eq!(b.snapshot().state, "open");
     }
 
     #[tokio::test(start_paused = true)]

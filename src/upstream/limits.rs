@@ -46,9 +46,10 @@ pub(crate) enum Refused {
         queued: usize,
     },
     #[error(
-        "no slot freed within limits.queue_timeout {} ({max_in_flight} requests in flight)", humantime::format_duration(*.queue_timeout)
+        "no slot freed within {} (limits.queue_timeout {}, or the call's timeout if sooner; limits.max_in_flight {max_in_flight})", humantime::format_duration(*.waited), humantime::format_duration(*.queue_timeout)
     )]
     QueueTimeout {
+        waited: Duration,
         queue_timeout: Duration,
         max_in_flight: usize,
     },
@@ -160,8 +161,12 @@ impl Limiter {
 
     /// A slot for `client`: at once when one is free and the client is
     /// within its share, else after waiting in the queue (at most
-    /// `queue_timeout`), else refused at once.
-    pub(crate) async fn acquire(self: &Arc<Self>, client: ClientKey) -> Result<Permit, Refused> {
+    /// `queue_timeout`, and never past `deadline`), else refused at once.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        client: ClientKey,
+        deadline: Instant,
+    ) -> Result<Permit, Refused> {
         let (ticket, granted) = {
             let mut state = self.lock();
             let held = state.held_by(&client);
@@ -209,7 +214,8 @@ impl Limiter {
             granted,
             done: false,
         };
-        let deadline = Instant::now() + self.config.queue_timeout;
+        let queued_at = Instant::now();
+        let deadline = deadline.min(queued_at + self.config.queue_timeout);
         match tokio::time::timeout_at(deadline, &mut waiting.granted).await {
             Ok(Ok(())) => {
                 waiting.done = true;
@@ -218,6 +224,7 @@ impl Limiter {
             _ => {
                 if waiting.leave_queue() {
                     let refused = Refused::QueueTimeout {
+                        waited: queued_at.elapsed(),
                         queue_timeout: self.config.queue_timeout,
                         max_in_flight: self.config.max_in_flight,
                     };
@@ -330,6 +337,10 @@ mod tests {
         })
     }
 
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
+    }
+
     fn key(s: &str) -> ClientKey {
         s.into()
     }
@@ -337,15 +348,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn caps_queues_and_refuses_beyond() {
         let l = limiter(2, 1);
-        let _a = l.acquire(key("a")).await.unwrap();
-        let _b = l.acquire(key("b")).await.unwrap();
+        let _a = l.acquire(key("a"), far()).await.unwrap();
+        let _b = l.acquire(key("b"), far()).await.unwrap();
         let waiting = tokio::spawn({
             let l = l.clone();
-            async move { l.acquire(key("c")).await.map(|_| ()) }
+            async move { l.acquire(key("c"), far()).await.map(|_| ()) }
         });
         tokio::task::yield_now().await;
         assert_eq!(l.snapshot().queued, 1);
-        let full = l.acquire(key("d")).await.err().unwrap();
+        let full = l.acquire(key("d"), far()).await.err().unwrap();
         assert!(matches!(full, Refused::QueueFull { .. }), "{full}");
         assert!(full.to_string().contains("limits.max_queued 1"), "{full}");
         // Nothing frees a slot: the waiter times out after queue_timeout.
@@ -359,10 +370,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_freed_slot_goes_to_the_waiter() {
         let l = limiter(1, 4);
-        let a = l.acquire(key("a")).await.unwrap();
+        let a = l.acquire(key("a"), far()).await.unwrap();
         let waiting = tokio::spawn({
             let l = l.clone();
-            async move { l.acquire(key("b")).await.is_ok() }
+            async move { l.acquire(key("b"), far()).await.is_ok() }
         });
         tokio::task::yield_now().await;
         drop(a);
@@ -376,17 +387,17 @@ mod tests {
         assert_eq!(l.per_client(), 3);
         let mut held = Vec::new();
         for _ in 0..3 {
-            held.push(l.acquire(key("flood")).await.unwrap());
+            held.push(l.acquire(key("flood"), far()).await.unwrap());
         }
         // The flooding client's fourth request waits, though a slot is free...
         let flood = tokio::spawn({
             let l = l.clone();
-            async move { l.acquire(key("flood")).await.map(|_| ()) }
+            async move { l.acquire(key("flood"), far()).await.map(|_| ()) }
         });
         tokio::task::yield_now().await;
         assert_eq!(l.snapshot().queued, 1);
         // ... which another client gets at once.
-        let other = l.acquire(key("other")).await.unwrap();
+        let other = l.acquire(key("other"), far()).await.unwrap();
         assert_eq!(l.snapshot().in_flight, 4);
         drop(other);
         assert!(flood.await.unwrap().is_err(), "still over its share");
@@ -395,17 +406,17 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn freed_slots_go_to_the_client_holding_fewest() {
         let l = limiter(2, 8);
-        let a1 = l.acquire(key("a")).await.unwrap();
-        let _b1 = l.acquire(key("b")).await.unwrap();
+        let a1 = l.acquire(key("a"), far()).await.unwrap();
+        let _b1 = l.acquire(key("b"), far()).await.unwrap();
         // "b" (holding one) queues first, then "c" (holding none).
         let b2 = tokio::spawn({
             let l = l.clone();
-            async move { l.acquire(key("b")).await.map(|_| ()) }
+            async move { l.acquire(key("b"), far()).await.map(|_| ()) }
         });
         tokio::task::yield_now().await;
         let c = tokio::spawn({
             let l = l.clone();
-            async move { l.acquire(key("c")).await.map(std::mem::forget) }
+            async move { l.acquire(key("c"), far()).await.map(std::mem::forget) }
         });
         tokio::task::yield_now().await;
         assert_eq!(l.snapshot().queued, 2);
@@ -419,10 +430,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_waiter_that_goes_away_leaves_no_slot_behind() {
         let l = limiter(1, 4);
-        let a = l.acquire(key("a")).await.unwrap();
+        let a = l.acquire(key("a"), far()).await.unwrap();
         let waiting = tokio::spawn({
             let l = l.clone();
-            async move { l.acquire(key("b")).await.map(|_| ()) }
+            async move { l.acquire(key("b"), far()).await.map(|_| ()) }
         });
         tokio::task::yield_now().await;
         waiting.abort();
@@ -431,6 +442,6 @@ mod tests {
         drop(a);
         let s = l.snapshot();
         assert_eq!((s.in_flight, s.queued), (0, 0));
-        let _again = l.acquire(key("c")).await.unwrap();
+        let _again = l.acquire(key("c"), far()).await.unwrap();
     }
 }

@@ -33,19 +33,22 @@ pub(crate) struct Admission {
 }
 
 impl Admission {
-    /// Tells the breaker how the call ended; only the first record counts.
-    pub(crate) fn record(&self, outcome: Result<(), &UpstreamError>) {
+    /// Tells the breaker how the call on connection `conn` (any number
+    /// unique to it) ended; only the first record counts.
+    pub(crate) fn record(&self, outcome: Result<(), &UpstreamError>, conn: usize) {
         let verdict = match outcome {
             Ok(()) | Err(UpstreamError::Rpc { .. }) => Verdict::Success,
+            Err(e @ (UpstreamError::Timeout { .. } | UpstreamError::Protocol { .. })) => {
+                self.breaker.note_failure(e.cause());
+                Verdict::Failure
+            }
             Err(
-                e @ (UpstreamError::Timeout { .. }
-                | UpstreamError::Unavailable { .. }
-                | UpstreamError::Protocol { .. }
+                e @ (UpstreamError::Unavailable { .. }
                 | UpstreamError::SessionExpired { .. }
                 | UpstreamError::NotRetried { .. }),
             ) => {
                 self.breaker.note_failure(e.cause());
-                Verdict::Failure
+                Verdict::Lost(conn)
             }
             Err(_) => Verdict::Neutral,
         };
@@ -78,7 +81,12 @@ impl Protection {
     /// Lets a call of `client` through: refused at once while the breaker
     /// is open (or its probes are out), else a slot now or after a wait in
     /// the queue, or refused when the queue is full or the wait too long.
-    pub(crate) async fn admit(&self, client: ClientKey) -> Result<Admission, UpstreamError> {
+    /// A queued call waits until `deadline` at most (its own timeout).
+    pub(crate) async fn admit(
+        &self,
+        client: ClientKey,
+        deadline: tokio::time::Instant,
+    ) -> Result<Admission, UpstreamError> {
         let ticket = self
             .breaker
             .admit()
@@ -87,15 +95,15 @@ impl Protection {
                 reason: tripped.to_string(),
                 retry_after: tripped.retry_in(),
             })?;
-        let permit =
-            self.limiter
-                .acquire(client)
-                .await
-                .map_err(|refused| UpstreamError::Overloaded {
-                    upstream: self.upstream.to_string(),
-                    reason: refused.to_string(),
-                    retry_after: OVERLOAD_RETRY_AFTER,
-                })?;
+        let permit = self
+            .limiter
+            .acquire(client, deadline)
+            .await
+            .map_err(|refused| UpstreamError::Overloaded {
+                upstream: self.upstream.to_string(),
+                reason: refused.to_string(),
+                retry_after: OVERLOAD_RETRY_AFTER,
+            })?;
         self.budget.note_request();
         Ok(Admission {
             _permit: permit,
@@ -182,19 +190,27 @@ impl Protection {
 mod tests {
     use super::*;
 
+    fn far() -> tokio::time::Instant {
+        tokio::time::Instant::now() + Duration::from_secs(3600)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_open_breaker_refuses_before_taking_a_slot() {
         let mut config = ProtectConfig::default();
         config.breaker.failures = 1;
         config.limits.max_in_flight = 1;
         let p = Protection::new("slow".into(), &config);
-        let first = p.admit("a".into()).await.unwrap();
-        first.record(Err(&UpstreamError::Timeout {
-            upstream: "slow".into(),
-            timeout: Duration::from_secs(1),
-        }));
+        let first = p.admit("a".into(), far()).await.unwrap();
+        first.record(
+            Err(&UpstreamError::Timeout {
+                upstream: "slow".into(),
+                timeout: Duration::from_secs(1),
+            }),
+            1,
+        );
         drop(first);
-        let Err(UpstreamError::CircuitOpen { reason, .. }) = p.admit("a".into()).await else {
+        let Err(UpstreamError::CircuitOpen { reason, .. }) = p.admit("a".into(), far()).await
+        else {
             panic!("open")
         };
         assert!(reason.contains("no answer within 1s"), "{reason}");
@@ -208,8 +224,8 @@ mod tests {
         config.limits.max_in_flight = 1;
         config.limits.max_queued = 0;
         let p = Protection::new("slow".into(), &config);
-        let _held = p.admit("a".into()).await.unwrap();
-        let Err(e @ UpstreamError::Overloaded { .. }) = p.admit("b".into()).await else {
+        let _held = p.admit("a".into(), far()).await.unwrap();
+        let Err(e @ UpstreamError::Overloaded { .. }) = p.admit("b".into(), far()).await else {
             panic!("saturated")
         };
         let text = e.to_string();
