@@ -19,6 +19,7 @@ mod modern;
 mod onboarding;
 mod ops;
 mod policy;
+mod protection;
 mod remote;
 mod resume;
 mod shaping;
