@@ -34,7 +34,7 @@ use serde_saphyr::{Location, Spanned};
 pub use expand::Lookup;
 pub(crate) use pages::PageSizes;
 pub(crate) use policy::{Access, PolicyConfig, RuleConfig};
-pub(crate) use protect::{BreakerConfig, LimitsConfig, ProtectConfig};
+pub(crate) use protect::{BreakerConfig, CacheConfig, LimitsConfig, ProtectConfig};
 pub(crate) use secret::{Secret, StateKey};
 pub(crate) use shape::{ItemOverride, ListShape, ShapeConfig};
 

@@ -308,8 +308,14 @@ async fn status(
         "connections": state.connections.get().map(|c| c.open.load(std::sync::atomic::Ordering::Relaxed)),
         "listenStreams": hub.listener_count(),
         "subscriptions": { "uris": hub.subscriptions().uri_count(), "entries": hub.subscriptions().entry_count() },
+        "cache": cache_status(hub.results().snapshot()),
     }))
     .into_response()
+}
+
+/// The result cache in `/status`.
+fn cache_status(c: crate::metrics::CacheSnapshot) -> serde_json::Value {
+    json!({ "entries": c.entries, "hits": c.hits, "misses": c.misses, "coalesced": c.coalesced, "evicted": c.evicted })
 }
 
 /// Prometheus text exposition.
@@ -343,6 +349,7 @@ async fn metrics(
         sessions_evicted: state.sessions.evicted(),
         connections: state.connections.get().map(|c| c.snapshot()),
         log_lines_dropped: crate::logging::dropped_lines(),
+        cache: hub.results().snapshot(),
     };
     let body = state.router.metrics().render(&snapshot, hub.counts());
     (

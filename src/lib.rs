@@ -47,6 +47,7 @@
 #![warn(unreachable_pub)]
 
 pub(crate) mod auth;
+pub(crate) mod cache;
 pub(crate) mod catalog;
 pub(crate) mod config;
 pub(crate) mod downstream;

@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 
 mod protection;
 
-pub(crate) use protection::ProtectionCounts;
+pub(crate) use protection::{CacheSnapshot, ProtectionCounts};
 
 /// How a request ended, as a label value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +93,8 @@ pub(crate) struct Snapshot {
     pub connections: Option<ConnectionSnapshot>,
     /// Log lines dropped because stderr could not keep up.
     pub log_lines_dropped: u64,
+    /// The result cache.
+    pub cache: CacheSnapshot,
 }
 
 /// One upstream in a [`Snapshot`].
@@ -310,6 +312,7 @@ impl Metrics {
                     .set(i64::try_from(n).unwrap_or(i64::MAX));
             }
         }
+        self.protection.update_cache(&snapshot.cache);
         catch_up(&self.sessions_evicted, snapshot.sessions_evicted);
         catch_up(&self.log_lines_dropped, snapshot.log_lines_dropped);
         if let Some(connections) = &snapshot.connections {

@@ -8,6 +8,7 @@
 //! restored on the way back; `notifications/cancelled` reaches the one
 //! upstream that owns the request.
 
+mod cached;
 mod forward;
 mod retry;
 pub(crate) mod rewrite;

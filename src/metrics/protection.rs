@@ -43,6 +43,21 @@ struct ReasonLabels {
     reason: String,
 }
 
+/// The result cache, as read at scrape.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CacheSnapshot {
+    pub entries: usize,
+    pub hits: u64,
+    pub misses: u64,
+    pub coalesced: u64,
+    pub evicted: u64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
 /// The families, registered once.
 #[derive(Default)]
 pub(crate) struct ProtectionMetrics {
@@ -51,6 +66,8 @@ pub(crate) struct ProtectionMetrics {
     breaker: Family<StateLabels, Gauge>,
     rejected: Family<ReasonLabels, Counter>,
     retries: Family<Labels, Counter>,
+    cache_entries: Gauge,
+    cache_lookups: Family<OutcomeLabels, Counter>,
 }
 
 impl ProtectionMetrics {
@@ -80,6 +97,32 @@ impl ProtectionMetrics {
             "Requests sent to the upstream a second time (safe retries within the budget)",
             self.retries.clone(),
         );
+        r.register(
+            "mcpmux_cache_entries",
+            "Results of resources/read and prompts/get kept in the result cache",
+            self.cache_entries.clone(),
+        );
+        r.register(
+            "mcpmux_cache_lookups",
+            "Result cache lookups: hit, miss, coalesced (waited for an identical request), evicted (entries dropped)",
+            self.cache_lookups.clone(),
+        );
+    }
+
+    pub(crate) fn update_cache(&self, cache: &CacheSnapshot) {
+        self.cache_entries
+            .set(i64::try_from(cache.entries).unwrap_or(i64::MAX));
+        for (outcome, value) in [
+            ("hit", cache.hits),
+            ("miss", cache.misses),
+            ("coalesced", cache.coalesced),
+            ("evicted", cache.evicted),
+        ] {
+            let labels = OutcomeLabels {
+                outcome: outcome.to_owned(),
+            };
+            catch_up(&self.cache_lookups.get_or_create(&labels), value);
+        }
     }
 
     pub(crate) fn update(&self, upstream: &str, counts: &ProtectionCounts) {

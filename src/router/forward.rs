@@ -130,6 +130,26 @@ pub(super) async fn run(
 ) -> Reply {
     let asked = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + call.handle.timeout();
+    // A kept answer, or one being asked for by an identical request.
+    let cached = match super::cached::before(&call, ctx, id, hub.results(), deadline).await {
+        super::cached::Before::Hit(frame) => {
+            let took = asked.elapsed();
+            let upstream = call.handle.name();
+            metrics.observe(call.method.name(), upstream, Outcome::Ok, took);
+            let client = ctx.identity.as_ref().map(|i| &*i.client);
+            audit(
+                client,
+                call.method.name(),
+                upstream,
+                &call.item,
+                Outcome::Ok,
+                took,
+                id.get(),
+            );
+            return Reply::Ready(frame);
+        }
+        super::cached::Before::Miss(plan) => plan,
+    };
     // The upstream's breaker and concurrency cap first (see `upstream::protect`).
     let admitted = call
         .handle
@@ -265,6 +285,7 @@ pub(super) async fn run(
         asks: None,
         repeatable: call.repeatable,
         admission: admitted.ok(),
+        cached,
     };
     // A 2025-era session's call may be asked back by its upstream
     // (sampling, elicitation, roots): its reply then becomes a stream.
@@ -452,6 +473,8 @@ struct Exchange {
     /// Its slot at the upstream and its breaker ticket, held until the
     /// exchange ends.
     admission: Option<crate::upstream::protect::Admission>,
+    /// Where its answer is kept, if it may be (see `cached`).
+    cached: Option<super::cached::Plan>,
 }
 
 /// Resolves when the tap may have log messages; never without a tap.
@@ -592,6 +615,10 @@ impl Exchange {
                 let body = match self.handle.namespaces_uris() {
                     true => rewrite::namespace_result(self.method.name(), upstream, &result),
                     false => std::borrow::Cow::Borrowed(result.get()),
+                };
+                let body = match &self.cached {
+                    Some(plan) => plan.store(body, self.era),
+                    None => body,
                 };
                 match self.era {
                     Era::Legacy => protocol::response_frame(&self.client_id, &body),

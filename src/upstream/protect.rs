@@ -22,6 +22,8 @@ pub(crate) struct Protection {
     limiter: Arc<Limiter>,
     breaker: Arc<Breaker>,
     budget: RetryBudget,
+    /// Its `cache` settings (the router's result cache reads them).
+    cache: crate::config::CacheConfig,
 }
 
 /// A call let through: its slot (given back when dropped) and its breaker
@@ -74,6 +76,7 @@ impl Protection {
             limiter: Limiter::new(config.limits),
             breaker: Breaker::new(upstream.clone(), config.breaker),
             budget: RetryBudget::default(),
+            cache: config.cache,
             upstream,
         }
     }
@@ -110,6 +113,11 @@ impl Protection {
             ticket: Mutex::new(Some(ticket)),
             breaker: self.breaker.clone(),
         })
+    }
+
+    /// Its `cache` settings.
+    pub(crate) fn cache_config(&self) -> crate::config::CacheConfig {
+        self.cache
     }
 
     /// Takes one retry from the budget; false when it is spent.
