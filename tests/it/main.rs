@@ -4,6 +4,7 @@
 mod asking;
 mod auth;
 mod bad_input;
+mod caching;
 mod cli;
 mod conformance;
 mod core;
