@@ -257,6 +257,11 @@ impl UpstreamHandle {
         &self.shared.protect
     }
 
+    /// How long a call waits for the upstream while it (re)starts.
+    pub(crate) fn start_wait(&self) -> Duration {
+        self.shared.start_wait
+    }
+
     /// The per-request deadline from config.
     pub(crate) fn timeout(&self) -> Duration {
         self.shared.timeout

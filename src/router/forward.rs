@@ -651,7 +651,8 @@ impl Exchange {
         guard: &CallGuard,
         failed: &Connection,
     ) -> Result<Box<RawValue>, RouteError> {
-        let deadline = self.started + self.timeout;
+        // A restart is waited for as long as a start would be.
+        let deadline = (self.started + self.timeout).min(Instant::now() + self.handle.start_wait());
         let conn = self.handle.reconnected(failed, deadline).await?;
         let upstream_id = conn.next_id();
         let params = match &self.progress {

@@ -227,7 +227,7 @@ impl UpstreamHandle {
             shared: Arc::new(Shared {
                 name: name.into(),
                 timeout,
-                start_wait: Duration::ZERO,
+                start_wait: timeout,
                 created: std::time::Instant::now(),
                 settled_once: AtomicBool::new(true),
                 call_timeouts: AtomicU32::new(0),
