@@ -58,6 +58,9 @@ struct Entry {
 /// An entry's key: the request's key and, when private, its identity.
 type EntryKey = (Box<str>, Option<Arc<str>>);
 
+/// A request in flight: its upstream and key.
+type FlightKey = (Arc<str>, Box<str>);
+
 #[derive(Default)]
 struct UpstreamEntries {
     entries: HashMap<EntryKey, Entry>,
@@ -113,7 +116,7 @@ pub(crate) struct ResultCache {
     upstreams: Mutex<HashMap<Arc<str>, UpstreamEntries>>,
     /// Requests being asked upstream now, by upstream and key: followers
     /// wait until the leader's sender is dropped.
-    flights: Mutex<HashMap<(Arc<str>, Box<str>), watch::Receiver<()>>>,
+    flights: Mutex<HashMap<FlightKey, watch::Receiver<()>>>,
     counts: CacheCounts,
 }
 
@@ -128,7 +131,7 @@ pub(crate) enum Flight {
 /// Held by the leader of a flight while it asks upstream.
 pub(crate) struct FlightGuard {
     cache: Arc<ResultCache>,
-    key: (Arc<str>, Box<str>),
+    key: FlightKey,
     _done: watch::Sender<()>,
 }
 
