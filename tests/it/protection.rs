@@ -361,3 +361,57 @@ async fn a_tools_call_without_both_hints_is_never_sent_twice() {
     assert_eq!(status["protection"]["retries"]["made"], 0, "{status}");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_half_open_breaker_lets_two_probes_through_and_a_failed_probe_opens_it_again() {
+    let yaml = format!(
+        "upstreams:\n{}    timeout: 3s\n    health: {{ ping_interval: 1h }}\n    circuit_breaker: {{ failures: 1, cooldown: 300ms }}\n",
+        fixture_upstream("slow", &["--test-controls"]),
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let client = std::sync::Arc::new(McpClient::connect(&gw.url).await);
+    client.call_tool("slow__stall", json!({})).await;
+    let timed_out = client
+        .call_tool("slow__echo", json!({ "message": "late" }))
+        .await;
+    assert_eq!(timed_out["error"]["code"], -32051, "{timed_out}");
+    wait_status(&gw, "slow", "the cool-down to end", |u| {
+        u["protection"]["circuitBreaker"]["state"] == "half_open"
+    })
+    .await;
+
+    // Two probes go through (and hang at the stalled upstream)...
+    let probes: Vec<_> = (0..2).map(|n| hang(&client, n)).collect();
+    wait_status(&gw, "slow", "two probes in flight", |u| {
+        u["protection"]["limits"]["inFlight"] == 2
+    })
+    .await;
+    // ... a third call is refused at once while they decide.
+    let refused = client
+        .call_tool("slow__echo", json!({ "message": "third" }))
+        .await;
+    assert_eq!(refused["error"]["code"], -32054, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("its circuit breaker is half-open: 2 probe requests are deciding"),
+        "{message}"
+    );
+    let status = upstream_status(&gw, "slow").await;
+    assert_eq!(
+        status["protection"]["circuitBreaker"]["rejected"]["halfOpen"], 1,
+        "{status}"
+    );
+    let series = r#"mcpmux_upstream_rejections_total{upstream="slow",reason="circuit_half_open"}"#;
+    assert_eq!(metric(&gw, series).await, 1.0);
+
+    // The probes time out: the breaker opens again.
+    for probe in probes {
+        let answer = within("a probe to time out", probe).await.unwrap();
+        assert_eq!(answer["error"]["code"], -32051, "{answer}");
+    }
+    let status = upstream_status(&gw, "slow").await;
+    let breaker = &status["protection"]["circuitBreaker"];
+    assert_eq!(breaker["opened"], 2, "{status}");
+    assert_eq!(breaker["lastFailure"], "no answer within 3s", "{status}");
+    gw.stop().await;
+}
