@@ -415,3 +415,89 @@ async fn a_half_open_breaker_lets_two_probes_through_and_a_failed_probe_opens_it
     assert_eq!(breaker["lastFailure"], "no answer within 3s", "{status}");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn reads_lost_with_a_crash_are_retried_within_the_retry_budget() {
+    const READS: usize = 20;
+    let record = tempdir().join("received.jsonl");
+    let yaml = format!(
+        "upstreams:\n{}    timeout: 2m\n    health: {{ ping_interval: 1h }}\n",
+        fixture_upstream(
+            "alpha",
+            &["--test-controls", "--record", record.to_str().unwrap()]
+        ),
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let before = upstream_status(&gw, "alpha").await;
+    let client = std::sync::Arc::new(McpClient::connect(&gw.url).await);
+    client.call_tool("alpha__stall", json!({})).await;
+    // Reads wait at the stalled child (it no longer reads its input).
+    let reads: Vec<_> = (0..READS)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .request(
+                        "resources/read",
+                        json!({ "uri": "alpha+demo://alpha/readme" }),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    wait_status(&gw, "alpha", "every read in flight", |u| {
+        u["protection"]["limits"]["inFlight"] == READS
+    })
+    .await;
+    let pid = before["pid"].as_u64().unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+
+    let mut answered = 0;
+    let mut refused = 0;
+    for read in reads {
+        let answer = within("a read to end", read).await.unwrap();
+        if answer.get("result").is_some() {
+            answered += 1;
+            continue;
+        }
+        assert_eq!(answer["error"]["code"], -32050, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("not retried: the upstream's retry budget is spent"),
+            "{message}"
+        );
+        refused += 1;
+    }
+    // Retries may add 20% of the recent requests (at least 3): a few of the
+    // lost reads went again, the rest got the budget's error.
+    assert!((3..READS / 2).contains(&answered), "{answered} retried");
+    assert_eq!(answered + refused, READS);
+    let status = upstream_status(&gw, "alpha").await;
+    assert_eq!(
+        status["protection"]["retries"]["made"], answered,
+        "{status}"
+    );
+    assert_eq!(
+        status["protection"]["retries"]["budgetExhausted"], refused,
+        "{status}"
+    );
+    let series = r#"mcpmux_upstream_rejections_total{upstream="alpha",reason="retry_budget"}"#;
+    assert_eq!(metric(&gw, series).await, refused as f64);
+    assert_eq!(
+        metric(&gw, r#"mcpmux_upstream_retries_total{upstream="alpha"}"#).await,
+        answered as f64
+    );
+    // The new child got exactly the retried reads (the stalled one recorded none).
+    let received = read_jsonl(&record);
+    let reads_received = received
+        .iter()
+        .filter(|m| m["method"] == "resources/read")
+        .count();
+    assert_eq!(reads_received, answered, "{received:?}");
+    // Lost together with one connection, they counted as one failure.
+    assert_eq!(
+        status["protection"]["circuitBreaker"]["state"], "closed",
+        "{status}"
+    );
+    gw.stop().await;
+}
