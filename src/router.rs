@@ -238,29 +238,6 @@ impl RouteError {
                 Fault::Downstream,
                 RpcError::new(code::REQUEST_CANCELLED, message),
             ),
-            Self::Upstream(
-                UpstreamError::Overloaded {
-                    upstream,
-                    retry_after,
-                    ..
-                }
-                | UpstreamError::CircuitOpen {
-                    upstream,
-                    retry_after,
-                    ..
-                },
-            ) => {
-                let code = match self {
-                    Self::Upstream(UpstreamError::Overloaded { .. }) => code::UPSTREAM_SATURATED,
-                    _ => code::UPSTREAM_CIRCUIT_OPEN,
-                };
-                let data =
-                    json!({ "upstream": upstream, "retryAfterMs": retry_after.as_millis() as u64 });
-                (
-                    Fault::Upstream,
-                    RpcError::new(code, message).with_data(data),
-                )
-            }
             Self::Upstream(e) => {
                 let (code, upstream) = match e {
                     UpstreamError::Unavailable { upstream, .. }
@@ -268,7 +245,6 @@ impl RouteError {
                     | UpstreamError::NotRetried { upstream, .. } => {
                         (code::UPSTREAM_UNAVAILABLE, upstream)
                     }
-                    // Matched above.
                     UpstreamError::Overloaded { upstream, .. } => {
                         (code::UPSTREAM_SATURATED, upstream)
                     }
@@ -283,9 +259,13 @@ impl RouteError {
                         (code::REQUEST_CANCELLED, upstream)
                     }
                 };
+                let mut data = json!({ "upstream": upstream });
+                if let Some(after) = e.retry_after() {
+                    data["retryAfterMs"] = json!(after.as_millis() as u64);
+                }
                 (
                     Fault::Upstream,
-                    RpcError::new(code, message).with_data(json!({ "upstream": upstream })),
+                    RpcError::new(code, message).with_data(data),
                 )
             }
         }

@@ -101,6 +101,16 @@ pub(crate) enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// When a client refused by the upstream's protection may try again.
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Overloaded { retry_after, .. } | Self::CircuitOpen { retry_after, .. } => {
+                Some(*retry_after)
+            }
+            _ => None,
+        }
+    }
+
     /// What went wrong, without the upstream's name (for a state's reason,
     /// which is shown next to the name already).
     pub(crate) fn cause(&self) -> String {
