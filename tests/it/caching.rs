@@ -19,6 +19,24 @@ fn reads_received(record: &std::path::Path, uri: &str) -> usize {
         .count()
 }
 
+/// Waits until `tee` has written everything sent so far: it writes to
+/// server-everything before the file, so an answer can come before its
+/// request is recorded. A marker echo, once recorded, follows them all.
+async fn settled(client: &McpClient, record: &std::path::Path, marker: &str) {
+    client
+        .call_tool("everything__echo", json!({ "message": marker }))
+        .await;
+    within("the record to catch up", async {
+        while !std::fs::read_to_string(record)
+            .unwrap_or_default()
+            .contains(marker)
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn fifty_concurrent_reads_of_a_server_everything_resource_reach_it_once_until_it_changes() {
     // server-everything behind `tee`, which records every line it receives.
@@ -58,10 +76,11 @@ async fn fifty_concurrent_reads_of_a_server_everything_resource_reach_it_once_un
         results.iter().all(|r| r == &results[0]),
         "every client got the same answer"
     );
-    assert_eq!(reads_received(&record, &original(watched)), 1);
     watcher
         .result("resources/read", json!({ "uri": other }))
         .await;
+    settled(&watcher, &record, "marker-1").await;
+    assert_eq!(reads_received(&record, &original(watched)), 1);
     assert_eq!(reads_received(&record, &original(other)), 1);
 
     // A resources/updated for the watched URI evicts it, and only it.
@@ -75,6 +94,10 @@ async fn fifty_concurrent_reads_of_a_server_everything_resource_reach_it_once_un
         .await
         .unwrap();
     assert_eq!(update["params"]["uri"], watched.as_str(), "{update}");
+    // No more updates (one comes every 5 s while they are on).
+    watcher
+        .call_tool("everything__toggle-subscriber-updates", json!({}))
+        .await;
     for client in &clients[..3] {
         client
             .result("resources/read", json!({ "uri": watched }))
@@ -83,6 +106,7 @@ async fn fifty_concurrent_reads_of_a_server_everything_resource_reach_it_once_un
             .result("resources/read", json!({ "uri": other }))
             .await;
     }
+    settled(&watcher, &record, "marker-2").await;
     assert_eq!(reads_received(&record, &original(watched)), 2);
     assert_eq!(reads_received(&record, &original(other)), 1);
 
