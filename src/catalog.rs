@@ -172,6 +172,9 @@ pub(crate) struct Catalog {
     plain_uris: HashMap<Box<str>, Arc<str>>,
     /// Tools with `x-mcp-header` parameters, by exposed name.
     tool_headers: HashMap<Box<str>, Arc<[crate::xheader::HeaderParam]>>,
+    /// Tools their upstream marks `readOnlyHint` and `idempotentHint`, by
+    /// exposed name: safe to send again (see `router::retry`).
+    repeatable_tools: std::collections::HashSet<Box<str>>,
     /// Every configured upstream with a non-empty prefix, as
     /// (`{prefix}__`, upstream), longest prefix first.
     prefixes: Vec<(String, Arc<str>)>,
@@ -241,6 +244,12 @@ impl Catalog {
     /// The `x-mcp-header` parameters of an exposed tool.
     pub(crate) fn tool_headers(&self, exposed: &str) -> Option<&[crate::xheader::HeaderParam]> {
         self.tool_headers.get(exposed).map(|p| &**p)
+    }
+
+    /// Whether the upstream marks an exposed tool both `readOnlyHint` and
+    /// `idempotentHint` (shaping overrides do not count).
+    pub(crate) fn tool_repeatable(&self, exposed: &str) -> bool {
+        self.repeatable_tools.contains(exposed)
     }
 
     /// Whether `upstream`'s URIs are exposed as `{upstream}+{uri}`.
@@ -620,6 +629,13 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
                             .and_then(Value::as_str)
                             .unwrap_or_default()
                             .to_owned();
+                        let hint = |key: &str| {
+                            item.get("annotations").and_then(|a| a.get(key))
+                                == Some(&Value::Bool(true))
+                        };
+                        let repeatable = kind == ListKind::Tools
+                            && hint("readOnlyHint")
+                            && hint("idempotentHint");
                         // Shaping may leave it out, rename it, override fields.
                         let shown = match shape {
                             Some(shape) => match shape.apply(kind, &original, &mut item) {
@@ -639,6 +655,11 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
                             catalog
                                 .tool_headers
                                 .insert(exposed.clone().into_boxed_str(), header_params.into());
+                        }
+                        if repeatable {
+                            catalog
+                                .repeatable_tools
+                                .insert(exposed.clone().into_boxed_str());
                         }
                         names.insert(
                             exposed.into_boxed_str(),

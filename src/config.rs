@@ -11,6 +11,7 @@ mod auth;
 mod expand;
 mod pages;
 mod policy;
+mod protect;
 mod secret;
 mod shape;
 mod upstream;
@@ -33,6 +34,7 @@ use serde_saphyr::{Location, Spanned};
 pub use expand::Lookup;
 pub(crate) use pages::PageSizes;
 pub(crate) use policy::{Access, PolicyConfig, RuleConfig};
+pub(crate) use protect::{BreakerConfig, CacheConfig, LimitsConfig, ProtectConfig};
 pub(crate) use secret::{Secret, StateKey};
 pub(crate) use shape::{ItemOverride, ListShape, ShapeConfig};
 
@@ -178,6 +180,8 @@ pub(crate) struct UpstreamConfig {
     pub shape: ShapeConfig,
     /// The roots it gets when it asks for roots outside any client's call.
     pub roots: Vec<Root>,
+    /// `limits`, `circuit_breaker` and `cache`.
+    pub protect: ProtectConfig,
 }
 
 /// A root offered to an upstream (`roots/list`).

@@ -239,6 +239,11 @@ fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
                 }
                 _ => None,
             };
+            let reason = reason.or_else(|| {
+                h.protection()
+                    .is_open()
+                    .then(|| "its circuit breaker is open".to_owned())
+            });
             let label = state.label();
             let [tools, prompts, resources, templates] = h.item_counts();
             let hello = h.hello();
@@ -258,6 +263,7 @@ fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
                 "pid": h.pid(),
                 "instances": h.instance_count(),
                 "suppressedLogLines": h.suppressed_lines(),
+                "protection": h.protection().status(),
             });
             (!h.holds_readiness(), status)
         })
@@ -303,8 +309,14 @@ async fn status(
         "connections": state.connections.get().map(|c| c.open.load(std::sync::atomic::Ordering::Relaxed)),
         "listenStreams": hub.listener_count(),
         "subscriptions": { "uris": hub.subscriptions().uri_count(), "entries": hub.subscriptions().entry_count() },
+        "cache": cache_status(hub.results().snapshot()),
     }))
     .into_response()
+}
+
+/// The result cache in `/status`.
+fn cache_status(c: crate::metrics::CacheSnapshot) -> serde_json::Value {
+    json!({ "entries": c.entries, "hits": c.hits, "misses": c.misses, "coalesced": c.coalesced, "evicted": c.evicted })
 }
 
 /// Prometheus text exposition.
@@ -328,6 +340,7 @@ async fn metrics(
                 restarts: h.restarts(),
                 suppressed_lines: h.suppressed_lines(),
                 instances: h.instance_count(),
+                protection: h.protection().counts(),
             })
             .collect(),
         legacy_sessions: state.sessions.len(),
@@ -337,6 +350,7 @@ async fn metrics(
         sessions_evicted: state.sessions.evicted(),
         connections: state.connections.get().map(|c| c.snapshot()),
         log_lines_dropped: crate::logging::dropped_lines(),
+        cache: hub.results().snapshot(),
     };
     let body = state.router.metrics().render(&snapshot, hub.counts());
     (

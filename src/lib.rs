@@ -39,7 +39,8 @@
 //! The pieces, in the order a request meets them (ARCHITECTURE.md has the
 //! tour): `downstream` (the guarded HTTP listener, the axum routes for MCP
 //! hosts, sessions, probes), `router` (answers lists from the catalog and
-//! forwards calls to exactly one upstream), `catalog` (the merged,
+//! forwards calls to exactly one upstream, through its concurrency cap,
+//! circuit breaker and the result `cache`), `catalog` (the merged,
 //! namespaced snapshot), `policy` (who may see and use what), `notify` (the
 //! subscribers and their outboxes), `upstream` (one supervised actor per
 //! upstream server), `config`, `reload` and `protocol`.
@@ -47,6 +48,7 @@
 #![warn(unreachable_pub)]
 
 pub(crate) mod auth;
+pub(crate) mod cache;
 pub(crate) mod catalog;
 pub(crate) mod config;
 pub(crate) mod downstream;

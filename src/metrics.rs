@@ -18,6 +18,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+mod protection;
+
+pub(crate) use protection::{CacheSnapshot, ProtectionCounts};
+
 /// How a request ended, as a label value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
@@ -89,6 +93,8 @@ pub(crate) struct Snapshot {
     pub connections: Option<ConnectionSnapshot>,
     /// Log lines dropped because stderr could not keep up.
     pub log_lines_dropped: u64,
+    /// The result cache.
+    pub cache: CacheSnapshot,
 }
 
 /// One upstream in a [`Snapshot`].
@@ -101,6 +107,8 @@ pub(crate) struct UpstreamSnapshot {
     pub suppressed_lines: u64,
     /// Per-session instances running (`isolation: per-session` only).
     pub instances: Option<usize>,
+    /// Its concurrency cap, circuit breaker and retries.
+    pub protection: ProtectionCounts,
 }
 
 /// The HTTP listener in a [`Snapshot`].
@@ -129,6 +137,7 @@ pub(crate) struct Metrics {
     connections_closed: Family<ReasonLabels, Counter>,
     log_lines_dropped: Counter,
     denials: Family<DenialLabels, Counter>,
+    protection: protection::ProtectionMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -165,6 +174,7 @@ impl Metrics {
             connections_closed: Family::default(),
             log_lines_dropped: Counter::default(),
             denials: Family::default(),
+            protection: protection::ProtectionMetrics::default(),
         };
         {
             let mut r = metrics.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -243,6 +253,7 @@ impl Metrics {
                 "Log lines dropped because stderr could not keep up",
                 metrics.log_lines_dropped.clone(),
             );
+            metrics.protection.register(&mut r);
         }
         metrics
     }
@@ -294,12 +305,14 @@ impl Metrics {
                 &self.suppressed_lines.get_or_create(&labels),
                 upstream.suppressed_lines,
             );
+            self.protection.update(&upstream.name, &upstream.protection);
             if let Some(n) = upstream.instances {
                 self.upstream_instances
                     .get_or_create(&labels)
                     .set(i64::try_from(n).unwrap_or(i64::MAX));
             }
         }
+        self.protection.update_cache(&snapshot.cache);
         catch_up(&self.sessions_evicted, snapshot.sessions_evicted);
         catch_up(&self.log_lines_dropped, snapshot.log_lines_dropped);
         if let Some(connections) = &snapshot.connections {

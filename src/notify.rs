@@ -110,6 +110,8 @@ pub(crate) struct NotifyHub {
     views: Option<Arc<Views>>,
     /// Upstream tasks by gateway id, with their creators (see [`tasks`]).
     tasks: tasks::TaskTable,
+    /// Cached results, evicted here when an upstream says they changed.
+    results: Arc<crate::cache::ResultCache>,
 }
 
 impl NotifyHub {
@@ -134,7 +136,13 @@ impl NotifyHub {
             next_ask: AtomicU64::new(1),
             views,
             tasks: tasks::TaskTable::default(),
+            results: Arc::default(),
         }
+    }
+
+    /// The result cache (the router reads and fills it).
+    pub(crate) fn results(&self) -> &Arc<crate::cache::ResultCache> {
+        &self.results
     }
 
     /// What clients want of upstreams (subscriptions, log level).
@@ -449,6 +457,7 @@ impl NotifyHub {
 /// What upstreams announce reaches subscribers through the hub.
 impl UpstreamEvents for NotifyHub {
     fn resource_updated(&self, upstream: &str, original_uri: &str) {
+        self.results.resource_updated(upstream, original_uri);
         NotifyHub::resource_updated(self, upstream, original_uri);
     }
 
@@ -457,6 +466,10 @@ impl UpstreamEvents for NotifyHub {
     }
 
     fn lists_changed(&self, kinds: &[ListKind]) {
+        self.results.kind_changed(
+            kinds.contains(&ListKind::Resources),
+            kinds.contains(&ListKind::Prompts),
+        );
         NotifyHub::lists_changed(self, kinds);
     }
 

@@ -72,6 +72,10 @@ pub(crate) mod code {
     pub(crate) const UPSTREAM_TIMEOUT: i64 = -32051;
     /// mcpmux: the upstream answered with something that is not valid MCP.
     pub(crate) const UPSTREAM_PROTOCOL: i64 = -32052;
+    /// mcpmux: the upstream's concurrency cap and wait queue are full.
+    pub(crate) const UPSTREAM_SATURATED: i64 = -32053;
+    /// mcpmux: the upstream's circuit breaker is open or half-open.
+    pub(crate) const UPSTREAM_CIRCUIT_OPEN: i64 = -32054;
 }
 
 /// The two wire eras of MCP.

@@ -8,7 +8,9 @@
 //! restored on the way back; `notifications/cancelled` reaches the one
 //! upstream that owns the request.
 
+mod cached;
 mod forward;
+mod retry;
 pub(crate) mod rewrite;
 mod tasks;
 #[cfg(test)]
@@ -189,7 +191,11 @@ impl RouteError {
             Self::Cancelled | Self::Upstream(UpstreamError::Cancelled { .. }) => Outcome::Cancelled,
             Self::Upstream(UpstreamError::Timeout { .. }) => Outcome::Timeout,
             Self::Upstream(
-                UpstreamError::Unavailable { .. } | UpstreamError::SessionExpired { .. },
+                UpstreamError::Unavailable { .. }
+                | UpstreamError::SessionExpired { .. }
+                | UpstreamError::Overloaded { .. }
+                | UpstreamError::CircuitOpen { .. }
+                | UpstreamError::NotRetried { .. },
             ) => Outcome::Unavailable,
             _ => Outcome::Error,
         }
@@ -235,8 +241,15 @@ impl RouteError {
             Self::Upstream(e) => {
                 let (code, upstream) = match e {
                     UpstreamError::Unavailable { upstream, .. }
-                    | UpstreamError::SessionExpired { upstream } => {
+                    | UpstreamError::SessionExpired { upstream, .. }
+                    | UpstreamError::NotRetried { upstream, .. } => {
                         (code::UPSTREAM_UNAVAILABLE, upstream)
+                    }
+                    UpstreamError::Overloaded { upstream, .. } => {
+                        (code::UPSTREAM_SATURATED, upstream)
+                    }
+                    UpstreamError::CircuitOpen { upstream, .. } => {
+                        (code::UPSTREAM_CIRCUIT_OPEN, upstream)
                     }
                     UpstreamError::Timeout { upstream, .. } => (code::UPSTREAM_TIMEOUT, upstream),
                     UpstreamError::Protocol { upstream, .. }
@@ -246,9 +259,13 @@ impl RouteError {
                         (code::REQUEST_CANCELLED, upstream)
                     }
                 };
+                let mut data = json!({ "upstream": upstream });
+                if let Some(after) = e.retry_after() {
+                    data["retryAfterMs"] = json!(after.as_millis() as u64);
+                }
                 (
                     Fault::Upstream,
-                    RpcError::new(code, message).with_data(json!({ "upstream": upstream })),
+                    RpcError::new(code, message).with_data(data),
                 )
             }
         }
@@ -701,12 +718,15 @@ impl Router {
             hidden
         };
         let mut target: Option<Arc<str>> = None;
+        let mut tool_marked = false;
         let (upstream, key, value) = match method {
             Method::ToolsCall => {
                 let name = params.string("name").map_err(RouteError::InvalidParams)?;
                 if hidden(&name) {
                     return Err(RouteError::UnknownTool(name));
                 }
+                // A call that creates a task is never repeatable.
+                tool_marked = catalog.tool_repeatable(&name) && params.raw("task").is_none();
                 let tool = catalog.tool(&name).ok_or(RouteError::UnknownTool(name))?;
                 target = Some(Arc::from(&*tool.original));
                 (
@@ -783,6 +803,7 @@ impl Router {
         };
         let handle = self.upstream(&upstream)?;
         Ok(forward::Call {
+            repeatable: retry::repeatable(&method, tool_marked),
             method,
             handle,
             params,

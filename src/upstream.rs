@@ -9,6 +9,7 @@
 //! in-flight request, withdraws the upstream's items, and restarts it with
 //! exponential backoff and jitter. Shutdown never triggers a restart.
 
+pub(crate) mod breaker;
 pub(crate) mod connection;
 mod events;
 pub(crate) mod handshake;
@@ -16,12 +17,15 @@ pub(crate) mod http;
 mod interest;
 mod isolated;
 mod legacy_sse;
+pub(crate) mod limits;
 pub(crate) mod link;
 mod listen;
 mod message;
 pub(crate) mod noise;
 mod poster;
+pub(crate) mod protect;
 mod remote;
+mod retry_budget;
 pub(crate) mod stdio;
 mod subscriptions;
 mod supervisor;
@@ -60,8 +64,31 @@ pub(crate) enum UpstreamError {
     #[error("upstream '{upstream}' broke the protocol: {detail}")]
     Protocol { upstream: String, detail: String },
     /// An HTTP upstream forgot our session (404); the gateway re-initializes.
+    /// `refused`: this request's own POST was refused for it, so the
+    /// upstream never ran it.
     #[error("upstream '{upstream}' lost the session; it is being re-initialized")]
-    SessionExpired { upstream: String },
+    SessionExpired { upstream: String, refused: bool },
+    /// Its concurrency cap and wait queue are full (`limits`).
+    #[error("upstream '{upstream}' is saturated: {reason}")]
+    Overloaded {
+        upstream: String,
+        reason: String,
+        retry_after: Duration,
+    },
+    /// Its circuit breaker refuses calls for now (`circuit_breaker`).
+    #[error("upstream '{upstream}' is not being called: {reason}")]
+    CircuitOpen {
+        upstream: String,
+        reason: String,
+        retry_after: Duration,
+    },
+    /// A failure that would have been retried, and why it was not.
+    #[error("upstream '{upstream}' failed ({cause}); not retried: {why}")]
+    NotRetried {
+        upstream: String,
+        cause: String,
+        why: String,
+    },
     /// The gateway withdrew the request: the client cancelled it, its
     /// session ended, or the gateway is shutting down.
     #[error("request cancelled: {reason}")]
@@ -75,6 +102,16 @@ pub(crate) enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// When a client refused by the upstream's protection may try again.
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Overloaded { retry_after, .. } | Self::CircuitOpen { retry_after, .. } => {
+                Some(*retry_after)
+            }
+            _ => None,
+        }
+    }
+
     /// What went wrong, without the upstream's name (for a state's reason,
     /// which is shown next to the name already).
     pub(crate) fn cause(&self) -> String {
@@ -85,6 +122,8 @@ impl UpstreamError {
             }
             Self::Protocol { detail, .. } => detail.clone(),
             Self::SessionExpired { .. } => "it lost the session".into(),
+            Self::Overloaded { reason, .. } | Self::CircuitOpen { reason, .. } => reason.clone(),
+            Self::NotRetried { cause, .. } => cause.clone(),
             Self::Cancelled { reason, .. } => format!("cancelled: {reason}"),
             Self::Rpc { error, .. } => format!("it answered with an error: {}", error.get()),
         }
@@ -215,11 +254,23 @@ struct Shared {
     /// Its per-session instances (`isolation: per-session`); none for a
     /// shared-only upstream and for an instance itself.
     instances: Option<Arc<isolated::Instances>>,
+    /// Its concurrency cap, circuit breaker and retry budget.
+    protect: protect::Protection,
 }
 
 impl UpstreamHandle {
     pub(crate) fn name(&self) -> &Arc<str> {
         &self.shared.name
+    }
+
+    /// Its concurrency cap, circuit breaker and retry budget.
+    pub(crate) fn protection(&self) -> &protect::Protection {
+        &self.shared.protect
+    }
+
+    /// How long a call waits for the upstream while it (re)starts.
+    pub(crate) fn start_wait(&self) -> Duration {
+        self.shared.start_wait
     }
 
     /// The per-request deadline from config.
@@ -452,7 +503,7 @@ impl UpstreamHandle {
     pub(crate) fn holds_readiness(&self) -> bool {
         let state = self.state();
         if self.shared.required {
-            return state != UpstreamState::Ready;
+            return state != UpstreamState::Ready || self.shared.protect.is_open();
         }
         state == UpstreamState::Starting
             && !self.shared.settled_once.load(Ordering::Relaxed)

@@ -296,3 +296,37 @@ fn page_sizes_are_one_number_or_one_per_list() {
         "{word}"
     );
 }
+
+#[test]
+fn protection_keys_have_defaults_and_located_errors() {
+    let cfg = parse("upstreams:\n  files:\n    command: srv\n").unwrap();
+    assert_eq!(cfg.upstreams[0].protect, ProtectConfig::default());
+    let cfg = parse(
+        "upstreams:\n  files:\n    command: srv\n    limits: { max_in_flight: 16, max_queued: 64, queue_timeout: 2s }\n    circuit_breaker: { failures: 3, cooldown: 10s }\n    cache: { ttl: 30s, max_entries: 10000 }\n",
+    )
+    .unwrap();
+    let protect = &cfg.upstreams[0].protect;
+    assert_eq!(protect.limits.max_in_flight, 16);
+    assert_eq!(protect.limits.max_queued, 64);
+    assert_eq!(protect.limits.queue_timeout, Duration::from_secs(2));
+    assert_eq!(protect.breaker.failures, 3);
+    assert_eq!(protect.cache.ttl, Some(Duration::from_secs(30)));
+    assert_eq!(protect.cache.max_entries, 10000);
+
+    let line = single_issue(
+        "upstreams:\n  files:\n    command: srv\n    limits:\n      max_in_flight: 0\n",
+    );
+    assert!(line.starts_with("test.yaml:5:22: "), "{line}");
+    assert!(
+        line.contains("upstreams.files.limits.max_in_flight: must be between 1 and"),
+        "{line}"
+    );
+    let line = single_issue(
+        "upstreams:\n  files:\n    command: srv\n    circuit_breaker: { cooldown: soon }\n",
+    );
+    assert!(line.starts_with("test.yaml:4:34: "), "{line}");
+    assert!(line.contains("circuit_breaker.cooldown"), "{line}");
+    let line = single_issue("upstreams:\n  files:\n    command: srv\n    cache: { tll: 1s }\n");
+    assert!(line.starts_with("test.yaml:4:14: "), "{line}");
+    assert!(line.contains("tll"), "{line}");
+}

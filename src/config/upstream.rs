@@ -59,6 +59,12 @@ pub(super) struct RawUpstream {
     resources: Option<bool>,
     #[serde(default)]
     roots: Vec<Spanned<RawRoot>>,
+    #[serde(default)]
+    limits: Option<super::protect::RawLimits>,
+    #[serde(default)]
+    circuit_breaker: Option<super::protect::RawBreaker>,
+    #[serde(default)]
+    cache: Option<super::protect::RawCache>,
 }
 
 /// A root: its `file://` URI, or `{uri, name}`.
@@ -172,6 +178,14 @@ impl RawUpstream {
                 .map(|r| r.validate(&format!("{label}.{key}"), key == "tools", p))
                 .unwrap_or_default()
         };
+        let protect = super::protect::validate(
+            self.limits.as_ref(),
+            self.circuit_breaker.as_ref(),
+            self.cache.as_ref(),
+            &label,
+            lookup,
+            p,
+        );
         let shape = ShapeConfig {
             tools: list_shape(&self.tools, "tools", p),
             prompts: list_shape(&self.prompts, "prompts", p),
@@ -217,6 +231,7 @@ impl RawUpstream {
             health: health?,
             shape,
             roots: self.roots(&label, lookup, p)?,
+            protect: protect?,
         })
     }
 

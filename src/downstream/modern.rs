@@ -287,7 +287,15 @@ pub(crate) async fn handle(
                 .request(&ctx, id, method, envelope.params)
                 .await
             {
-                Reply::Ready(frame) => (status_of(&frame), json(frame)).into_response(),
+                Reply::Ready(frame) => match retry_after(&frame) {
+                    Some(secs) => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [(axum::http::header::RETRY_AFTER, secs.to_string())],
+                        json(frame),
+                    )
+                        .into_response(),
+                    None => (status_of(&frame), json(frame)).into_response(),
+                },
                 Reply::Streaming(frames) => sse_response(ReceiverStream::new(frames)),
             }
         }
@@ -303,6 +311,22 @@ fn status_of(frame: &str) -> StatusCode {
         ) => StatusCode::BAD_REQUEST,
         _ => StatusCode::OK,
     }
+}
+
+/// For an upstream refused by its protection (saturated, circuit open):
+/// the whole seconds of its `Retry-After` (HTTP 503), from the error's
+/// `data.retryAfterMs`.
+fn retry_after(frame: &str) -> Option<u64> {
+    if !matches!(
+        error_code(frame),
+        Some(code::UPSTREAM_SATURATED | code::UPSTREAM_CIRCUIT_OPEN)
+    ) {
+        return None;
+    }
+    let error = Envelope::parse(frame).ok()?.error?;
+    let value: Value = serde_json::from_str(error.get()).ok()?;
+    let ms = value["data"]["retryAfterMs"].as_u64().unwrap_or(1000);
+    Some(ms.div_ceil(1000).max(1))
 }
 
 /// The `error.code` of a JSON-RPC answer; none for a result (whose body

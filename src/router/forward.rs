@@ -42,6 +42,8 @@ pub(super) struct Call<'p> {
     pub item: String,
     /// The tool or prompt name, or the URI, as the upstream knows it.
     pub target: Option<Arc<str>>,
+    /// Safe to send twice (see `retry`).
+    pub repeatable: bool,
 }
 
 /// Where a client's in-flight request went upstream.
@@ -128,11 +130,41 @@ pub(super) async fn run(
 ) -> Reply {
     let asked = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + call.handle.timeout();
-    let conn = match call
+    // A kept answer, or one being asked for by an identical request.
+    let cached = match super::cached::before(&call, ctx, id, hub.results(), deadline).await {
+        super::cached::Before::Hit(frame) => {
+            let took = asked.elapsed();
+            let upstream = call.handle.name();
+            metrics.observe(call.method.name(), upstream, Outcome::Ok, took);
+            let client = ctx.identity.as_ref().map(|i| &*i.client);
+            audit(
+                client,
+                call.method.name(),
+                upstream,
+                &call.item,
+                Outcome::Ok,
+                took,
+                id.get(),
+            );
+            return Reply::Ready(frame);
+        }
+        super::cached::Before::Miss(plan) => plan,
+    };
+    // The upstream's breaker and concurrency cap first (see `upstream::protect`).
+    let admitted = call
         .handle
-        .connection_for(ctx.subscriber.as_ref().map(|s| s.id), deadline)
-        .await
-    {
+        .protection()
+        .admit(client_key(ctx), deadline)
+        .await;
+    let connected = match &admitted {
+        Ok(_) => {
+            call.handle
+                .connection_for(ctx.subscriber.as_ref().map(|s| s.id), deadline)
+                .await
+        }
+        Err(e) => Err(e.clone()),
+    };
+    let conn = match connected {
         Ok(conn) => conn,
         Err(e) => {
             let e = RouteError::from(e);
@@ -251,6 +283,9 @@ pub(super) async fn run(
         item: call.item,
         asker: None,
         asks: None,
+        repeatable: call.repeatable,
+        admission: admitted.ok(),
+        cached,
     };
     // A 2025-era session's call may be asked back by its upstream
     // (sampling, elicitation, roots): its reply then becomes a stream.
@@ -433,6 +468,13 @@ struct Exchange {
     /// For a stateless call to a 2025-era upstream: where the upstream's
     /// requests for the client go (see `park`).
     asks: Option<mpsc::Sender<crate::upstream::InputAsk>>,
+    /// Safe to send twice (see `retry`).
+    repeatable: bool,
+    /// Its slot at the upstream and its breaker ticket, held until the
+    /// exchange ends.
+    admission: Option<crate::upstream::protect::Admission>,
+    /// Where its answer is kept, if it may be (see `cached`).
+    cached: Option<super::cached::Plan>,
 }
 
 /// Resolves when the tap may have log messages; never without a tap.
@@ -518,11 +560,21 @@ impl Exchange {
         rx: Result<Sent, UpstreamError>,
     ) -> String {
         let mut answer = self.answer(conn, upstream_id, rx).await;
-        if matches!(
-            answer,
-            Err(RouteError::Upstream(UpstreamError::SessionExpired { .. }))
-        ) {
-            answer = self.retry(guard, conn).await;
+        if let Err(RouteError::Upstream(e)) = &answer
+            && let Some(next) = super::retry::decide(e, self.repeatable, self.handle.protection())
+        {
+            answer = match next {
+                Ok(()) => self.retry(guard, conn).await,
+                Err(e) => Err(RouteError::Upstream(e)),
+            };
+        }
+        if let Some(admission) = &self.admission {
+            let conn_id = std::ptr::from_ref(conn) as usize;
+            match &answer {
+                Ok(_) => admission.record(Ok(()), conn_id),
+                Err(RouteError::Upstream(e)) => admission.record(Err(e), conn_id),
+                Err(_) => {}
+            }
         }
         if let Ok(result) = answer {
             answer = self.bridge_input(guard, conn, result).await;
@@ -564,6 +616,10 @@ impl Exchange {
                     true => rewrite::namespace_result(self.method.name(), upstream, &result),
                     false => std::borrow::Cow::Borrowed(result.get()),
                 };
+                let body = match &self.cached {
+                    Some(plan) => plan.store(body, self.era),
+                    None => body,
+                };
                 match self.era {
                     Era::Legacy => protocol::response_frame(&self.client_id, &body),
                     Era::Modern => protocol::response_frame(
@@ -595,7 +651,8 @@ impl Exchange {
         guard: &CallGuard,
         failed: &Connection,
     ) -> Result<Box<RawValue>, RouteError> {
-        let deadline = self.started + self.timeout;
+        // A restart is waited for as long as a start would be.
+        let deadline = (self.started + self.timeout).min(Instant::now() + self.handle.start_wait());
         let conn = self.handle.reconnected(failed, deadline).await?;
         let upstream_id = conn.next_id();
         let params = match &self.progress {
@@ -603,7 +660,7 @@ impl Exchange {
             _ => self.params.clone(),
         };
         guard.retarget(&conn, upstream_id);
-        tracing::info!(upstream = %self.handle.name(), method = self.method.name(), "retrying once after re-initializing the upstream");
+        tracing::info!(upstream = %self.handle.name(), method = self.method.name(), "retrying once on the reconnected upstream");
         let rx = self.send(&conn, upstream_id, &params, self.route()).await;
         self.answer(&conn, upstream_id, rx).await
     }
@@ -667,6 +724,16 @@ impl Exchange {
 /// upstream's further requests wait (in their relay tasks, never in the
 /// upstream's reader) within their timeout.
 const PARK_CAPACITY: usize = 8;
+
+/// Who a call counts against at a saturated upstream: the authenticated
+/// client, else the session, else every anonymous stateless client as one.
+fn client_key(ctx: &RequestContext) -> Arc<str> {
+    match (&ctx.identity, &ctx.subscriber) {
+        (Some(identity), _) => format!("client {}", identity.client).into(),
+        (None, Some(subscriber)) => format!("session {}", subscriber.id).into(),
+        (None, None) => "anonymous".into(),
+    }
+}
 
 /// `params` with `_meta.progressToken` set to `token` (retry path only).
 fn with_progress_token(params: &str, token: u64) -> String {

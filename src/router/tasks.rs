@@ -336,6 +336,7 @@ impl Router {
             .ok_or_else(|| TaskError::Unknown(task.clone()))?;
         let handle = self.upstream(&route.upstream)?;
         let call = Call {
+            repeatable: super::retry::repeatable(&method, false),
             method,
             handle,
             params: parsed,

@@ -55,9 +55,11 @@ fn gateway(timeout: Duration) -> Gateway {
         ));
         let view = UpstreamView {
             lists: UpstreamLists {
-                tools: vec![object(
-                    json!({ "name": "echo", "inputSchema": { "type": "object" } }),
-                )],
+                tools: vec![
+                    object(json!({ "name": "echo", "inputSchema": { "type": "object" } })),
+                    object(json!({ "name": "peek", "inputSchema": { "type": "object" },
+                        "annotations": { "readOnlyHint": true, "idempotentHint": true } })),
+                ],
                 resources: vec![object(json!({ "uri": "file:///a", "name": "a" }))],
                 ..UpstreamLists::default()
             },
@@ -477,7 +479,9 @@ async fn unknown_names_and_down_upstreams_are_refused_without_sending() {
 async fn a_call_is_retried_once_on_a_reinitialized_upstream_and_cancels_there() {
     let mut gw = gateway(PATIENT);
     let ctx = session(&gw.router, false);
-    let reply = call(&gw.router, &ctx, "5", "tools/call", echo(json!({ "n": 1 })));
+    // A read-only, idempotent tool: safe to send again.
+    let peek = json!({ "name": "alpha__peek", "arguments": { "n": 1 } });
+    let reply = call(&gw.router, &ctx, "5", "tools/call", peek);
     let first = gw.alpha.next_sent().await;
 
     // The upstream forgot the session; the supervisor brings up a new one.
@@ -576,4 +580,26 @@ async fn a_parked_call_whose_upstream_goes_away_is_forgotten() {
         }
     })
     .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_of_a_tool_without_both_hints_is_not_sent_again() {
+    let mut gw = gateway(PATIENT);
+    let ctx = session(&gw.router, false);
+    let reply = call(&gw.router, &ctx, "5", "tools/call", echo(json!({ "n": 1 })));
+    gw.alpha.next_sent().await;
+    // The session was lost while the call was in flight: it may have run.
+    gw.alpha.conn.mark_session_expired();
+    gw.alpha.conn.close("404");
+    let mut fresh = FakeUpstream::new("alpha");
+    let handle = gw.router.upstreams().get("alpha").unwrap();
+    handle.replace_connection(Some(fresh.conn.clone()));
+    let frame = ready(within(reply).await.unwrap());
+    assert_eq!(error_code(&frame), code::UPSTREAM_UNAVAILABLE);
+    let message = frame["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("not retried: it may have run already"),
+        "{message}"
+    );
+    assert!(fresh.try_sent().is_none(), "never sent again");
 }

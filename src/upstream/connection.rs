@@ -249,6 +249,7 @@ impl Connection {
         if self.session_expired.load(Ordering::Relaxed) {
             return UpstreamError::SessionExpired {
                 upstream: self.upstream.to_string(),
+                refused: false,
             };
         }
         UpstreamError::Unavailable {

@@ -398,8 +398,9 @@ impl RemoteSession {
             .unwrap_or_else(|e| e.into_inner())
             .is_some();
         if status == StatusCode::NOT_FOUND && self.lost_session(status, had_session, sent) {
-            self.expire_session(status);
-            return self.fail(sent, self.conn_error());
+            // Failed first: closing the link would fail it as merely pending.
+            self.fail(sent, self.conn_error());
+            return self.expire_session(status);
         }
         if status.is_success() && had_session {
             self.session_confirmed.store(true, Ordering::Relaxed);
@@ -418,8 +419,8 @@ impl RemoteSession {
             if self.lost_session(status, had_session, sent) {
                 let snippet: String = body.chars().take(200).collect();
                 tracing::info!(upstream = %self.upstream, %status, body = %snippet, "the server no longer knows our session; re-initializing");
-                self.expire_session(status);
-                return self.fail(sent, self.conn_error());
+                self.fail(sent, self.conn_error());
+                return self.expire_session(status);
             }
             let snippet: String = body.chars().take(200).collect();
             return self.fail(sent, self.protocol(format!("HTTP {status}: {snippet}")));
@@ -449,6 +450,7 @@ impl RemoteSession {
     fn conn_error(&self) -> UpstreamError {
         UpstreamError::SessionExpired {
             upstream: self.upstream.to_string(),
+            refused: true,
         }
     }
 

@@ -227,7 +227,7 @@ impl UpstreamHandle {
             shared: Arc::new(Shared {
                 name: name.into(),
                 timeout,
-                start_wait: Duration::ZERO,
+                start_wait: timeout,
                 created: std::time::Instant::now(),
                 settled_once: AtomicBool::new(true),
                 call_timeouts: AtomicU32::new(0),
@@ -248,6 +248,10 @@ impl UpstreamHandle {
                 transport: "stdio",
                 counts: Default::default(),
                 instances: None,
+                protect: super::protect::Protection::new(
+                    name.into(),
+                    &crate::config::ProtectConfig::default(),
+                ),
             }),
         };
         handle.replace_connection(conn);

@@ -2,6 +2,7 @@
 integration tests as a real upstream peer of the gateway.
 
 Usage: py_http_server.py [--port N] [--transport streamable-http|sse] [--name NAME]
+                         [--private-read-ttl-ms MS]
 
 Binds 127.0.0.1 only (port 0 = ephemeral). Once it accepts connections it
 prints exactly one line, `LISTENING <port>`, to stdout; all logging goes to
@@ -18,6 +19,10 @@ Tools: echo, slow (progress), whoami (Authorization header), add_tool
 (registers a tool and notifies tools/list_changed), touch (notifies
 resources/updated). Resource: py://status ("ok").
 
+With --private-read-ttl-ms, every resources/read result carries
+`ttlMs: MS, cacheScope: private` (2026-07-28 caching hints), and one more
+resource, py://counted, reads as "read N", N counting the reads it served.
+
 Notifications sent by add_tool and touch ride the response stream of the
 tools/call that caused them (related to that request), so they reach the
 client deterministically whether or not it has a GET stream open.
@@ -31,6 +36,7 @@ import sys
 
 import mcp.types as types
 import uvicorn
+from mcp.server.caching import CacheHint
 from mcp.server.lowlevel import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.sse import SseServerTransport
@@ -41,8 +47,11 @@ from starlette.routing import Mount, Route
 log = logging.getLogger("py_http_server")
 
 
-def build_server(name: str) -> MCPServer:
-    app = MCPServer(name, version="1.0.0")
+def build_server(name: str, private_read_ttl_ms: int | None = None) -> MCPServer:
+    hints = None
+    if private_read_ttl_ms is not None:
+        hints = {"resources/read": CacheHint(ttl_ms=private_read_ttl_ms, scope="private")}
+    app = MCPServer(name, version="1.0.0", cache_hints=hints)
     subscribed: set[str] = set()  # URIs clients asked to be told about
 
     @app.tool(structured_output=False)
@@ -92,6 +101,14 @@ def build_server(name: str) -> MCPServer:
     @app.resource("py://status", name="status", mime_type="text/plain")
     def status() -> str:
         return "ok"
+
+    if private_read_ttl_ms is not None:
+        reads = [0]
+
+        @app.resource("py://counted", name="counted", mime_type="text/plain")
+        def counted() -> str:
+            reads[0] += 1
+            return f"read {reads[0]}"
 
     # MCPServer has no API for subscribe, unsubscribe or logging/setLevel;
     # register them on its low-level Server. Registering a handler is also
@@ -188,11 +205,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
     parser.add_argument("--name", default="py")
+    parser.add_argument("--private-read-ttl-ms", type=int, default=None)
     args = parser.parse_args()
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    asyncio.run(serve(build_server(args.name), args.transport, args.port))
+    asyncio.run(serve(build_server(args.name, args.private_read_ttl_ms), args.transport, args.port))
 
 
 if __name__ == "__main__":

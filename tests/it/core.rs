@@ -348,9 +348,11 @@ async fn calls_to_an_upstream_that_stopped_reading_time_out_instead_of_hanging()
     // The stuck upstream gets a 2 s timeout: every call after the stall
     // must hit it, but the handshake and the stall call itself must not (a
     // stall that timed out unanswered could let an echo through before it
-    // takes hold), even on a loaded machine.
+    // takes hold), even on a loaded machine. Its circuit breaker would
+    // refuse calls after 5 timeouts (see tests/it/protection.rs): here every
+    // call must reach the stalled upstream.
     let yaml = format!(
-        "upstreams:\n{}    timeout: 2s\n{}",
+        "upstreams:\n{}    timeout: 2s\n    circuit_breaker: {{ failures: 1000 }}\n{}",
         crate::support::fixture_upstream("stuck", &["--test-controls"]),
         crate::support::example_upstream("fine", &[])
     );

@@ -4,6 +4,7 @@
 mod asking;
 mod auth;
 mod bad_input;
+mod caching;
 mod cli;
 mod conformance;
 mod core;
@@ -19,6 +20,7 @@ mod modern;
 mod onboarding;
 mod ops;
 mod policy;
+mod protection;
 mod remote;
 mod resume;
 mod shaping;

@@ -44,9 +44,15 @@ impl HttpPeer {
     /// The Python `mcp` SDK server (`tests/interop/py_http_server.py`) in
     /// `transport` ("streamable-http" or "sse") on `port` (0 for any).
     pub async fn python(transport: &str, port: u16) -> HttpPeer {
+        Self::python_with(transport, port, &[]).await
+    }
+
+    /// Like [`Self::python`], with `extra` arguments (`--private-read-ttl-ms`).
+    pub async fn python_with(transport: &str, port: u16, extra: &[&str]) -> HttpPeer {
         let mut child = Command::new(interop::python())
             .arg(interop::dir().join("py_http_server.py"))
             .args(["--transport", transport, "--port", &port.to_string()])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
