@@ -61,6 +61,7 @@ pub(crate) mod pattern;
 pub(crate) mod policy;
 pub(crate) mod protocol;
 pub(crate) mod reload;
+pub(crate) mod replica;
 pub(crate) mod router;
 pub(crate) mod seal;
 pub(crate) mod sse;

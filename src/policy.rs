@@ -157,7 +157,8 @@ fn policy_epoch(config: &PolicyConfig) -> u32 {
     };
     let default = matches!(config.default, Access::Allow);
     // JSON of the rules in file order: unambiguous and stable.
-    let text = serde_json::json!([default, rules(&config.clients), rules(&config.scopes)]).to_string();
+    let text =
+        serde_json::json!([default, rules(&config.clients), rules(&config.scopes)]).to_string();
     (crate::catalog::stable_digest([text.as_bytes()]) >> 32) as u32
 }
 

@@ -172,16 +172,14 @@ fn forgery() -> impl Strategy<Value = Forgery> {
         prop::option::weighted(0.1, "[0-9a-f:]{0,4}"),
         0..8u8,
     )
-        .prop_map(
-            |(kind, tag, version, offset, extra, encoding)| Forgery {
-                kind,
-                tag: tag.map(str::to_owned),
-                version,
-                offset,
-                extra,
-                encoding,
-            },
-        )
+        .prop_map(|(kind, tag, version, offset, extra, encoding)| Forgery {
+            kind,
+            tag: tag.map(str::to_owned),
+            version,
+            offset,
+            extra,
+            encoding,
+        })
 }
 
 impl Forgery {

@@ -136,8 +136,7 @@ fn another_replica_with_the_same_catalog_accepts_the_cursor() {
         serde_json::from_str(&one.load().page(ListKind::Tools, None, 2).unwrap()).unwrap();
     let cursor = page["nextCursor"].as_str().unwrap().to_owned();
     let on_two: Value =
-        serde_json::from_str(&two.load().page(ListKind::Tools, Some(&cursor), 2).unwrap())
-            .unwrap();
+        serde_json::from_str(&two.load().page(ListKind::Tools, Some(&cursor), 2).unwrap()).unwrap();
     let names: Vec<&str> = on_two["tools"]
         .as_array()
         .unwrap()

@@ -315,7 +315,9 @@ impl SessionTable {
         let client = super::throttle::client_key(identity.as_ref(), ip);
         let admitting = self.admitting.lock().unwrap_or_else(|e| e.into_inner());
         self.make_room(client.as_ref())?;
-        let id: Arc<str> = format!("{:032x}", rand::random::<u128>()).into();
+        // Prefixed with the replica it lives on (see `crate::replica`).
+        let id: Arc<str> =
+            format!("{}-{:032x}", crate::replica::id(), rand::random::<u128>()).into();
         let session = Arc::new(Session {
             id: id.clone(),
             protocol_version: protocol_version
@@ -355,7 +357,16 @@ impl SessionTable {
 
     /// The session with this id, marked as just used.
     pub(crate) fn touch(&self, id: &str) -> Option<Arc<Session>> {
-        let session = self.sessions.get(id)?.clone();
+        let Some(session) = self.sessions.get(id).map(|s| s.clone()) else {
+            if let Some(other) =
+                crate::replica::of_session(id).filter(|r| *r != crate::replica::id())
+            {
+                // A load balancer sent it here: the caller answers 404 and
+                // the client initializes again on this replica.
+                tracing::debug!(replica = other, "a session of another replica");
+            }
+            return None;
+        };
         session.last_seen.store(self.now_ms(), Ordering::Relaxed);
         Some(session)
     }
