@@ -16,7 +16,9 @@ stderr.
 Capabilities: tools (listChanged), resources (subscribe), logging.
 Tools: echo, slow (progress), whoami (Authorization header), add_tool
 (registers a tool and notifies tools/list_changed), touch (notifies
-resources/updated). Resource: py://status ("ok").
+resources/updated), touch_all (notifies resources/updated on every session
+subscribed to the URI, e.g. the sessions of several gateway replicas).
+Resource: py://status ("ok").
 
 Notifications sent by add_tool and touch ride the response stream of the
 tools/call that caused them (related to that request), so they reach the
@@ -44,6 +46,7 @@ log = logging.getLogger("py_http_server")
 def build_server(name: str) -> MCPServer:
     app = MCPServer(name, version="1.0.0")
     subscribed: set[str] = set()  # URIs clients asked to be told about
+    sessions: dict[str, list] = {}  # URI -> the sessions that subscribed to it
 
     @app.tool(structured_output=False)
     def echo(message: str) -> str:
@@ -89,6 +92,18 @@ def build_server(name: str) -> MCPServer:
         )
         return f"touched {uri}"
 
+    @app.tool(structured_output=False)
+    async def touch_all(uri: str) -> str:
+        """Send notifications/resources/updated for `uri` to every session subscribed to it."""
+        told = 0
+        for session in list(sessions.get(uri, [])):
+            try:
+                await session.send_resource_updated(uri)
+                told += 1
+            except Exception:  # a session that ended
+                sessions[uri].remove(session)
+        return f"told {told}"
+
     @app.resource("py://status", name="status", mime_type="text/plain")
     def status() -> str:
         return "ok"
@@ -100,6 +115,9 @@ def build_server(name: str) -> MCPServer:
 
     async def on_subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         subscribed.add(str(params.uri))
+        listeners = sessions.setdefault(str(params.uri), [])
+        if ctx.session not in listeners:
+            listeners.append(ctx.session)
         log.info("subscribed %s (now %s)", params.uri, sorted(subscribed))
         return types.EmptyResult()
 

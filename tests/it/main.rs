@@ -20,6 +20,7 @@ mod onboarding;
 mod ops;
 mod policy;
 mod remote;
+mod replicas;
 mod resume;
 mod shaping;
 mod support;

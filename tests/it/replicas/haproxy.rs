@@ -1,0 +1,1 @@
+//! Two replicas behind a real HAProxy (see `deploy/haproxy/haproxy.cfg`).
