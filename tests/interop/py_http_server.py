@@ -46,7 +46,12 @@ log = logging.getLogger("py_http_server")
 def build_server(name: str) -> MCPServer:
     app = MCPServer(name, version="1.0.0")
     subscribed: set[str] = set()  # URIs clients asked to be told about
-    sessions: dict[str, list] = {}  # URI -> the sessions that subscribed to it
+    sessions: dict[str, dict] = {}  # URI -> {Mcp-Session-Id: a ServerSession of it}
+
+    def session_key(ctx) -> str:
+        request = getattr(ctx, "request", None)
+        headers = getattr(request, "headers", None) or {}
+        return headers.get("mcp-session-id") or str(id(ctx.session))
 
     @app.tool(structured_output=False)
     def echo(message: str) -> str:
@@ -96,12 +101,12 @@ def build_server(name: str) -> MCPServer:
     async def touch_all(uri: str) -> str:
         """Send notifications/resources/updated for `uri` to every session subscribed to it."""
         told = 0
-        for session in list(sessions.get(uri, [])):
+        for key, session in list(sessions.get(uri, {}).items()):
             try:
                 await session.send_resource_updated(uri)
                 told += 1
             except Exception:  # a session that ended
-                sessions[uri].remove(session)
+                sessions[uri].pop(key, None)
         return f"told {told}"
 
     @app.resource("py://status", name="status", mime_type="text/plain")
@@ -115,14 +120,13 @@ def build_server(name: str) -> MCPServer:
 
     async def on_subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         subscribed.add(str(params.uri))
-        listeners = sessions.setdefault(str(params.uri), [])
-        if ctx.session not in listeners:
-            listeners.append(ctx.session)
+        sessions.setdefault(str(params.uri), {})[session_key(ctx)] = ctx.session
         log.info("subscribed %s (now %s)", params.uri, sorted(subscribed))
         return types.EmptyResult()
 
     async def on_unsubscribe(ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
         subscribed.discard(str(params.uri))
+        sessions.get(str(params.uri), {}).pop(session_key(ctx), None)
         log.info("unsubscribed %s (now %s)", params.uri, sorted(subscribed))
         return types.EmptyResult()
 

@@ -5,6 +5,7 @@
 //! session id names and start again after losing it.
 
 mod haproxy;
+mod redis;
 
 use serde_json::{Value, json};
 
@@ -17,6 +18,12 @@ use crate::support::{tempdir, within};
 
 /// The `request_state.key` the replicas share (as a Kubernetes Secret would).
 const SHARED_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// A port nothing listens on now: bound on port 0, then released.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
 
 /// One `mcpmux serve` child and its MCP endpoint.
 pub(crate) struct Replica {

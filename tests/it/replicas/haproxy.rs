@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use super::Replica;
+use super::{Replica, free_port};
 use crate::support::gateway::{example_upstream, with_auth_off};
 use crate::support::interop;
 use crate::support::{McpClient, tempdir, within};
@@ -20,12 +20,6 @@ const HAPROXY: &str = "/usr/sbin/haproxy";
 fn shipped() -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/haproxy/haproxy.cfg");
     std::fs::read_to_string(path).unwrap()
-}
-
-/// A port nothing listens on now: bound on port 0, then released.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
 }
 
 /// The replica id a session id starts with.
