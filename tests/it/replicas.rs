@@ -174,3 +174,71 @@ async fn a_modern_client_may_send_every_request_to_another_replica() {
     assert_eq!(on_a["result"]["isError"], json!(null), "{on_a}");
     assert!(on_a["result"]["content"].is_array(), "{on_a}");
 }
+
+/// `deploy/kubernetes/overlays/replicas/` (the Redis variant with the HPA;
+/// schema validation and rendering are in `deploy::kubernetes`): its config
+/// is the base's plus `session_store` and passes `mcpmux check`, its Secret
+/// is what the Deployment and the config use, and the HPA scales the
+/// Deployment.
+#[tokio::test]
+async fn the_redis_overlay_config_checks_and_its_objects_agree() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let read = |path: &str| -> Value {
+        let text = std::fs::read_to_string(dir.join(path)).unwrap();
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let config = |path: &str| {
+        read(path)["data"]["config.yaml"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let base = config("base/configmap.yaml");
+    let overlay = config("overlays/replicas/configmap-patch.yaml");
+    let added: Vec<&str> = overlay
+        .lines()
+        .filter(|l| !base.lines().any(|b| b == *l))
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .collect();
+    assert_eq!(added, [r#"session_store: "${MCPMUX_SESSION_STORE}""#]);
+    assert!(
+        base.lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .all(|l| overlay.lines().any(|o| o == l))
+    );
+
+    let secret = read("overlays/replicas/session-store-secret.yaml");
+    let name = secret["metadata"]["name"].as_str().unwrap();
+    let placeholder = secret["stringData"]["MCPMUX_SESSION_STORE"]
+        .as_str()
+        .unwrap();
+    let patch = read("overlays/replicas/deployment-patch.yaml");
+    let env = &patch["spec"]["template"]["spec"]["containers"][0]["env"][0];
+    assert_eq!(env["name"], "MCPMUX_SESSION_STORE");
+    assert_eq!(env["valueFrom"]["secretKeyRef"]["name"], name);
+    assert_eq!(
+        env["valueFrom"]["secretKeyRef"]["key"],
+        "MCPMUX_SESSION_STORE"
+    );
+    let hpa = read("overlays/replicas/hpa.yaml");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment");
+    assert_eq!(
+        hpa["spec"]["scaleTargetRef"]["name"],
+        read("base/deployment.yaml")["metadata"]["name"]
+    );
+    assert!(hpa["spec"]["minReplicas"].as_u64().unwrap() >= 2);
+
+    let file = tempdir().join("config.yaml");
+    std::fs::write(&file, &overlay).unwrap();
+    let env = [
+        ("MCPMUX_API_KEY", "a-real-looking-value-for-the-check-0123"),
+        (
+            "MCPMUX_ADMIN_KEY",
+            "another-real-looking-value-for-the-check",
+        ),
+        ("MCPMUX_SESSION_STORE", placeholder),
+    ];
+    let (code, out, err) =
+        crate::support::run_mcpmux(&["check", "--config", file.to_str().unwrap()], &env).await;
+    assert_eq!(code, 0, "{out}{err}");
+}
