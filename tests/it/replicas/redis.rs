@@ -1,9 +1,11 @@
-//! Two replicas sharing sessions through a real `redis-server`
+//! Three replicas sharing sessions through a real `redis-server`
 //! (`session_store: redis://...`): a session initialized on A is used on B
 //! for calls, subscriptions and its notification stream; the replica that
-//! holds the stream subscribes upstream itself and the other releases its
-//! subscription; DELETE on B ends it on A; with Redis stopped, sessions
-//! in memory keep working, new ones get 503 and `/readyz` says why.
+//! holds the stream subscribes upstream itself and the others release
+//! their subscription; losing the replica that holds the stream costs the
+//! client a reconnect of it and nothing else; DELETE on B ends it on A;
+//! with Redis stopped, sessions in memory keep working, new ones get 503
+//! and `/readyz` says why.
 
 use std::process::Stdio;
 
@@ -118,6 +120,7 @@ async fn sessions_move_between_replicas_through_redis() {
     std::fs::write(&path, with_auth_off(&yaml)).unwrap();
     let a = Replica::start(&path, 1).await;
     let b = Replica::start(&path, 1).await;
+    let mut c = Replica::start(&path, 1).await;
     let uri = "py+py://status";
     let touch_all = json!({ "uri": "py://status" });
 
@@ -142,27 +145,48 @@ async fn sessions_move_between_replicas_through_redis() {
     );
     assert_eq!(update["params"]["uri"], uri, "{update}");
 
-    // The stream moves to A (B's connection dropped, as when B is lost): A
-    // subscribes upstream itself, B releases its subscription, the client
-    // hears list_changed (what it missed is unknown) and then the update.
+    // The stream moves to C (the client reconnects there): C subscribes
+    // upstream itself, B releases its subscription, and the client hears
+    // list_changed (what it missed is unknown), then the update.
     drop(on_b_events);
-    let mut on_a_events = on_a.listen(None).await;
-    let first = within("list_changed", on_a_events.next()).await.unwrap();
+    let on_c = on_a.on(&c.url);
+    let mut on_c_events = on_c.listen(None).await;
+    let first = within("list_changed", on_c_events.next()).await.unwrap();
     assert!(
         first["method"].as_str().unwrap().ends_with("/list_changed"),
         "{first}"
     );
     within("B to release its subscription", async {
         loop {
-            let told = on_b.call_tool("py__touch_all", touch_all.clone()).await;
+            let told = on_a.call_tool("py__touch_all", touch_all.clone()).await;
             if told["result"]["content"][0]["text"] == "told 1" {
                 return;
             }
-
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     })
     .await;
+    let update = next_update(&mut on_c_events).await;
+    assert_eq!(update["params"]["uri"], uri, "{update}");
+
+    // C is lost while it holds the stream: the stream ends, the client
+    // reconnects it to A and carries on with the same session (no new
+    // initialize), and A takes the subscription over.
+    c.served.child.kill().await.unwrap();
+    // Its connection breaks (reset, not a clean end of the stream).
+    drop(on_c_events);
+    let mut on_a_events = on_a.listen(None).await;
+    let first = within("list_changed", on_a_events.next()).await.unwrap();
+    assert!(
+        first["method"].as_str().unwrap().ends_with("/list_changed"),
+        "{first}"
+    );
+    let echo = on_a
+        .call_tool("py__echo", json!({ "message": "after c" }))
+        .await;
+    assert_eq!(echo["result"]["content"][0]["text"], "after c", "{echo}");
+    let told = on_b.call_tool("py__touch_all", touch_all.clone()).await;
+    assert!(told["result"].is_object(), "{told}");
     let update = next_update(&mut on_a_events).await;
     assert_eq!(update["params"]["uri"], uri, "{update}");
 
