@@ -336,6 +336,9 @@ async fn apply(state: &AppState, event: Event) {
             };
             if let Ok(Some(record)) = store.load(&session).await {
                 catch_up(state, &local, &record).await;
+                // Claimed again, so the replica that made the change
+                // releases the upstream subscription it made for it.
+                let _ = store.claim_stream(&session).await;
             }
         }
         Event::StreamMoved { .. } | Event::Changed { .. } => {}

@@ -145,6 +145,22 @@ async fn sessions_move_between_replicas_through_redis() {
     );
     assert_eq!(update["params"]["uri"], uri, "{update}");
 
+    // A subscription made through A while B holds the stream: B keeps the
+    // upstream subscription, A lets its own go.
+    on_a.subscribe(uri).await;
+    within("A to release the subscription it made", async {
+        loop {
+            let told = on_a.call_tool("py__touch_all", touch_all.clone()).await;
+            if told["result"]["content"][0]["text"] == "told 1" {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let update = next_update(&mut on_b_events).await;
+    assert_eq!(update["params"]["uri"], uri, "{update}");
+
     // The stream moves to C (the client reconnects there): C subscribes
     // upstream itself, B releases its subscription, and the client hears
     // list_changed (what it missed is unknown), then the update.
