@@ -6,8 +6,9 @@
 //! [`Catalog`] and swaps it in whole (`ArcSwap`), so list requests read a
 //! consistent snapshot without locks. Items are serialized once at rebuild;
 //! a list page is a concatenation of pre-serialized items. Pages are
-//! addressed by opaque cursors the gateway issues; a cursor is bound to one
-//! generation of its list, so a change to that list invalidates it.
+//! addressed by opaque cursors the gateway issues; a cursor is bound to the
+//! version of its list, a digest of its content, so a change to that list
+//! invalidates it and another replica with the same catalog accepts it.
 
 pub(crate) mod naming;
 mod shape;
@@ -134,7 +135,9 @@ pub(crate) struct Target {
 /// One merged list, serialized item by item.
 #[derive(Debug, Default)]
 struct MergedList {
-    generation: u64,
+    /// A digest of the items, their keys and owners ([`list_digest`]): the
+    /// same on every replica with the same content.
+    version: u64,
     items: Vec<Box<RawValue>>,
     /// Each item's exposed name (tools, prompts) or namespaced URI or
     /// template (resources, templates), what policy rules match.
@@ -158,8 +161,6 @@ pub(crate) struct Subset<'a> {
 /// An immutable snapshot of the merged view.
 #[derive(Debug, Default)]
 pub(crate) struct Catalog {
-    /// Random per process, so cursors from an earlier run are rejected.
-    epoch: u32,
     lists: [MergedList; 4],
     tools: HashMap<Box<str>, Target>,
     prompts: HashMap<Box<str>, Target>,
@@ -296,7 +297,7 @@ impl Catalog {
         let len = subset.map_or(list.items.len(), |s| s.indices.len());
         let start = match cursor {
             None => 0,
-            Some(c) => self.decode_cursor(kind, list.generation, subset, len, c)?,
+            Some(c) => self.decode_cursor(kind, list.version, subset, len, c)?,
         };
         let end = start.saturating_add(page_size).min(len);
         let item = |i: usize| -> &RawValue {
@@ -320,17 +321,17 @@ impl Catalog {
         out.push(']');
         if end < len {
             out.push_str(",\"nextCursor\":\"");
-            out.push_str(&self.encode_cursor(kind, list.generation, subset, end));
+            out.push_str(&self.encode_cursor(kind, list.version, subset, end));
             out.push('"');
         }
         out.push('}');
         Ok(out)
     }
 
-    /// The version of one list: the process epoch and the list's
-    /// generation. Equal versions mean equal content.
-    pub(crate) fn version(&self, kind: ListKind) -> (u32, u64) {
-        (self.epoch, self.lists[kind.index()].generation)
+    /// The version of one list, a digest of its content: equal versions
+    /// mean equal content, in this process and on every replica.
+    pub(crate) fn version(&self, kind: ListKind) -> u64 {
+        self.lists[kind.index()].version
     }
 
     /// What policy rules match for each item of a list, in list order.
@@ -347,11 +348,11 @@ impl Catalog {
     fn encode_cursor(
         &self,
         kind: ListKind,
-        generation: u64,
+        version: u64,
         subset: Option<Subset<'_>>,
         offset: usize,
     ) -> String {
-        let mut plain = format!("{}:{:x}:{generation:x}:{offset:x}", kind.tag(), self.epoch);
+        let mut plain = format!("{}:{version:x}:{offset:x}", kind.tag());
         if let Some(s) = subset {
             plain.push_str(&format!(":{:x}.{:x}", s.epoch, s.id));
         }
@@ -361,7 +362,7 @@ impl Catalog {
     fn decode_cursor(
         &self,
         kind: ListKind,
-        generation: u64,
+        version: u64,
         subset: Option<Subset<'_>>,
         len: usize,
         cursor: &str,
@@ -371,8 +372,7 @@ impl Catalog {
             .map_err(|_| CursorError::Invalid)?;
         let text = std::str::from_utf8(&bytes).map_err(|_| CursorError::Invalid)?;
         let mut parts = text.split(':');
-        let (Some(tag), Some(epoch), Some(gen_), Some(offset), view, None) = (
-            parts.next(),
+        let (Some(tag), Some(issued), Some(offset), view, None) = (
             parts.next(),
             parts.next(),
             parts.next(),
@@ -397,7 +397,7 @@ impl Catalog {
             }
             _ => return Err(CursorError::Invalid),
         };
-        if policy_changed || hex(epoch)? != u64::from(self.epoch) || hex(gen_)? != generation {
+        if policy_changed || hex(issued)? != version {
             return Err(CursorError::Stale);
         }
         let offset = usize::try_from(hex(offset)?).map_err(|_| CursorError::Invalid)?;
@@ -406,7 +406,7 @@ impl Catalog {
             return Err(CursorError::Invalid);
         }
         // Only the exact text the gateway wrote: hex without leading zeros, `+` or capitals.
-        if self.encode_cursor(kind, generation, subset, offset) != cursor {
+        if self.encode_cursor(kind, version, subset, offset) != cursor {
             return Err(CursorError::Invalid);
         }
         Ok(offset)
@@ -423,7 +423,6 @@ pub(crate) struct CatalogStore {
 
 struct Sources {
     order: IndexMap<Arc<str>, SourceEntry>,
-    next_generation: u64,
 }
 
 struct SourceEntry {
@@ -455,18 +454,13 @@ impl CatalogStore {
             .filter(|(_, e)| !e.namespace_uris)
             .map(|(name, _)| name.clone())
             .collect();
-        let epoch = rand::random::<u32>();
         Self {
             snapshot: ArcSwap::from_pointee(Catalog {
-                epoch,
                 prefixes: prefixes_of(&order),
                 plain_upstreams,
                 ..Catalog::default()
             }),
-            sources: Mutex::new(Sources {
-                order,
-                next_generation: 1,
-            }),
+            sources: Mutex::new(Sources { order }),
         }
     }
 
@@ -532,7 +526,7 @@ impl CatalogStore {
     /// Swaps in a catalog built from `sources`; returns the changed kinds.
     fn rebuild(&self, sources: &mut Sources) -> Vec<ListKind> {
         let old = self.snapshot.load();
-        let mut next = build(&sources.order, old.epoch);
+        let mut next = build(&sources.order);
         let mut changed = Vec::new();
         for kind in ListKind::ALL {
             let i = kind.index();
@@ -543,16 +537,47 @@ impl CatalogStore {
                     .zip(&next.lists[i].items)
                     .all(|(a, b)| a.get() == b.get());
             if same {
-                next.lists[i].generation = old.lists[i].generation;
+                next.lists[i].version = old.lists[i].version;
             } else {
-                next.lists[i].generation = sources.next_generation;
-                sources.next_generation += 1;
+                next.lists[i].version = list_digest(&next.lists[i]);
                 changed.push(kind);
             }
         }
         self.snapshot.store(Arc::new(next));
         changed
     }
+}
+
+/// The version of a list: the first 8 bytes of a SHA-256 over its items,
+/// keys and owners, each followed by a separator byte no JSON text or name
+/// contains. Deterministic, so replicas with the same catalog agree; the
+/// empty list is 0, as in a catalog nothing was published to.
+fn list_digest(list: &MergedList) -> u64 {
+    if list.items.is_empty() {
+        return 0;
+    }
+    stable_digest(list.items.iter().enumerate().flat_map(|(i, item)| {
+        [
+            item.get().as_bytes(),
+            list.keys[i].as_bytes(),
+            list.owners[i].as_bytes(),
+        ]
+    }))
+}
+
+/// The first 8 bytes of a SHA-256 over `parts`, each followed by `0xff`
+/// (a byte UTF-8 never contains): the same in every process and build, so
+/// it can go into tokens another replica checks.
+pub(crate) fn stable_digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    let mut context = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    for part in parts {
+        context.update(part);
+        context.update(&[0xff]);
+    }
+    let digest = context.finish();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest.as_ref()[..8]);
+    u64::from_be_bytes(first)
 }
 
 /// The configured name prefixes, longest first (so `a-b__` wins over `a__`
@@ -573,9 +598,8 @@ fn prefixes_of(order: &IndexMap<Arc<str>, SourceEntry>) -> Vec<(String, Arc<str>
 }
 
 /// Builds a merged catalog from the upstream views in config order.
-fn build(order: &IndexMap<Arc<str>, SourceEntry>, epoch: u32) -> Catalog {
+fn build(order: &IndexMap<Arc<str>, SourceEntry>) -> Catalog {
     let mut catalog = Catalog {
-        epoch,
         plain_upstreams: order
             .iter()
             .filter(|(_, e)| !e.namespace_uris)

@@ -105,6 +105,9 @@ pub struct Config {
     /// 2025-era upstream waits for their input; none: a random key per
     /// process.
     pub(crate) request_state_key: Option<StateKey>,
+    /// Where session state is shared with other replicas
+    /// (`session_store: redis://...`); none: sessions live in this process.
+    pub(crate) session_store: Option<Secret>,
 }
 
 /// A per-client request rate: `requests_per_second`, after a `burst`.
@@ -409,6 +412,8 @@ struct RawConfig {
     policy: Option<policy::RawPolicy>,
     #[serde(default)]
     request_state: Option<RawRequestState>,
+    #[serde(default)]
+    session_store: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -761,6 +766,22 @@ impl RawConfig {
                 .ok()
         });
 
+        let session_store = self.session_store.as_ref().and_then(|raw| {
+            let url = p.expand(raw, "session_store", lookup)?;
+            match url.strip_prefix("redis://") {
+                Some(rest) if !rest.is_empty() && ::redis::Client::open(url.as_str()).is_ok() => {
+                    Some(Secret::new(url))
+                }
+                _ => {
+                    p.at(
+                        raw.referenced,
+                        "session_store: must be a redis:// URL (redis://[user:password@]host[:port][/db])",
+                    );
+                    None
+                }
+            }
+        });
+
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));
             return Err(p.issues);
@@ -789,6 +810,7 @@ impl RawConfig {
             rate_limit,
             policy,
             request_state_key,
+            session_store,
         })
     }
 }

@@ -22,6 +22,7 @@ pub(crate) mod modern;
 pub(crate) mod post_streams;
 pub(crate) mod resume;
 pub(crate) mod session;
+pub(crate) mod shared;
 pub(crate) mod stdio;
 pub(crate) mod stream;
 pub(crate) mod throttle;
@@ -274,18 +275,19 @@ fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
 /// each upstream's state.
 async fn readyz(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
     let upstreams = upstream_status(&state);
-    let ready = upstreams.iter().all(|(ok, _)| *ok);
+    let store = shared::not_ready(&state);
+    let ready = upstreams.iter().all(|(ok, _)| *ok) && store.is_none();
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let upstreams: Vec<_> = upstreams.into_iter().map(|(_, s)| s).collect();
-    (
-        status,
-        axum::Json(json!({ "ready": ready, "upstreams": upstreams })),
-    )
-        .into_response()
+    let mut body = json!({ "ready": ready, "upstreams": upstreams });
+    if let Some(why) = store {
+        body["sessionStore"] = json!(why);
+    }
+    (status, axum::Json(body)).into_response()
 }
 
 /// Everything an operator wants at a glance.
@@ -310,6 +312,7 @@ async fn status(
         "listenStreams": hub.listener_count(),
         "subscriptions": { "uris": hub.subscriptions().uri_count(), "entries": hub.subscriptions().entry_count() },
         "cache": cache_status(hub.results().snapshot()),
+        "sessionStore": shared::status(&state),
     }))
     .into_response()
 }
@@ -352,7 +355,8 @@ async fn metrics(
         log_lines_dropped: crate::logging::dropped_lines(),
         cache: hub.results().snapshot(),
     };
-    let body = state.router.metrics().render(&snapshot, hub.counts());
+    let mut body = state.router.metrics().render(&snapshot, hub.counts());
+    body.extend(shared::metrics(&state));
     (
         [(
             header::CONTENT_TYPE,

@@ -63,8 +63,10 @@ pub(crate) mod pattern;
 pub(crate) mod policy;
 pub(crate) mod protocol;
 pub(crate) mod reload;
+pub(crate) mod replica;
 pub(crate) mod router;
 pub(crate) mod seal;
+pub(crate) mod session_store;
 pub(crate) mod sse;
 pub(crate) mod upstream;
 pub(crate) mod xheader;
@@ -175,7 +177,17 @@ impl Gateway {
             tracker.clone(),
         ));
         manager.start_all(&config.upstreams);
-        let sessions = Arc::new(SessionTable::new(hub.clone(), &config.sessions));
+        let mut sessions = SessionTable::new(hub.clone(), &config.sessions);
+        let store = config.session_store.as_ref().and_then(|url| {
+            // The config checked the URL; connecting is lazy.
+            session_store::SessionStore::open(url.expose(), config.sessions.idle_timeout)
+                .inspect_err(|e| tracing::error!(error = %e, "session_store: not used"))
+                .ok()
+        });
+        if let Some(store) = &store {
+            sessions = sessions.with_store(store.clone());
+        }
+        let sessions = Arc::new(sessions);
         sessions.spawn_sweeper(upstream_shutdown.clone(), &tracker);
 
         let state = Arc::new(AppState {
@@ -206,6 +218,15 @@ impl Gateway {
             tracker: tracker.clone(),
         });
         spawn_forgetting(state.clone(), upstream_shutdown.clone(), &tracker);
+        if let Some(store) = &store {
+            downstream::shared::spawn(
+                &state,
+                store,
+                config.sessions.idle_timeout,
+                &tracker,
+                &upstream_shutdown,
+            );
+        }
         if config.policy.is_some() && config.auth == config::AuthConfig::Off {
             tracing::warn!(
                 "a policy is configured but authentication is off: clients have no identity, so the policy restricts nobody"

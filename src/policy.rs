@@ -15,7 +15,7 @@
 mod fanout;
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher as _};
+use std::hash::Hasher as _;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwapOption;
@@ -84,7 +84,8 @@ impl Rule {
 /// out under it.
 pub(crate) struct Policy {
     config: PolicyConfig,
-    /// Random per load; cursors issued under another load are stale.
+    /// A digest of the section: cursors issued under another policy are
+    /// stale, and replicas with the same policy accept each other's.
     epoch: u32,
     rules: Arc<[Rule]>,
     clients: HashMap<String, u32>,
@@ -112,7 +113,7 @@ impl Policy {
             .collect();
         Policy {
             config: config.clone(),
-            epoch: rand::random(),
+            epoch: policy_epoch(config),
             rules: rules.into(),
             clients,
             scopes,
@@ -145,6 +146,22 @@ impl Policy {
     }
 }
 
+/// The epoch of a policy: a digest of its rules in file order, the same on
+/// every replica that loaded the same section.
+fn policy_epoch(config: &PolicyConfig) -> u32 {
+    let rules = |rules: &indexmap::IndexMap<String, RuleConfig>| -> Vec<(String, Vec<String>, Vec<String>)> {
+        rules
+            .iter()
+            .map(|(name, r)| (name.clone(), r.allow.clone(), r.deny.clone()))
+            .collect()
+    };
+    let default = matches!(config.default, Access::Allow);
+    // JSON of the rules in file order: unambiguous and stable.
+    let text =
+        serde_json::json!([default, rules(&config.clients), rules(&config.scopes)]).to_string();
+    (crate::catalog::stable_digest([text.as_bytes()]) >> 32) as u32
+}
+
 /// The rules that apply to a client, and its views of the catalog's lists.
 ///
 /// An item (an exposed tool or prompt name, a client-visible resource URI
@@ -171,14 +188,13 @@ pub(crate) struct Grant {
 impl Grant {
     fn new(policy: &Policy, which: Box<[u32]>) -> Grant {
         let has_allows = which.iter().any(|i| policy.rules[*i as usize].allows_some);
-        let mut hasher = std::hash::DefaultHasher::new();
-        which.hash(&mut hasher);
+        let which_bytes: Vec<[u8; 4]> = which.iter().map(|i| i.to_be_bytes()).collect();
         Grant {
             rules: policy.rules.clone(),
             default_allows: !has_allows && policy.config.default == Access::Allow,
             which,
             epoch: policy.epoch,
-            id: hasher.finish(),
+            id: crate::catalog::stable_digest(which_bytes.iter().map(|b| &b[..])),
             lists: Default::default(),
             #[cfg(test)]
             derivations: Default::default(),
@@ -275,7 +291,7 @@ impl Grant {
 
 /// One grant's view of one version of a list.
 pub(crate) struct ListView {
-    version: (u32, u64),
+    version: u64,
     /// Set once by the first caller; others wait for it.
     derived: OnceLock<Derived>,
 }

@@ -143,15 +143,14 @@ fn field() -> impl Strategy<Value = Field> {
     ]
 }
 
-/// A cursor built from a catalog's real epoch and generation with each
+/// A cursor built from a list's real version with each
 /// part kept, bent or replaced: forgeries close to real cursors.
 #[derive(Debug, Clone)]
 struct Forgery {
     kind: ListKind,
     /// `None` writes the kind's own tag.
     tag: Option<String>,
-    epoch: Field,
-    generation: Field,
+    version: Field,
     /// Either an offset anywhere in `0..=len + 1`, or a field around `len / 2`.
     offset: Result<prop::sample::Index, Field>,
     extra: Option<String>,
@@ -166,7 +165,6 @@ fn forgery() -> impl Strategy<Value = Forgery> {
             prop::sample::select(vec!["t", "p", "r", "u", "tt", "", "T"]),
         ),
         field(),
-        field(),
         prop_oneof![
             any::<prop::sample::Index>().prop_map(Ok),
             field().prop_map(Err)
@@ -174,17 +172,14 @@ fn forgery() -> impl Strategy<Value = Forgery> {
         prop::option::weighted(0.1, "[0-9a-f:]{0,4}"),
         0..8u8,
     )
-        .prop_map(
-            |(kind, tag, epoch, generation, offset, extra, encoding)| Forgery {
-                kind,
-                tag: tag.map(str::to_owned),
-                epoch,
-                generation,
-                offset,
-                extra,
-                encoding,
-            },
-        )
+        .prop_map(|(kind, tag, version, offset, extra, encoding)| Forgery {
+            kind,
+            tag: tag.map(str::to_owned),
+            version,
+            offset,
+            extra,
+            encoding,
+        })
 }
 
 impl Forgery {
@@ -195,16 +190,15 @@ impl Forgery {
             .tag
             .clone()
             .unwrap_or_else(|| self.kind.tag().to_string());
-        let epoch = self.epoch.write(catalog.epoch.into());
-        let generation = self.generation.write(list.generation);
+        let version = self.version.write(list.version);
         let len = list.items.len();
         let offset = match &self.offset {
             Ok(i) => format!("{:x}", i.index(len + 2)),
             Err(field) => field.write(len as u64 / 2),
         };
         let mut plain = match self.encoding {
-            0 => format!("{tag}:{epoch}:{generation}"),
-            _ => format!("{tag}:{epoch}:{generation}:{offset}"),
+            0 => format!("{tag}:{version}"),
+            _ => format!("{tag}:{version}:{offset}"),
         };
         if let Some(extra) = &self.extra {
             plain.push(':');
@@ -224,7 +218,7 @@ fn arbitrary() -> impl Strategy<Value = String> {
     prop_oneof![
         ".{0,40}",
         "[A-Za-z0-9_-]{0,40}",
-        "[tpru]:[0-9a-f]{0,8}:[0-9a-f]{0,3}:[0-9a-f]{0,3}".prop_map(|s| URL_SAFE_NO_PAD.encode(s)),
+        "[tpru]:[0-9a-f]{0,16}:[0-9a-f]{0,3}".prop_map(|s| URL_SAFE_NO_PAD.encode(s)),
     ]
 }
 
@@ -314,20 +308,19 @@ proptest! {
 #[test]
 fn cursors_the_catalog_never_wrote_are_invalid() {
     let catalog = store_with([3, 0, 0, 0]).load();
-    let generation = catalog.lists[ListKind::Tools.index()].generation;
-    let epoch = catalog.epoch;
+    let version = catalog.lists[ListKind::Tools.index()].version;
     let issued = issued(&catalog, ListKind::Tools);
     let mut forged = vec![
         // The end of the list: no page has it as its next cursor.
-        format!("t:{epoch:x}:{generation:x}:3"),
+        format!("t:{version:x}:3"),
         // A real offset, written differently.
-        format!("t:0{epoch:x}:{generation:x}:1"),
-        format!("t:{epoch:x}:+{generation:x}:1"),
-        format!("t:{epoch:x}:{generation:x}:01"),
+        format!("t:0{version:x}:1"),
+        format!("t:+{version:x}:1"),
+        format!("t:{version:x}:01"),
     ];
-    // The random epoch may have no hex letters to write in capitals.
-    if format!("{epoch:X}") != format!("{epoch:x}") {
-        forged.push(format!("t:{epoch:X}:{generation:x}:1"));
+    // The digest may have no hex letters to write in capitals.
+    if format!("{version:X}") != format!("{version:x}") {
+        forged.push(format!("t:{version:X}:1"));
     }
     for plain in forged {
         let cursor = URL_SAFE_NO_PAD.encode(&plain);

@@ -122,6 +122,39 @@ fn unchanged_republish_keeps_cursors_valid() {
 }
 
 #[test]
+fn another_replica_with_the_same_catalog_accepts_the_cursor() {
+    // Replica one saw the upstreams come up in one order, with a change on
+    // the way; replica two in the other order. Same lists, same cursors.
+    let one = store();
+    one.publish("alpha", view(&["a"]));
+    one.publish("beta", view(&["x", "y"]));
+    one.publish("alpha", view(&["a", "b", "c"]));
+    let two = store();
+    two.publish("beta", view(&["x", "y"]));
+    two.publish("alpha", view(&["a", "b", "c"]));
+    let page: Value =
+        serde_json::from_str(&one.load().page(ListKind::Tools, None, 2).unwrap()).unwrap();
+    let cursor = page["nextCursor"].as_str().unwrap().to_owned();
+    let on_two: Value =
+        serde_json::from_str(&two.load().page(ListKind::Tools, Some(&cursor), 2).unwrap()).unwrap();
+    let names: Vec<&str> = on_two["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha__c", "x"]);
+    // A third replica whose list differs calls it stale.
+    let three = store();
+    three.publish("alpha", view(&["a", "b", "c", "d"]));
+    three.publish("beta", view(&["x", "y"]));
+    assert_eq!(
+        three.load().page(ListKind::Tools, Some(&cursor), 2),
+        Err(CursorError::Stale)
+    );
+}
+
+#[test]
 fn garbage_and_foreign_cursors_are_invalid() {
     let store = store();
     store.publish("alpha", view(&["a", "b", "c"]));

@@ -184,6 +184,25 @@ fn the_request_state_key_is_32_bytes_of_base64() {
 }
 
 #[test]
+fn the_session_store_is_a_redis_url_kept_secret() {
+    let up = "upstreams:\n  files:\n    command: srv\n";
+    assert_eq!(parse(up).unwrap().session_store, None);
+    let url = "redis://:hunter2hunter2@redis:6379/0";
+    let cfg = parse(&format!("{up}session_store: \"{url}\"\n")).unwrap();
+    assert_eq!(cfg.session_store.as_ref().unwrap().expose(), url);
+    assert!(!format!("{cfg:?}").contains("hunter2"));
+    for bad in ["http://redis:6379", "redis://", "valkey"] {
+        let issue = single_issue(&format!("{up}session_store: \"{bad}\"\n"));
+        assert!(
+            issue.contains(":4:16:") && issue.contains("must be a redis:// URL"),
+            "{issue}"
+        );
+    }
+    let missing = single_issue(&format!("{up}session_store: \"${{NOPE}}\"\n"));
+    assert!(missing.contains("session_store"), "{missing}");
+}
+
+#[test]
 fn roots_are_file_uris_with_optional_names() {
     let cfg = parse(
         "upstreams:\n  files:\n    command: srv\n    roots:\n      - \"file:///srv/${TOKEN}\"\n      - { uri: \"file:///data\", name: data }\n",

@@ -84,6 +84,7 @@ pub(crate) async fn handle(
                 span,
             )
             .await;
+            super::shared::after_request(state, session, method, envelope.params, &reply).await;
             Outcome::Reply(reply)
         }
     }

@@ -92,7 +92,9 @@ pub(crate) async fn post(
     }
     let method = envelope.method.as_deref().unwrap_or_default();
     if kind == MessageKind::Request && method == protocol::method::INITIALIZE {
-        return initialize(&state, &envelope, client_ip(&peer), identity);
+        let response = initialize(&state, &envelope, client_ip(&peer), identity);
+        let id = envelope.id.map_or("null", RawValue::get);
+        return super::shared::after_initialize(&state, response, id, envelope.params).await;
     }
 
     let Some(session_id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
@@ -117,7 +119,10 @@ pub(crate) async fn post(
             );
         }
     }
-    let Some(session) = state.sessions.touch(session_id) else {
+    let Some(session) = (match super::shared::touch(&state, session_id).await {
+        Ok(session) => session,
+        Err(unavailable) => return unavailable,
+    }) else {
         return rpc_error_response(
             StatusCode::NOT_FOUND,
             envelope.id.map(RawValue::get),
@@ -193,11 +198,13 @@ pub(crate) async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMa
         Ok(id) => id,
         Err(missing) => return missing,
     };
-    let owned = state
-        .sessions
-        .touch(session_id)
-        .map(|s| super::authn::check_owner(s.identity.as_ref(), identity.as_ref()).is_ok());
+    let owned = match super::shared::touch(&state, session_id).await {
+        Ok(session) => session
+            .map(|s| super::authn::check_owner(s.identity.as_ref(), identity.as_ref()).is_ok()),
+        Err(unavailable) => return unavailable,
+    };
     if owned == Some(true) && state.sessions.close(session_id, CloseReason::Deleted) {
+        super::shared::deleted(&state, session_id).await;
         StatusCode::OK.into_response()
     } else {
         rpc_error_response(

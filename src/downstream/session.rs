@@ -88,6 +88,11 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// Whether a notification stream of it is open here.
+    pub(crate) fn has_stream(&self) -> bool {
+        self.streams.load(Ordering::Relaxed) > 0
+    }
+
     /// Neither a stream open nor a call in flight: it may expire or be evicted.
     fn is_idle(&self) -> bool {
         self.streams.load(Ordering::Relaxed) == 0 && self.inflight.is_empty()
@@ -165,6 +170,9 @@ pub(crate) struct SessionTable {
     admitting: std::sync::Mutex<()>,
     /// The number of sessions, for anyone who wants to watch it change.
     count: watch::Sender<usize>,
+    /// Where sessions are shared with other replicas (`session_store`);
+    /// none: they live here only. See `super::shared`.
+    store: Option<Arc<crate::session_store::SessionStore>>,
 }
 
 /// Counts an open notification stream for as long as it lives.
@@ -227,7 +235,37 @@ impl SessionTable {
             evicted: AtomicU64::new(0),
             admitting: std::sync::Mutex::new(()),
             count: watch::Sender::new(0),
+            store: None,
         }
+    }
+
+    /// This table with sessions shared through `store`.
+    pub(crate) fn with_store(mut self, store: Arc<crate::session_store::SessionStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The session store, when sessions are shared with other replicas.
+    pub(crate) fn store(&self) -> Option<&Arc<crate::session_store::SessionStore>> {
+        self.store.as_ref()
+    }
+
+    /// Ids of the sessions used since `since` (a [`Self::clock`] reading)
+    /// or with a stream open.
+    pub(crate) fn used_since(&self, since: u64) -> Vec<Arc<str>> {
+        self.sessions
+            .iter()
+            .filter(|s| {
+                s.streams.load(Ordering::Relaxed) > 0
+                    || s.last_seen.load(Ordering::Relaxed) >= since
+            })
+            .map(|s| s.key().clone())
+            .collect()
+    }
+
+    /// Milliseconds on the table's clock, for [`Self::used_since`].
+    pub(crate) fn clock(&self) -> u64 {
+        self.now_ms()
     }
 
     /// Sessions evicted to make room so far.
@@ -312,10 +350,38 @@ impl SessionTable {
         ip: Option<IpAddr>,
         identity: Option<Arc<crate::auth::Identity>>,
     ) -> Result<Arc<Session>, TooManySessions> {
+        // Prefixed with the replica it lives on (see `crate::replica`).
+        let id: Arc<str> =
+            format!("{}-{:032x}", crate::replica::id(), rand::random::<u128>()).into();
+        self.insert_new(id, protocol_version, replies, ip, identity)
+    }
+
+    /// A local copy of a session another replica created, under its id;
+    /// the existing copy if another request adopted it first.
+    pub(crate) fn adopt(
+        &self,
+        id: &str,
+        protocol_version: &str,
+        ip: Option<IpAddr>,
+        identity: Option<Arc<crate::auth::Identity>>,
+    ) -> Result<Arc<Session>, TooManySessions> {
+        self.insert_new(id.into(), Some(protocol_version), None, ip, identity)
+    }
+
+    fn insert_new(
+        &self,
+        id: Arc<str>,
+        protocol_version: Option<&str>,
+        replies: Option<tokio::sync::mpsc::Sender<String>>,
+        ip: Option<IpAddr>,
+        identity: Option<Arc<crate::auth::Identity>>,
+    ) -> Result<Arc<Session>, TooManySessions> {
         let client = super::throttle::client_key(identity.as_ref(), ip);
         let admitting = self.admitting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = self.sessions.get(&id) {
+            return Ok(existing.clone());
+        }
         self.make_room(client.as_ref())?;
-        let id: Arc<str> = format!("{:032x}", rand::random::<u128>()).into();
         let session = Arc::new(Session {
             id: id.clone(),
             protocol_version: protocol_version
@@ -355,7 +421,16 @@ impl SessionTable {
 
     /// The session with this id, marked as just used.
     pub(crate) fn touch(&self, id: &str) -> Option<Arc<Session>> {
-        let session = self.sessions.get(id)?.clone();
+        let Some(session) = self.sessions.get(id).map(|s| s.clone()) else {
+            if let Some(other) =
+                crate::replica::of_session(id).filter(|r| *r != crate::replica::id())
+            {
+                // A load balancer sent it here: the caller answers 404 and
+                // the client initializes again on this replica.
+                tracing::debug!(replica = other, "a session of another replica");
+            }
+            return None;
+        };
         session.last_seen.store(self.now_ms(), Ordering::Relaxed);
         Some(session)
     }

@@ -68,7 +68,10 @@ pub(crate) async fn get(
             format!("unsupported MCP-Protocol-Version {version:?}"),
         );
     }
-    let Some(session) = state.sessions.touch(session_id) else {
+    let Some(session) = (match super::shared::touch(&state, session_id).await {
+        Ok(session) => session,
+        Err(unavailable) => return unavailable,
+    }) else {
         return rpc_error_response(
             StatusCode::NOT_FOUND,
             None,
@@ -88,6 +91,7 @@ pub(crate) async fn get(
     if let Some(resumed) = super::resume::get(&state, &session, &headers) {
         return resumed;
     }
+    super::shared::stream_opened(&state, &session).await;
     let token = outbox.attach_stream(&state.shutdown);
     let last_event_id = headers
         .get("last-event-id")

@@ -346,7 +346,20 @@ fn cursors_go_stale_when_the_list_or_the_policy_changes() {
     let store = filled();
     let catalog = store.load();
     let (_, cursors) = walk(&catalog, &reader, ListKind::Tools, 3);
-    let reloaded = Policy::new(&policy_config(SECURE));
+    // The same section loaded by another replica (or again): same cursors.
+    let replica = Policy::new(&policy_config(SECURE));
+    let reader = replica.grant(&who("reader", &[]));
+    let view = reader.list(ListKind::Tools, &catalog);
+    let same = catalog.page_in(
+        ListKind::Tools,
+        Some(reader.subset(&view)),
+        Some(&cursors[0]),
+        3,
+    );
+    assert!(same.is_ok(), "{same:?}");
+    // A changed section, even where this reader's rules did not change.
+    let changed = format!("{SECURE}    \"mcp:write\": {{ allow: [\"notes__*\"] }}\n");
+    let reloaded = Policy::new(&policy_config(&changed));
     let reader = reloaded.grant(&who("reader", &[]));
     let view = reader.list(ListKind::Tools, &catalog);
     let stale = catalog.page_in(

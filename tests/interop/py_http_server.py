@@ -17,7 +17,9 @@ stderr.
 Capabilities: tools (listChanged), resources (subscribe), logging.
 Tools: echo, slow (progress), whoami (Authorization header), add_tool
 (registers a tool and notifies tools/list_changed), touch (notifies
-resources/updated). Resource: py://status ("ok").
+resources/updated), touch_all (notifies resources/updated on every session
+subscribed to the URI, e.g. the sessions of several gateway replicas).
+Resource: py://status ("ok").
 
 With --private-read-ttl-ms, every resources/read result carries
 `ttlMs: MS, cacheScope: private` (2026-07-28 caching hints), and one more
@@ -53,6 +55,12 @@ def build_server(name: str, private_read_ttl_ms: int | None = None) -> MCPServer
         hints = {"resources/read": CacheHint(ttl_ms=private_read_ttl_ms, scope="private")}
     app = MCPServer(name, version="1.0.0", cache_hints=hints)
     subscribed: set[str] = set()  # URIs clients asked to be told about
+    sessions: dict[str, dict] = {}  # URI -> {Mcp-Session-Id: a ServerSession of it}
+
+    def session_key(ctx) -> str:
+        request = getattr(ctx, "request", None)
+        headers = getattr(request, "headers", None) or {}
+        return headers.get("mcp-session-id") or str(id(ctx.session))
 
     @app.tool(structured_output=False)
     def echo(message: str) -> str:
@@ -98,6 +106,18 @@ def build_server(name: str, private_read_ttl_ms: int | None = None) -> MCPServer
         )
         return f"touched {uri}"
 
+    @app.tool(structured_output=False)
+    async def touch_all(uri: str) -> str:
+        """Send notifications/resources/updated for `uri` to every session subscribed to it."""
+        told = 0
+        for key, session in list(sessions.get(uri, {}).items()):
+            try:
+                await session.send_resource_updated(uri)
+                told += 1
+            except Exception:  # a session that ended
+                sessions[uri].pop(key, None)
+        return f"told {told}"
+
     @app.resource("py://status", name="status", mime_type="text/plain")
     def status() -> str:
         return "ok"
@@ -117,11 +137,13 @@ def build_server(name: str, private_read_ttl_ms: int | None = None) -> MCPServer
 
     async def on_subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         subscribed.add(str(params.uri))
+        sessions.setdefault(str(params.uri), {})[session_key(ctx)] = ctx.session
         log.info("subscribed %s (now %s)", params.uri, sorted(subscribed))
         return types.EmptyResult()
 
     async def on_unsubscribe(ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
         subscribed.discard(str(params.uri))
+        sessions.get(str(params.uri), {}).pop(session_key(ctx), None)
         log.info("unsubscribed %s (now %s)", params.uri, sorted(subscribed))
         return types.EmptyResult()
 

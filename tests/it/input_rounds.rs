@@ -20,7 +20,7 @@ fn legacy_fixture(extra: &str) -> String {
 
 /// POSTs a 2026-07-28 `tools/call` of `name` whose client can answer
 /// elicitation, with `extra` params (the retry's members).
-async fn call(url: &str, name: &str, extra: Value) -> Raw {
+pub(crate) async fn call(url: &str, name: &str, extra: Value) -> Raw {
     let mut params = json!({
         "name": name,
         "arguments": {},
@@ -49,7 +49,7 @@ async fn call(url: &str, name: &str, extra: Value) -> Raw {
 }
 
 /// The one message of a response, JSON or a one-event stream.
-fn message(raw: &Raw) -> Value {
+pub(crate) fn message(raw: &Raw) -> Value {
     let messages = match raw.body.trim_start().starts_with('{') {
         true => vec![serde_json::from_str(&raw.body).unwrap()],
         false => crate::support::client::sse_messages(&raw.body),
@@ -61,7 +61,7 @@ fn message(raw: &Raw) -> Value {
 }
 
 /// The refusal of a retry: its `-32602` message.
-fn refusal(raw: &Raw) -> String {
+pub(crate) fn refusal(raw: &Raw) -> String {
     let answer = message(raw);
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
     answer["error"]["message"].as_str().unwrap().to_owned()

@@ -22,6 +22,7 @@ mod ops;
 mod policy;
 mod protection;
 mod remote;
+mod replicas;
 mod resume;
 mod shaping;
 mod support;

@@ -14,7 +14,10 @@
 //! can neither read nor forge it. A parked call waits at most the
 //! upstream's `timeout`; then the upstream is told there is no answer and
 //! its request is cancelled. Parked calls live in this process: a retry
-//! reaches them only on the replica that parked them.
+//! reaches them only on the replica that parked them. The state names that
+//! process (a random `origin`), so a retry sent to another replica sharing
+//! the key is refused as parked elsewhere, never matched with a call of the
+//! same number parked there.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -60,6 +63,10 @@ pub(crate) enum StateError {
     #[error("inputResponses must be an object with an answer for {0:?}")]
     MissingResponse(String),
     #[error(
+        "the call this requestState continues is parked on another replica of the gateway; send the retry there, or call again without it"
+    )]
+    Elsewhere,
+    #[error(
         "the call this requestState continues is no longer waiting (it ended, timed out or was already continued); call again without it"
     )]
     Gone,
@@ -77,6 +84,8 @@ impl StateError {
 /// What the client holds between rounds, sealed.
 #[derive(Serialize, Deserialize)]
 struct State {
+    /// The process that parked the call ([`Parking::origin`]).
+    origin: u64,
     /// The parked call.
     call: u64,
     /// The input keys the retry must answer.
@@ -92,6 +101,8 @@ struct State {
 /// The parked calls, and the key that seals their state.
 pub(crate) struct Parking {
     sealer: Sealer,
+    /// Random per gateway: names this process in the state it seals.
+    origin: u64,
     waiting: Mutex<HashMap<u64, oneshot::Sender<Resume>>>,
     next: AtomicU64,
 }
@@ -100,6 +111,7 @@ impl Parking {
     pub(crate) fn new(sealer: Sealer) -> Self {
         Self {
             sealer,
+            origin: rand::random(),
             waiting: Mutex::default(),
             next: AtomicU64::new(1),
         }
@@ -328,6 +340,7 @@ fn park(
     }
     let expires = SystemTime::now() + driver.timeout;
     let state = State {
+        origin: parking.origin,
         call,
         keys: round.iter().map(|(key, _)| key.clone()).collect(),
         expires: millis(expires),
@@ -436,6 +449,9 @@ async fn take_back(
     if state.client.as_deref() != client || state.item != item {
         return Err(StateError::Mismatch);
     }
+    if state.origin != parking.origin {
+        return Err(StateError::Elsewhere);
+    }
     let responses: Map<String, Value> = responses
         .and_then(|r| serde_json::from_str(r.get()).ok())
         .unwrap_or_default();
@@ -462,7 +478,9 @@ mod tests {
     use super::*;
 
     fn parking() -> Parking {
-        Parking::new(Sealer::new(&[3; 32]))
+        let mut parking = Parking::new(Sealer::new(&[3; 32]));
+        parking.origin = 0;
+        parking
     }
 
     /// A retry of `item` by `client` carrying `state`, answered.
@@ -490,6 +508,7 @@ mod tests {
 
     fn state(expires: SystemTime) -> State {
         State {
+            origin: 0,
             call: 1,
             keys: vec!["k".into()],
             expires: millis(expires),
@@ -525,6 +544,22 @@ mod tests {
             refused(retry(&parking, Some("alice"), "tool", &state(later)).await),
             Some(StateError::Gone.to_string())
         );
+        // Another replica with the same key parked it: not this one's call 1.
+        let replica = Parking::new(Sealer::new(&[3; 32]));
+        let token = replica.sealer.seal(
+            PURPOSE,
+            &serde_json::to_vec(&State {
+                origin: replica.origin,
+                ..state(later)
+            })
+            .unwrap(),
+        );
+        let token = serde_json::value::to_raw_value(&token).unwrap();
+        let id = serde_json::value::to_raw_value(&1).unwrap();
+        assert!(matches!(
+            take_back(&parking, &id, Some("alice"), "tool", &token, None).await,
+            Err(StateError::Elsewhere)
+        ));
         // Sealed with another key: altered, as far as this gateway knows.
         let foreign = Parking::new(Sealer::new(&[4; 32]));
         let token = foreign

@@ -88,6 +88,18 @@ impl McpClient {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The same session, its requests sent to `url` (another replica).
+    pub fn on(&self, url: &str) -> McpClient {
+        McpClient {
+            http: self.http.clone(),
+            extra: self.extra.clone(),
+            url: url.to_owned(),
+            session: self.session.clone(),
+            version: self.version.clone(),
+            next_id: AtomicU64::new(self.next_id.load(Ordering::Relaxed) + 1000),
+        }
+    }
+
     /// POSTs a body with this session's headers plus `extra`.
     pub async fn post_raw(&self, body: &str, extra: &[(&str, &str)]) -> Raw {
         let mut headers: Vec<(&str, &str)> = self
