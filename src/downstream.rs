@@ -25,6 +25,7 @@ pub(crate) mod session;
 pub(crate) mod stdio;
 pub(crate) mod stream;
 pub(crate) mod throttle;
+pub(crate) mod ui;
 pub(crate) mod wire;
 
 use std::sync::Arc;
@@ -65,6 +66,8 @@ pub(crate) struct AppState {
     /// resumable answer's pump, a legacy SSE POST's call) go on it, so
     /// shutdown waits for them.
     pub tracker: tokio_util::task::TaskTracker,
+    /// The config in force and the last reload, for the operator's page.
+    pub ui: ui::UiState,
 }
 
 impl AppState {
@@ -211,6 +214,9 @@ pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .route("/ui", get(ui::page))
+        .route("/ui/events", get(ui::events))
+        .route("/ui/{file}", get(ui::asset))
         .route(
             "/.well-known/oauth-protected-resource",
             get(authn::protected_resource),

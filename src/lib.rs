@@ -53,6 +53,7 @@ pub(crate) mod downstream;
 pub mod example_server;
 pub mod import;
 mod inspect;
+pub(crate) mod live;
 mod local;
 pub mod logging;
 pub(crate) mod metrics;
@@ -202,6 +203,7 @@ impl Gateway {
             ),
             connections: std::sync::OnceLock::new(),
             tracker: tracker.clone(),
+            ui: downstream::ui::UiState::new(&config),
         });
         spawn_forgetting(state.clone(), upstream_shutdown.clone(), &tracker);
         if config.policy.is_some() && config.auth == config::AuthConfig::Off {
@@ -263,6 +265,7 @@ impl Gateway {
     pub async fn reload(&self, config: &Config) -> ReloadDiff {
         let diff = self.manager.apply(&config.upstreams).await;
         self.manager.apply_policy(config.policy.as_ref());
+        self.state.ui.reloaded(Some(config), diff.summary());
         diff
     }
 

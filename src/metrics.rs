@@ -129,6 +129,8 @@ pub(crate) struct Metrics {
     connections_closed: Family<ReasonLabels, Counter>,
     log_lines_dropped: Counter,
     denials: Family<DenialLabels, Counter>,
+    /// Per-upstream and per-item figures for the operator's page.
+    pub(crate) live: crate::live::Live,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -165,6 +167,7 @@ impl Metrics {
             connections_closed: Family::default(),
             log_lines_dropped: Counter::default(),
             denials: Family::default(),
+            live: crate::live::Live::default(),
         };
         {
             let mut r = metrics.registry.lock().unwrap_or_else(|e| e.into_inner());

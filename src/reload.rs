@@ -52,6 +52,25 @@ impl Diff {
             && self.changed.is_empty()
             && self.reshaped.is_empty()
     }
+
+    /// The reload in words: "applied: added a; changed b" or "applied: no
+    /// upstream changed".
+    pub(crate) fn summary(&self) -> String {
+        let parts: Vec<String> = [
+            ("added", &self.added),
+            ("removed", &self.removed),
+            ("changed", &self.changed),
+            ("reshaped", &self.reshaped),
+        ]
+        .into_iter()
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(what, names)| format!("{what} {}", names.join(", ")))
+        .collect();
+        match parts.is_empty() {
+            true => "applied: no upstream changed".into(),
+            false => format!("applied: {}", parts.join("; ")),
+        }
+    }
 }
 
 struct Running {
@@ -265,6 +284,8 @@ pub(crate) async fn watch(
                 for line in e.lines() {
                     tracing::error!(problem = %line, "config reload rejected; still serving the previous config");
                 }
+                edge.ui
+                    .reloaded(None, format!("rejected: {}", e.lines().join("; ")));
                 continue;
             }
         };
@@ -286,6 +307,7 @@ pub(crate) async fn watch(
             tracing::info!("authentication and rate limits reloaded");
         }
         tracing::info!(added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed, reshaped = ?diff.reshaped, "config reloaded");
+        edge.ui.reloaded(Some(&next), diff.summary());
         current = next;
     }
 }

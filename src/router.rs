@@ -9,6 +9,7 @@
 //! upstream that owns the request.
 
 mod forward;
+mod observe;
 pub(crate) mod rewrite;
 mod tasks;
 #[cfg(test)]
@@ -104,8 +105,7 @@ impl InflightCalls {
             .count()
     }
 
-    /// Calls in flight (tests look).
-    #[cfg(test)]
+    /// Calls in flight.
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }

@@ -15,6 +15,7 @@ pub(crate) mod handshake;
 pub(crate) mod http;
 mod interest;
 mod isolated;
+pub(crate) mod journal;
 mod legacy_sse;
 pub(crate) mod link;
 mod listen;
@@ -214,6 +215,8 @@ struct Shared {
     /// Its per-session instances (`isolation: per-session`); none for a
     /// shared-only upstream and for an instance itself.
     instances: Option<Arc<isolated::Instances>>,
+    /// Its uptime and recent errors, for the operator's page.
+    journal: journal::Journal,
 }
 
 impl UpstreamHandle {
@@ -483,10 +486,29 @@ impl UpstreamHandle {
         self.hello().is_some_and(|h| h.modern)
     }
 
+    /// Since when it has been ready, and its recent errors.
+    pub(crate) fn journal(&self) -> &journal::Journal {
+        &self.shared.journal
+    }
+
     fn set_state(&self, state: UpstreamState) {
         if state != UpstreamState::Starting {
             self.shared.settled_once.store(true, Ordering::Relaxed);
         }
+        match &state {
+            UpstreamState::Down { reason, .. } => {
+                self.shared.journal.error(&format!("down: {reason}"))
+            }
+            UpstreamState::Unresponsive { reason } => self
+                .shared
+                .journal
+                .error(&format!("unresponsive: {reason}")),
+            _ => {}
+        }
+        self.shared.journal.state_changed(matches!(
+            state,
+            UpstreamState::Ready | UpstreamState::Unresponsive { .. }
+        ));
         self.shared.state.send_replace(state);
     }
 }

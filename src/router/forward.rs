@@ -142,6 +142,14 @@ pub(super) async fn run(
                 e.outcome(),
                 asked.elapsed(),
             );
+            super::observe::finished(
+                metrics,
+                &call.handle,
+                call.method.name(),
+                &call.item,
+                Err(&e),
+                asked.elapsed(),
+            );
             return Reply::Ready(e.to_frame(id.get(), ctx.era));
         }
     };
@@ -542,6 +550,14 @@ impl Exchange {
             self.method.name(),
             self.handle.name(),
             outcome,
+            self.started.elapsed(),
+        );
+        super::observe::finished(
+            &self.metrics,
+            &self.handle,
+            self.method.name(),
+            &self.item,
+            answer.as_ref().map(|_| ()),
             self.started.elapsed(),
         );
         audit(

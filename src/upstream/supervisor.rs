@@ -164,6 +164,7 @@ fn new_handle(
             },
             counts: Default::default(),
             instances,
+            journal: Default::default(),
         }),
     }
 }

@@ -248,6 +248,7 @@ impl UpstreamHandle {
                 transport: "stdio",
                 counts: Default::default(),
                 instances: None,
+                journal: Default::default(),
             }),
         };
         handle.replace_connection(conn);

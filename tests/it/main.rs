@@ -24,3 +24,4 @@ mod resume;
 mod shaping;
 mod support;
 mod tasks;
+mod ui;

@@ -1,0 +1,37 @@
+//! The router's one hook for the operator's page: a finished call's
+//! figures (per upstream and item) and, when it failed, a line in its
+//! upstream's recent errors. Cheap on success: a few atomic adds.
+
+use std::time::Duration;
+
+use super::RouteError;
+use crate::metrics::Metrics;
+use crate::upstream::{UpstreamError, UpstreamHandle};
+
+/// Records how a call to `item` on `handle` ended.
+pub(super) fn finished(
+    metrics: &Metrics,
+    handle: &UpstreamHandle,
+    method: &str,
+    item: &str,
+    answer: Result<(), &RouteError>,
+    elapsed: Duration,
+) {
+    metrics
+        .live
+        .record(handle.name(), item, answer.is_ok(), elapsed);
+    if let Err(e) = answer {
+        // A withdrawn call is the client's doing, not the upstream's.
+        if matches!(
+            e,
+            RouteError::Cancelled | RouteError::Upstream(UpstreamError::Cancelled { .. })
+        ) {
+            return;
+        }
+        let cause = match e {
+            RouteError::Upstream(e) => e.cause(),
+            other => other.to_string(),
+        };
+        handle.journal().error(&format!("{method} {item}: {cause}"));
+    }
+}
