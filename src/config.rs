@@ -13,11 +13,13 @@ mod pages;
 mod policy;
 mod secret;
 mod shape;
+mod telemetry;
 mod upstream;
 
 #[cfg(test)]
 pub(crate) use auth::ApiKey;
 pub(crate) use auth::{AdminAccess, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
+pub(crate) use telemetry::TracingConfig;
 use upstream::RawUpstream;
 
 use std::collections::BTreeMap;
@@ -103,6 +105,8 @@ pub struct Config {
     /// 2025-era upstream waits for their input; none: a random key per
     /// process.
     pub(crate) request_state_key: Option<StateKey>,
+    /// OpenTelemetry trace export (off by default).
+    pub(crate) tracing: TracingConfig,
 }
 
 /// A per-client request rate: `requests_per_second`, after a `burst`.
@@ -405,6 +409,8 @@ struct RawConfig {
     policy: Option<policy::RawPolicy>,
     #[serde(default)]
     request_state: Option<RawRequestState>,
+    #[serde(default)]
+    tracing: Option<telemetry::RawTracing>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -757,6 +763,12 @@ impl RawConfig {
                 .ok()
         });
 
+        let tracing = self
+            .tracing
+            .as_ref()
+            .map(|raw| raw.validate(lookup, &mut p))
+            .unwrap_or_default();
+
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));
             return Err(p.issues);
@@ -785,6 +797,7 @@ impl RawConfig {
             rate_limit,
             policy,
             request_state_key,
+            tracing,
         })
     }
 }

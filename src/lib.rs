@@ -65,6 +65,7 @@ pub(crate) mod reload;
 pub(crate) mod router;
 pub(crate) mod seal;
 pub(crate) mod sse;
+pub(crate) mod telemetry;
 pub(crate) mod upstream;
 pub(crate) mod xheader;
 
@@ -179,8 +180,13 @@ impl Gateway {
 
         let state = Arc::new(AppState {
             router: {
+                let telemetry = telemetry::Telemetry::start(&config.tracing).unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "tracing is off");
+                    None
+                });
                 let router = Router::new(catalog, upstreams, hub, Arc::default(), config.page_size)
-                    .with_tasks(tracker.clone());
+                    .with_tasks(tracker.clone())
+                    .with_telemetry(telemetry);
                 match &config.request_state_key {
                     Some(key) => router.with_state_sealer(seal::Sealer::new(key.bytes())),
                     None => router,
@@ -404,6 +410,10 @@ impl Gateway {
         self.upstream_shutdown.cancel();
         self.tracker.close();
         self.tracker.wait().await;
+        // Spans still queued go to the collector (a blocking call).
+        if let Some(telemetry) = self.state.router.telemetry().cloned() {
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        }
         tracing::info!("shutdown complete");
     }
 }

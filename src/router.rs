@@ -307,6 +307,8 @@ pub(crate) struct Router {
     tasks: tokio_util::task::TaskTracker,
     /// Stateless calls waiting for their clients' input.
     parking: Arc<forward::Parking>,
+    /// Trace export; none when tracing is off.
+    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 impl Router {
@@ -325,7 +327,22 @@ impl Router {
             page_size,
             tasks: tokio_util::task::TaskTracker::new(),
             parking: Arc::new(forward::Parking::new(crate::seal::Sealer::random())),
+            telemetry: None,
         }
+    }
+
+    /// Traces every request (and its upstream exchange) with `telemetry`.
+    pub(crate) fn with_telemetry(
+        mut self,
+        telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    ) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
+    /// The trace exporter, when tracing is on.
+    pub(crate) fn telemetry(&self) -> Option<&Arc<crate::telemetry::Telemetry>> {
+        self.telemetry.as_ref()
     }
 
     /// Runs the tasks of streaming calls on `tasks` (the gateway's tracker).
@@ -428,6 +445,29 @@ impl Router {
 
     /// Answers one request. `id` is the raw JSON of the client's request id.
     pub(crate) async fn request(
+        &self,
+        ctx: &RequestContext,
+        id: &RawValue,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Reply {
+        let Some(telemetry) = &self.telemetry else {
+            return self.serve(ctx, id, method, params).await;
+        };
+        let cx = telemetry.server_span(method, id.get(), params);
+        let served = self.serve(ctx, id, method, params);
+        let reply = opentelemetry::context::FutureExt::with_context(served, cx.clone()).await;
+        let frame = match &reply {
+            Reply::Ready(frame) => Some(frame.as_str()),
+            // A streamed answer's span ends when the stream starts.
+            Reply::Streaming(_) => None,
+        };
+        crate::telemetry::Telemetry::end_server(&cx, frame);
+        reply
+    }
+
+    /// [`Router::request`] without tracing.
+    async fn serve(
         &self,
         ctx: &RequestContext,
         id: &RawValue,

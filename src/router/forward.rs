@@ -200,6 +200,14 @@ pub(super) async fn run(
         // metadata for its own era's.
         call.params.strip_meta_prefix("io.modelcontextprotocol/");
     }
+    let span = crate::telemetry::UpstreamSpan::start(
+        call.method.name(),
+        call.target.as_deref(),
+        call.handle.name(),
+    );
+    for (key, value) in span.carrier().into_iter().flatten() {
+        call.params.set_meta(&key, Value::String(value));
+    }
     let params = call
         .params
         .build(call.key, &call.value, streaming.then_some(upstream_id));
@@ -259,6 +267,7 @@ pub(super) async fn run(
         item: call.item,
         asker: None,
         asks: None,
+        span,
     };
     // A 2025-era session's call may be asked back by its upstream
     // (sampling, elicitation, roots): its reply then becomes a stream.
@@ -441,6 +450,8 @@ struct Exchange {
     /// For a stateless call to a 2025-era upstream: where the upstream's
     /// requests for the client go (see `park`).
     asks: Option<mpsc::Sender<crate::upstream::InputAsk>>,
+    /// The exchange's trace span (empty when tracing is off).
+    span: crate::telemetry::UpstreamSpan,
 }
 
 /// Resolves when the tap may have log messages; never without a tap.
@@ -559,6 +570,12 @@ impl Exchange {
             &self.item,
             answer.as_ref().map(|_| ()),
             self.started.elapsed(),
+        );
+        self.span.end(
+            answer
+                .as_ref()
+                .err()
+                .map(|e| super::observe::error_code(e, self.era)),
         );
         audit(
             self.client.as_deref(),

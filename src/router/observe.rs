@@ -35,3 +35,16 @@ pub(super) fn finished(
         handle.journal().error(&format!("{method} {item}: {cause}"));
     }
 }
+
+/// The JSON-RPC error code a failed call ends with: the upstream's own, or
+/// the gateway's.
+pub(super) fn error_code(e: &RouteError, era: crate::protocol::Era) -> i64 {
+    if let RouteError::Upstream(UpstreamError::Rpc { error, .. }) = e
+        && let Some(code) = serde_json::from_str::<serde_json::Value>(error.get())
+            .ok()
+            .and_then(|v| v.get("code").and_then(serde_json::Value::as_i64))
+    {
+        return code;
+    }
+    e.to_rpc(era).1.code
+}
