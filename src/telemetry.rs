@@ -288,6 +288,26 @@ impl Incoming {
     }
 }
 
+/// The current span's W3C `traceparent`, while an exchange's request is
+/// being sent ([`UpstreamSpan::in_scope`]); none when tracing is off.
+pub(crate) fn current_traceparent() -> Option<String> {
+    if ACTIVE.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    Context::map_current(|cx| {
+        let span = cx.span();
+        let context = span.span_context();
+        context.is_valid().then(|| {
+            format!(
+                "00-{}-{}-{:02x}",
+                context.trace_id(),
+                context.span_id(),
+                context.trace_flags().to_u8()
+            )
+        })
+    })
+}
+
 /// The client span of one upstream exchange; empty when tracing is off or
 /// the request has no server span.
 #[derive(Default)]
@@ -324,6 +344,22 @@ impl UpstreamSpan {
         let mut carrier = HashMap::new();
         TraceContextPropagator::new().inject_context(cx, &mut carrier);
         Some(carrier)
+    }
+
+    /// Runs `fut` (the sending of the exchange's request) with the span
+    /// current, so the transport can read its [`current_traceparent`].
+    pub(crate) fn in_scope<F: std::future::Future>(
+        &self,
+        fut: F,
+    ) -> futures_util::future::Either<opentelemetry::context::WithContext<F>, F> {
+        use futures_util::future::Either;
+        match &self.0 {
+            Some(cx) => Either::Left(opentelemetry::context::FutureExt::with_context(
+                fut,
+                cx.clone(),
+            )),
+            None => Either::Right(fut),
+        }
     }
 
     /// Ends the span: with the upstream's JSON-RPC error code, or the

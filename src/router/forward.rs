@@ -503,7 +503,7 @@ impl Exchange {
             origin: self.origin.clone(),
             progress: route,
         };
-        let queued = conn.send_request(upstream_id, request);
+        let queued = self.span.in_scope(conn.send_request(upstream_id, request));
         match tokio::time::timeout_at(deadline, queued).await {
             Ok(rx) => rx,
             Err(_) => {

@@ -286,6 +286,9 @@ impl RemoteSession {
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "application/json, text/event-stream")
             .body(sent.frame.clone());
+        if let Some(traceparent) = &sent.traceparent {
+            request = request.header(crate::telemetry::TRACEPARENT, traceparent);
+        }
         // The upstream's era decides, not the frame: a modern client's `_meta`
         // must not turn a call to a session-based upstream into a modern one.
         // The discover probe is modern by definition.

@@ -226,3 +226,83 @@ async fn a_call_with_a_traceparent_gives_linked_gateway_and_upstream_spans() {
     assert_eq!(attribute(&failed[0], "error.type"), Some(json!("-32602")));
     assert_eq!(failed[0].status.as_ref().map(|s| s.code), Some(2));
 }
+
+/// A minimal Streamable HTTP MCP server (2025-06-18, JSON answers) with one
+/// tool, `echo`, that keeps the `traceparent` header of every `tools/call`.
+async fn header_recording_upstream() -> (String, Arc<Mutex<Vec<String>>>) {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let keep = seen.clone();
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let keep = keep.clone();
+                async move {
+                    use axum::response::IntoResponse as _;
+                    let message: Value = serde_json::from_slice(&body).unwrap();
+                    let method = message["method"].as_str().unwrap_or_default();
+                    let result = match method {
+                        "initialize" => json!({ "protocolVersion": "2025-06-18",
+                            "capabilities": { "tools": {} }, "serverInfo": { "name": "headers", "version": "0" } }),
+                        "tools/list" => json!({ "tools": [{ "name": "echo", "inputSchema": { "type": "object" } }] }),
+                        "tools/call" => {
+                            if let Some(tp) = headers.get("traceparent") {
+                                keep.lock().unwrap().push(tp.to_str().unwrap().to_owned());
+                            }
+                            json!({ "content": [{ "type": "text", "text": "ok" }] })
+                        }
+                        _ if message.get("id").is_none() => {
+                            return axum::http::StatusCode::ACCEPTED.into_response();
+                        }
+                        _ => json!({}),
+                    };
+                    let answer = json!({ "jsonrpc": "2.0", "id": message["id"], "result": result });
+                    (
+                        [("content-type", "application/json"), ("mcp-session-id", "s1")],
+                        answer.to_string(),
+                    )
+                        .into_response()
+                }
+            },
+        )
+        .get(|| async { axum::http::StatusCode::METHOD_NOT_ALLOWED })
+        .delete(|| async { axum::http::StatusCode::OK }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/mcp"), seen)
+}
+
+#[tokio::test]
+async fn a_remote_upstream_gets_the_trace_in_the_traceparent_header() {
+    let (collector, received) = receiver().await;
+    let (url, seen) = header_recording_upstream().await;
+    let yaml = format!(
+        "tracing:\n  otlp_endpoint: {collector}\nupstreams:\n  web:\n    url: {url:?}\n    era: legacy\n    transport: streamable-http\n"
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let client = McpClient::connect(&gw.url).await;
+    let header = format!("00-{TRACE_HEADER}-{PARENT_HEADER}-01");
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "web__echo", "arguments": {} } });
+    let answer = client
+        .post_raw(&call.to_string(), &[("traceparent", &header)])
+        .await;
+    assert_eq!(
+        answer.json()["result"]["content"][0]["text"],
+        "ok",
+        "{}",
+        answer.body
+    );
+    gw.stop().await;
+
+    let spans = spans_of(&received, TRACE_HEADER, 2).await;
+    let upstream = spans.iter().find(|s| s.kind == 3).unwrap();
+    assert_eq!(
+        attribute(upstream, "mcpmux.upstream.name"),
+        Some(json!("web"))
+    );
+    let expected = format!("00-{TRACE_HEADER}-{}-01", hex(&upstream.span_id));
+    assert_eq!(*seen.lock().unwrap(), vec![expected]);
+}
