@@ -294,7 +294,8 @@ pub(crate) async fn watch(
             || next.sessions != current.sessions
             || next.page_size != current.page_size
             || next.shutdown_grace != current.shutdown_grace
-            || next.request_state_key != current.request_state_key;
+            || next.request_state_key != current.request_state_key
+            || next.tracing != current.tracing;
         if needs_restart {
             tracing::warn!(
                 "settings outside `upstreams` changed; they take effect after a restart"
