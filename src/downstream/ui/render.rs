@@ -160,7 +160,10 @@ fn upstreams(out: &mut String, rows: &[UpstreamRow]) {
 <dt>Calls/s</dt><dd data-field="rate">0</dd>
 <dt>p50 / p99</dt><dd data-field="latency">–</dd>
 </dl>
+<div class="charts">
 <figure><svg class="spark" data-chart="{name}" viewBox="0 0 120 30" role="img" aria-label="calls per second, last two minutes"><polyline points=""/></svg><figcaption>calls/s, last 2 min</figcaption></figure>
+<figure><svg class="spark" data-chart="~p99 {name}" viewBox="0 0 120 30" role="img" aria-label="p99 latency in milliseconds, last two minutes"><polyline points=""/></svg><figcaption>p99 ms, last 2 min</figcaption></figure>
+</div>
 "#,
             title = text(&u.name),
             state = u.state,
@@ -287,8 +290,12 @@ fn figures(out: &mut String, rows: &[FigureRow]) {
 <dt>Calls since start</dt><dd id="total-calls">{total}</dd>
 <dt>Errors since start</dt><dd id="total-errors">{errors}</dd>
 <dt>Calls/s</dt><dd id="total-rate">0</dd>
+<dt>Error rate</dt><dd id="total-error-rate">–</dd>
 </dl>
+<div class="charts">
 <figure><svg class="spark wide" data-chart="" viewBox="0 0 120 30" role="img" aria-label="all calls per second, last two minutes"><polyline points=""/></svg><figcaption>All calls/s, last 2 min</figcaption></figure>
+<figure><svg class="spark wide" data-chart="~errors" viewBox="0 0 120 30" role="img" aria-label="error rate in percent, last two minutes"><polyline points=""/></svg><figcaption>Error rate %, last 2 min</figcaption></figure>
+</div>
 <div class="scroll"><table>
 <caption>By upstream and tool (or prompt, or resource); rates over the last second</caption>
 <thead><tr><th scope="col">Upstream</th><th scope="col">Item</th><th scope="col">Calls</th><th scope="col">Calls/s</th><th scope="col">Error rate</th><th scope="col">p50</th><th scope="col">p99</th><th scope="col">Trend</th></tr></thead>
@@ -296,7 +303,8 @@ fn figures(out: &mut String, rows: &[FigureRow]) {
 "#
     );
     for r in rows {
-        let key = format!("{}\u{1f}{}", r.upstream, r.item);
+        // Upstream names have no spaces: "upstream item" is unambiguous.
+        let key = format!("{} {}", r.upstream, r.item);
         let _ = writeln!(
             out,
             "<tr data-key=\"{key}\" data-item=\"{item_attr}\"><td>{upstream}</td><th scope=\"row\">{item}</th><td data-field=\"calls\">{calls}</td><td data-field=\"rate\">0</td><td data-field=\"errors\">–</td><td data-field=\"p50\">–</td><td data-field=\"p99\">–</td><td><svg class=\"spark\" data-chart=\"{key}\" viewBox=\"0 0 120 30\" role=\"img\" aria-label=\"calls per second\"><polyline points=\"\"/></svg></td></tr>",

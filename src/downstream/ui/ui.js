@@ -50,7 +50,7 @@
   }
 
   function itemRow(item) {
-    var key = item.upstream + "\u001f" + item.item;
+    var key = item.upstream + " " + item.item;
     var row = all("#item-rows tr").filter(function (tr) { return tr.dataset.key === key; })[0];
     if (row) { return row; }
     row = document.createElement("tr");
@@ -98,6 +98,7 @@
       set($("[data-field=rate]", card), u.rate);
       set($("[data-field=latency]", card), ms(u.p50) + " / " + ms(u.p99));
       chart(u.name, u.rate);
+      chart("~p99 " + u.name, u.p99 || 0);
     });
     figures.items.forEach(function (item) {
       var row = itemRow(item);
@@ -111,7 +112,9 @@
     set($("#total-calls"), figures.calls);
     set($("#total-errors"), figures.errors);
     set($("#total-rate"), figures.rate);
+    set($("#total-error-rate"), pct(figures.errorRate));
     chart("", figures.rate);
+    chart("~errors", 100 * (figures.errorRate || 0));
     set($("#live-status"), "Live updates: " + figures.sessions + " sessions, " +
       figures.listenStreams + " listen streams, " + figures.subscribedUris +
       " subscribed URIs; updated " + new Date().toLocaleTimeString());
