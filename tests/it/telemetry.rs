@@ -306,3 +306,55 @@ async fn a_remote_upstream_gets_the_trace_in_the_traceparent_header() {
     let expected = format!("00-{TRACE_HEADER}-{}-01", hex(&upstream.span_id));
     assert_eq!(*seen.lock().unwrap(), vec![expected]);
 }
+
+#[tokio::test]
+async fn the_standard_otel_variables_turn_tracing_on_and_name_the_service() {
+    let (collector, received) = receiver().await;
+    let path = tempdir().join("mcpmux.yaml");
+    let yaml = crate::support::gateway::with_auth_off(&format!(
+        "upstreams:\n{}",
+        fixture_upstream("rec", &[])
+    ));
+    std::fs::write(&path, yaml).unwrap();
+    let mut served = crate::support::served::Served::start_with_env(
+        &["--config", path.to_str().unwrap()],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector),
+            ("OTEL_SERVICE_NAME", "from-env"),
+        ],
+    );
+    let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    served.first("upstream ready").await;
+    let client = McpClient::connect(&format!("http://{addr}/mcp")).await;
+    let header = format!("00-{TRACE_HEADER}-{PARENT_HEADER}-01");
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "rec__echo", "arguments": { "message": "env" } } });
+    let answer = client
+        .post_raw(&call.to_string(), &[("traceparent", &header)])
+        .await;
+    assert_eq!(
+        answer.json()["result"]["content"][0]["text"],
+        "env",
+        "{}",
+        answer.body
+    );
+    served.signal(nix::sys::signal::Signal::SIGTERM);
+    let (status, _) = served.finish().await;
+    assert!(status.success(), "{status}");
+    let spans = spans_of(&received, TRACE_HEADER, 2).await;
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.kind == 2 && hex(&s.parent_span_id) == PARENT_HEADER)
+    );
+    let services: Vec<String> = received
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(s, _)| s.clone())
+        .collect();
+    assert!(services.iter().all(|s| s == "from-env"), "{services:?}");
+}
