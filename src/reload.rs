@@ -312,3 +312,19 @@ pub(crate) async fn watch(
         current = next;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Diff;
+
+    #[test]
+    fn a_reload_is_summed_up_in_words_for_the_operators_page() {
+        assert_eq!(Diff::default().summary(), "applied: no upstream changed");
+        let diff = Diff {
+            added: vec!["a".into(), "b".into()],
+            changed: vec!["c".into()],
+            ..Diff::default()
+        };
+        assert_eq!(diff.summary(), "applied: added a, b; changed c");
+    }
+}

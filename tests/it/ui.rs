@@ -137,5 +137,26 @@ async fn the_page_needs_the_admin_credential_when_authentication_is_on() {
     assert_eq!(page.status(), StatusCode::OK);
     let html = page.text().await.unwrap();
     assert!(html.contains("data-upstream=\"ok\""), "{html}");
+    assert!(
+        html.contains("Last reload: <span id=\"last-reload\">none since start"),
+        "{html}"
+    );
+    // The key is masked in the config shown.
+    assert!(!html.contains(KEY), "the page shows a secret");
+
+    // A reload's time and result appear on the page.
+    let config =
+        mcpmux::Config::parse(&yaml, "test.yaml", &mcpmux::Lookup::from_process()).unwrap();
+    gw.gateway().reload(&config).await;
+    let html = http
+        .get(format!("{base}/ui"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains("applied: no upstream changed"), "{html}");
     gw.stop().await;
 }
