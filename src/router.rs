@@ -331,20 +331,6 @@ impl Router {
         }
     }
 
-    /// Traces every request (and its upstream exchange) with `telemetry`.
-    pub(crate) fn with_telemetry(
-        mut self,
-        telemetry: Option<Arc<crate::telemetry::Telemetry>>,
-    ) -> Self {
-        self.telemetry = telemetry;
-        self
-    }
-
-    /// The trace exporter, when tracing is on.
-    pub(crate) fn telemetry(&self) -> Option<&Arc<crate::telemetry::Telemetry>> {
-        self.telemetry.as_ref()
-    }
-
     /// Runs the tasks of streaming calls on `tasks` (the gateway's tracker).
     pub(crate) fn with_tasks(mut self, tasks: tokio_util::task::TaskTracker) -> Self {
         self.tasks = tasks;
@@ -454,20 +440,11 @@ impl Router {
         let Some(telemetry) = &self.telemetry else {
             return self.serve(ctx, id, method, params).await;
         };
-        let cx = telemetry.server_span(method, id.get(), params);
-        let served = self.serve(ctx, id, method, params);
-        let reply = opentelemetry::context::FutureExt::with_context(served, cx.clone()).await;
-        let frame = match &reply {
-            Reply::Ready(frame) => Some(frame.as_str()),
-            // A streamed answer's span ends when the stream starts.
-            Reply::Streaming(_) => None,
-        };
-        crate::telemetry::Telemetry::end_server(&cx, frame);
-        reply
+        self.traced(telemetry, ctx, id, method, params).await
     }
 
     /// [`Router::request`] without tracing.
-    async fn serve(
+    pub(super) async fn serve(
         &self,
         ctx: &RequestContext,
         id: &RawValue,
