@@ -14,11 +14,13 @@ mod policy;
 mod protect;
 mod secret;
 mod shape;
+mod telemetry;
 mod upstream;
 
 #[cfg(test)]
 pub(crate) use auth::ApiKey;
 pub(crate) use auth::{AdminAccess, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
+pub(crate) use telemetry::TracingConfig;
 use upstream::RawUpstream;
 
 use std::collections::BTreeMap;
@@ -108,6 +110,8 @@ pub struct Config {
     /// Where session state is shared with other replicas
     /// (`session_store: redis://...`); none: sessions live in this process.
     pub(crate) session_store: Option<Secret>,
+    /// OpenTelemetry trace export (off by default).
+    pub(crate) tracing: TracingConfig,
 }
 
 /// A per-client request rate: `requests_per_second`, after a `burst`.
@@ -414,6 +418,7 @@ struct RawConfig {
     request_state: Option<RawRequestState>,
     #[serde(default)]
     session_store: Option<Spanned<String>>,
+    tracing: Option<telemetry::RawTracing>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -781,6 +786,11 @@ impl RawConfig {
                 }
             }
         });
+        let tracing = self
+            .tracing
+            .as_ref()
+            .map(|raw| raw.validate(lookup, &mut p))
+            .unwrap_or_default();
 
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));
@@ -811,6 +821,7 @@ impl RawConfig {
             policy,
             request_state_key,
             session_store,
+            tracing,
         })
     }
 }

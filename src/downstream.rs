@@ -26,6 +26,7 @@ pub(crate) mod shared;
 pub(crate) mod stdio;
 pub(crate) mod stream;
 pub(crate) mod throttle;
+pub(crate) mod ui;
 pub(crate) mod wire;
 
 use std::sync::Arc;
@@ -66,6 +67,8 @@ pub(crate) struct AppState {
     /// resumable answer's pump, a legacy SSE POST's call) go on it, so
     /// shutdown waits for them.
     pub tracker: tokio_util::task::TaskTracker,
+    /// The config in force and the last reload, for the operator's page.
+    pub ui: ui::UiState,
 }
 
 impl AppState {
@@ -202,7 +205,8 @@ fn is_loopback_origin(origin: &str) -> bool {
 
 /// The axum application.
 pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
-    axum::Router::new()
+    let traced = state.router.telemetry().is_some();
+    let app = axum::Router::new()
         .route(
             "/mcp",
             get(stream::get).post(http::post).delete(http::delete),
@@ -213,6 +217,9 @@ pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .route("/ui", get(ui::page))
+        .route("/ui/events", get(ui::events))
+        .route("/ui/{file}", get(ui::asset))
         .route(
             "/.well-known/oauth-protected-resource",
             get(authn::protected_resource),
@@ -221,8 +228,20 @@ pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
             "/.well-known/oauth-protected-resource/{*resource}",
             get(authn::protected_resource),
         )
-        .layer(axum::middleware::from_fn(listener::track_requests))
-        .with_state(state)
+        .layer(axum::middleware::from_fn(listener::track_requests));
+    // Only with tracing on: each request's `traceparent` header, for its span.
+    let app = match traced {
+        true => app.layer(axum::middleware::from_fn(trace_context)),
+        false => app,
+    };
+    app.with_state(state)
+}
+
+/// Makes a request's `traceparent` and `Mcp-Session-Id` headers known to
+/// the span of the MCP request it carries.
+async fn trace_context(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let incoming = crate::telemetry::Incoming::from_headers(request.headers());
+    incoming.scope(next.run(request)).await
 }
 
 /// Each upstream's state as JSON (no URLs, commands or headers: they may

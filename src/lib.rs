@@ -55,6 +55,7 @@ pub(crate) mod downstream;
 pub mod example_server;
 pub mod import;
 mod inspect;
+pub(crate) mod live;
 mod local;
 pub mod logging;
 pub(crate) mod metrics;
@@ -68,6 +69,7 @@ pub(crate) mod router;
 pub(crate) mod seal;
 pub(crate) mod session_store;
 pub(crate) mod sse;
+pub(crate) mod telemetry;
 pub(crate) mod upstream;
 pub(crate) mod xheader;
 
@@ -192,8 +194,13 @@ impl Gateway {
 
         let state = Arc::new(AppState {
             router: {
+                let telemetry = telemetry::Telemetry::start(&config.tracing).unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "tracing is off");
+                    None
+                });
                 let router = Router::new(catalog, upstreams, hub, Arc::default(), config.page_size)
-                    .with_tasks(tracker.clone());
+                    .with_tasks(tracker.clone())
+                    .with_telemetry(telemetry);
                 match &config.request_state_key {
                     Some(key) => router.with_state_sealer(seal::Sealer::new(key.bytes())),
                     None => router,
@@ -216,6 +223,7 @@ impl Gateway {
             ),
             connections: std::sync::OnceLock::new(),
             tracker: tracker.clone(),
+            ui: downstream::ui::UiState::new(&config),
         });
         spawn_forgetting(state.clone(), upstream_shutdown.clone(), &tracker);
         if let Some(store) = &store {
@@ -286,6 +294,7 @@ impl Gateway {
     pub async fn reload(&self, config: &Config) -> ReloadDiff {
         let diff = self.manager.apply(&config.upstreams).await;
         self.manager.apply_policy(config.policy.as_ref());
+        self.state.ui.reloaded(Some(config), diff.summary());
         diff
     }
 
@@ -424,6 +433,10 @@ impl Gateway {
         self.upstream_shutdown.cancel();
         self.tracker.close();
         self.tracker.wait().await;
+        // Spans still queued go to the collector (a blocking call).
+        if let Some(telemetry) = self.state.router.telemetry().cloned() {
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        }
         tracing::info!("shutdown complete");
     }
 }

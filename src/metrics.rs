@@ -138,6 +138,8 @@ pub(crate) struct Metrics {
     log_lines_dropped: Counter,
     denials: Family<DenialLabels, Counter>,
     protection: protection::ProtectionMetrics,
+    /// Per-upstream and per-item figures for the operator's page.
+    pub(crate) live: crate::live::Live,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -175,6 +177,7 @@ impl Metrics {
             log_lines_dropped: Counter::default(),
             denials: Family::default(),
             protection: protection::ProtectionMetrics::default(),
+            live: crate::live::Live::default(),
         };
         {
             let mut r = metrics.registry.lock().unwrap_or_else(|e| e.into_inner());

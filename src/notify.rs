@@ -54,6 +54,10 @@ pub(crate) struct Subscriber {
     seen: Seen,
     /// Requests upstreams asked of this client, waiting for its answers.
     pub(crate) asks: asks::Asks,
+    /// The `clientInfo` name and version it declared, if any (set once).
+    client_info: std::sync::OnceLock<(Box<str>, Box<str>)>,
+    /// When it was registered.
+    since: std::time::Instant,
 }
 
 /// Which `list_changed` notifications a subscriber asked for.
@@ -89,6 +93,44 @@ impl Subscriber {
     /// The authenticated client it belongs to, if any.
     pub(crate) fn identity(&self) -> Option<&Arc<Identity>> {
         self.identity.get()
+    }
+
+    /// The client's declared name and version, if it sent `clientInfo`.
+    pub(crate) fn client_info(&self) -> Option<(&str, &str)> {
+        self.client_info.get().map(|(n, v)| (&**n, &**v))
+    }
+
+    /// How long ago it was registered.
+    pub(crate) fn age(&self) -> std::time::Duration {
+        self.since.elapsed()
+    }
+
+    /// A modern listen stream (its notifications are tagged).
+    pub(crate) fn is_listener(&self) -> bool {
+        self.outbox.is_tagged()
+    }
+
+    /// A request's log tap rather than a session or stream.
+    pub(crate) fn is_log_tap(&self) -> bool {
+        self.only_upstream.is_some()
+    }
+
+    /// Records a `clientInfo` object's name and version (once; strings
+    /// only, each cut to 128 characters).
+    pub(crate) fn set_client_info(&self, info: Option<&Value>) {
+        let Some(info) = info.and_then(Value::as_object) else {
+            return;
+        };
+        let field = |key: &str| -> Box<str> {
+            info.get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .chars()
+                .take(128)
+                .collect::<String>()
+                .into()
+        };
+        let _ = self.client_info.set((field("name"), field("version")));
     }
 }
 
@@ -157,6 +199,11 @@ impl NotifyHub {
 
     pub(crate) fn subscriptions(&self) -> &SubscriptionTable {
         self.interest.table()
+    }
+
+    /// Every registered subscriber now, in no particular order.
+    pub(crate) fn all_subscribers(&self) -> Vec<Arc<Subscriber>> {
+        self.subscribers.iter().map(|s| s.value().clone()).collect()
     }
 
     pub(crate) fn subscriber_count(&self) -> usize {
@@ -240,6 +287,8 @@ impl NotifyHub {
             identity: std::sync::OnceLock::new(),
             seen: Seen::default(),
             asks: asks::Asks::default(),
+            client_info: std::sync::OnceLock::new(),
+            since: std::time::Instant::now(),
         });
         self.subscribers.insert(subscriber.id, subscriber.clone());
         subscriber
@@ -414,8 +463,13 @@ impl NotifyHub {
         subscriber: &Subscriber,
         params: Option<&RawValue>,
     ) {
+        let mut params =
+            params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok());
+        if let Some(p) = &params {
+            subscriber.set_client_info(p.get("clientInfo"));
+        }
         let capabilities = params
-            .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
+            .take()
             .and_then(|mut p| match p.remove("capabilities") {
                 Some(Value::Object(c)) => Some(c),
                 _ => None,

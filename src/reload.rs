@@ -52,6 +52,25 @@ impl Diff {
             && self.changed.is_empty()
             && self.reshaped.is_empty()
     }
+
+    /// The reload in words: "applied: added a; changed b" or "applied: no
+    /// upstream changed".
+    pub(crate) fn summary(&self) -> String {
+        let parts: Vec<String> = [
+            ("added", &self.added),
+            ("removed", &self.removed),
+            ("changed", &self.changed),
+            ("reshaped", &self.reshaped),
+        ]
+        .into_iter()
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(what, names)| format!("{what} {}", names.join(", ")))
+        .collect();
+        match parts.is_empty() {
+            true => "applied: no upstream changed".into(),
+            false => format!("applied: {}", parts.join("; ")),
+        }
+    }
 }
 
 struct Running {
@@ -265,6 +284,8 @@ pub(crate) async fn watch(
                 for line in e.lines() {
                     tracing::error!(problem = %line, "config reload rejected; still serving the previous config");
                 }
+                edge.ui
+                    .reloaded(None, format!("rejected: {}", e.lines().join("; ")));
                 continue;
             }
         };
@@ -274,7 +295,8 @@ pub(crate) async fn watch(
             || next.page_size != current.page_size
             || next.shutdown_grace != current.shutdown_grace
             || next.request_state_key != current.request_state_key
-            || next.session_store != current.session_store;
+            || next.session_store != current.session_store
+            || next.tracing != current.tracing;
         if needs_restart {
             tracing::warn!(
                 "settings outside `upstreams` changed; they take effect after a restart"
@@ -287,6 +309,23 @@ pub(crate) async fn watch(
             tracing::info!("authentication and rate limits reloaded");
         }
         tracing::info!(added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed, reshaped = ?diff.reshaped, "config reloaded");
+        edge.ui.reloaded(Some(&next), diff.summary());
         current = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Diff;
+
+    #[test]
+    fn a_reload_is_summed_up_in_words_for_the_operators_page() {
+        assert_eq!(Diff::default().summary(), "applied: no upstream changed");
+        let diff = Diff {
+            added: vec!["a".into(), "b".into()],
+            changed: vec!["c".into()],
+            ..Diff::default()
+        };
+        assert_eq!(diff.summary(), "applied: added a, b; changed c");
     }
 }

@@ -10,6 +10,7 @@
 
 mod cached;
 mod forward;
+mod observe;
 mod retry;
 pub(crate) mod rewrite;
 mod tasks;
@@ -106,8 +107,7 @@ impl InflightCalls {
             .count()
     }
 
-    /// Calls in flight (tests look).
-    #[cfg(test)]
+    /// Calls in flight.
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
@@ -324,6 +324,8 @@ pub(crate) struct Router {
     tasks: tokio_util::task::TaskTracker,
     /// Stateless calls waiting for their clients' input.
     parking: Arc<forward::Parking>,
+    /// Trace export; none when tracing is off.
+    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 impl Router {
@@ -342,6 +344,7 @@ impl Router {
             page_size,
             tasks: tokio_util::task::TaskTracker::new(),
             parking: Arc::new(forward::Parking::new(crate::seal::Sealer::random())),
+            telemetry: None,
         }
     }
 
@@ -445,6 +448,20 @@ impl Router {
 
     /// Answers one request. `id` is the raw JSON of the client's request id.
     pub(crate) async fn request(
+        &self,
+        ctx: &RequestContext,
+        id: &RawValue,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Reply {
+        let Some(telemetry) = &self.telemetry else {
+            return self.serve(ctx, id, method, params).await;
+        };
+        self.traced(telemetry, ctx, id, method, params).await
+    }
+
+    /// [`Router::request`] without tracing.
+    pub(super) async fn serve(
         &self,
         ctx: &RequestContext,
         id: &RawValue,

@@ -16,6 +16,7 @@ pub(crate) mod handshake;
 pub(crate) mod http;
 mod interest;
 mod isolated;
+pub(crate) mod journal;
 mod legacy_sse;
 pub(crate) mod limits;
 pub(crate) mod link;
@@ -256,6 +257,8 @@ struct Shared {
     instances: Option<Arc<isolated::Instances>>,
     /// Its concurrency cap, circuit breaker and retry budget.
     protect: protect::Protection,
+    /// Its uptime and recent errors, for the operator's page.
+    journal: journal::Journal,
 }
 
 impl UpstreamHandle {
@@ -535,10 +538,29 @@ impl UpstreamHandle {
         self.hello().is_some_and(|h| h.modern)
     }
 
+    /// Since when it has been ready, and its recent errors.
+    pub(crate) fn journal(&self) -> &journal::Journal {
+        &self.shared.journal
+    }
+
     fn set_state(&self, state: UpstreamState) {
         if state != UpstreamState::Starting {
             self.shared.settled_once.store(true, Ordering::Relaxed);
         }
+        match &state {
+            UpstreamState::Down { reason, .. } => {
+                self.shared.journal.error(&format!("down: {reason}"))
+            }
+            UpstreamState::Unresponsive { reason } => self
+                .shared
+                .journal
+                .error(&format!("unresponsive: {reason}")),
+            _ => {}
+        }
+        self.shared.journal.state_changed(matches!(
+            state,
+            UpstreamState::Ready | UpstreamState::Unresponsive { .. }
+        ));
         self.shared.state.send_replace(state);
     }
 }

@@ -349,3 +349,32 @@ fn protection_keys_have_defaults_and_located_errors() {
     assert!(line.starts_with("test.yaml:4:14: "), "{line}");
     assert!(line.contains("tll"), "{line}");
 }
+
+#[test]
+fn tracing_is_off_by_default_and_its_keys_are_checked() {
+    let cfg = parse("upstreams:\n  files:\n    command: srv\n").unwrap();
+    assert_eq!(cfg.tracing, TracingConfig::default());
+    let cfg = parse(
+        "tracing:\n  otlp_endpoint: http://collector:4318\n  service_name: gw\n  sample_ratio: 0.25\nupstreams:\n  files:\n    command: srv\n",
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.tracing.otlp_endpoint.as_deref(),
+        Some("http://collector:4318")
+    );
+    assert_eq!(cfg.tracing.service_name.as_deref(), Some("gw"));
+    assert_eq!(cfg.tracing.sample_ratio, Some(0.25));
+    let line =
+        single_issue("tracing:\n  sample_ratio: 2\nupstreams:\n  files:\n    command: srv\n");
+    assert!(
+        line.contains("tracing.sample_ratio") && line.contains(":2:"),
+        "{line}"
+    );
+    let line = single_issue(
+        "tracing:\n  otlp_endpoint: collector:4318\nupstreams:\n  files:\n    command: srv\n",
+    );
+    assert!(line.contains("tracing.otlp_endpoint"), "{line}");
+    let line =
+        single_issue("tracing:\n  endpoint: http://c\nupstreams:\n  files:\n    command: srv\n");
+    assert!(line.contains("endpoint"), "{line}");
+}

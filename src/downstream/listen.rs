@@ -42,8 +42,15 @@ pub(crate) async fn open(
     id: &RawValue,
     params: Option<&RawValue>,
 ) -> Response {
-    let filter: Map<String, Value> = params
-        .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
+    let mut parsed = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok());
+    // Who is listening, for the operator's page.
+    let client_info = parsed
+        .as_ref()
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(meta::CLIENT_INFO))
+        .cloned();
+    let filter: Map<String, Value> = parsed
+        .take()
         .and_then(|mut p| match p.remove("notifications") {
             Some(Value::Object(filter)) => Some(filter),
             _ => None,
@@ -61,6 +68,7 @@ pub(crate) async fn open(
         subscriber: hub.register_listener(wants, tag.clone(), identity.clone()),
         hub,
     };
+    listening.subscriber.set_client_info(client_info.as_ref());
     // Status notifications of the caller's own tasks (the tasks extension).
     let tasks =
         match state

@@ -93,6 +93,11 @@ impl Session {
         self.streams.load(Ordering::Relaxed) > 0
     }
 
+    /// Open notification streams (`GET /mcp`, `/sse`, stdio).
+    pub(crate) fn stream_count(&self) -> usize {
+        self.streams.load(Ordering::Relaxed)
+    }
+
     /// Neither a stream open nor a call in flight: it may expire or be evicted.
     fn is_idle(&self) -> bool {
         self.streams.load(Ordering::Relaxed) == 0 && self.inflight.is_empty()
@@ -337,6 +342,11 @@ impl SessionTable {
 
     pub(crate) fn len(&self) -> usize {
         self.sessions.len()
+    }
+
+    /// Every open session now, in no particular order.
+    pub(crate) fn all(&self) -> Vec<Arc<Session>> {
+        self.sessions.iter().map(|s| s.value().clone()).collect()
     }
 
     /// Creates a session with a fresh unguessable id for `identity` (from

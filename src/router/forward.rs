@@ -174,6 +174,14 @@ pub(super) async fn run(
                 e.outcome(),
                 asked.elapsed(),
             );
+            super::observe::finished(
+                metrics,
+                &call.handle,
+                call.method.name(),
+                &call.item,
+                Err(&e),
+                asked.elapsed(),
+            );
             return Reply::Ready(e.to_frame(id.get(), ctx.era));
         }
     };
@@ -223,6 +231,14 @@ pub(super) async fn run(
         // A session-based upstream must not mistake a modern client's request
         // metadata for its own era's.
         call.params.strip_meta_prefix("io.modelcontextprotocol/");
+    }
+    let span = crate::telemetry::UpstreamSpan::start(
+        call.method.name(),
+        call.target.as_deref(),
+        call.handle.name(),
+    );
+    for (key, value) in span.carrier().into_iter().flatten() {
+        call.params.set_meta(&key, Value::String(value));
     }
     let params = call
         .params
@@ -286,6 +302,7 @@ pub(super) async fn run(
         repeatable: call.repeatable,
         admission: admitted.ok(),
         cached,
+        span,
     };
     // A 2025-era session's call may be asked back by its upstream
     // (sampling, elicitation, roots): its reply then becomes a stream.
@@ -475,6 +492,8 @@ struct Exchange {
     admission: Option<crate::upstream::protect::Admission>,
     /// Where its answer is kept, if it may be (see `cached`).
     cached: Option<super::cached::Plan>,
+    /// The exchange's trace span (empty when tracing is off).
+    span: crate::telemetry::UpstreamSpan,
 }
 
 /// Resolves when the tap may have log messages; never without a tap.
@@ -526,7 +545,9 @@ impl Exchange {
             origin: self.origin.clone(),
             progress: route,
         };
-        let queued = conn.send_request_direct(upstream_id, request);
+        let queued = self
+            .span
+            .in_scope(conn.send_request_direct(upstream_id, request));
         match tokio::time::timeout_at(deadline, queued).await {
             Ok(rx) => rx,
             Err(_) => {
@@ -595,6 +616,20 @@ impl Exchange {
             self.handle.name(),
             outcome,
             self.started.elapsed(),
+        );
+        super::observe::finished(
+            &self.metrics,
+            &self.handle,
+            self.method.name(),
+            &self.item,
+            answer.as_ref().map(|_| ()),
+            self.started.elapsed(),
+        );
+        self.span.end(
+            answer
+                .as_ref()
+                .err()
+                .map(|e| super::observe::error_code(e, self.era)),
         );
         audit(
             self.client.as_deref(),

@@ -109,6 +109,13 @@ impl<'a> Params<'a> {
             .or_insert(value);
     }
 
+    /// Sets a `_meta` member, replacing the client's.
+    pub(crate) fn set_meta(&mut self, key: &str, value: Value) {
+        self.meta
+            .get_or_insert_with(Map::new)
+            .insert(key.to_owned(), value);
+    }
+
     /// Removes a member, giving its raw JSON.
     pub(crate) fn take(&mut self, key: &str) -> Option<&'a RawValue> {
         self.members.shift_remove(key)

@@ -416,6 +416,7 @@ impl Connection {
         }
         let mut message = self.outgoing(Some(id), method, params);
         message.origin = origin;
+        message.traceparent = crate::telemetry::current_traceparent();
         if target.is_some() {
             message.target = target;
         }

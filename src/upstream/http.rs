@@ -322,6 +322,13 @@ impl RemoteSession {
     /// (modern) one keeps its link, since nothing is lost with the socket.
     async fn post(&self, sent: &Outgoing) -> Result<HttpAnswer, UpstreamError> {
         let mut extra = HeaderMap::new();
+        if let Some(traceparent) = sent
+            .traceparent
+            .as_deref()
+            .and_then(|t| HeaderValue::from_str(t).ok())
+        {
+            extra.insert(crate::telemetry::TRACEPARENT, traceparent);
+        }
         // The upstream's era decides, not the frame: a modern client's `_meta`
         // must not turn a call to a session-based upstream into a modern one.
         // The discover probe is modern by definition.

@@ -48,6 +48,9 @@ pub(crate) struct Outgoing {
     pub(crate) mirrored: Vec<(String, String)>,
     /// Who caused it.
     pub(crate) origin: Origin,
+    /// The W3C `traceparent` of the exchange's span, sent as an HTTP
+    /// header (none when tracing is off).
+    pub(crate) traceparent: Option<String>,
     /// The JSON-RPC frame, ready to write.
     pub(crate) frame: Bytes,
 }
@@ -63,6 +66,7 @@ impl Outgoing {
             version: None,
             mirrored: Vec::new(),
             origin: Origin::Gateway,
+            traceparent: None,
             frame: Bytes::from(frame),
         }
     }

@@ -148,6 +148,23 @@ impl SubscriptionTable {
     }
 
     /// Number of URIs with at least one subscriber.
+    /// Every subscribed URI with its upstream and subscribers, by URI.
+    pub(crate) fn entries(&self) -> Vec<(Arc<str>, Arc<str>, Vec<SubscriberId>)> {
+        let tables = self.lock();
+        let mut out: Vec<_> = tables
+            .by_uri
+            .iter()
+            .map(|(uri, entry)| {
+                let mut subscribers: Vec<_> = entry.subscribers.iter().copied().collect();
+                subscribers.sort_unstable();
+                (uri.clone(), entry.upstream.clone(), subscribers)
+            })
+            .collect();
+        drop(tables);
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
     pub(crate) fn uri_count(&self) -> usize {
         self.lock().by_uri.len()
     }

@@ -165,6 +165,7 @@ fn new_handle(
             counts: Default::default(),
             instances,
             protect: super::protect::Protection::new(config.name.as_str().into(), &config.protect),
+            journal: Default::default(),
         }),
     }
 }

@@ -252,6 +252,7 @@ impl UpstreamHandle {
                     name.into(),
                     &crate::config::ProtectConfig::default(),
                 ),
+                journal: Default::default(),
             }),
         };
         handle.replace_connection(conn);

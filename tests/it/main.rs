@@ -27,3 +27,5 @@ mod resume;
 mod shaping;
 mod support;
 mod tasks;
+mod telemetry;
+mod ui;

@@ -41,6 +41,7 @@ fn state() -> Arc<AppState> {
         throttle: arc_swap::ArcSwapOption::empty(),
         connections: std::sync::OnceLock::new(),
         tracker: TaskTracker::new(),
+        ui: crate::downstream::ui::UiState::new(&config),
     })
 }
 
