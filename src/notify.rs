@@ -369,12 +369,22 @@ impl NotifyHub {
 
     fn resource_updated_to(&self, only: Option<SubscriberId>, upstream: &str, original_uri: &str) {
         let uri = self.interest.exposed_uri(upstream, original_uri);
+        // Serialized once, shared by every untagged outbox of the URI.
+        let mut frame: Option<Arc<str>> = None;
         for id in self.interest.table().subscribers(&uri) {
             if only.is_none_or(|o| o == id)
                 && let Some(subscriber) = self.subscribers.get(&id)
                 && self.may_see(&subscriber, &uri)
             {
-                subscriber.outbox.mark_updated(uri.clone());
+                let shared = match subscriber.outbox.is_tagged() {
+                    true => None,
+                    false => Some(
+                        frame
+                            .get_or_insert_with(|| outbox::updated_frame(&uri, None))
+                            .clone(),
+                    ),
+                };
+                subscriber.outbox.mark_updated_framed(uri.clone(), shared);
             }
         }
     }
@@ -604,5 +614,7 @@ impl UpstreamEvents for NotifyHub {
     }
 }
 
+#[cfg(test)]
+mod fanout_tests;
 #[cfg(test)]
 mod policy_tests;

@@ -15,17 +15,14 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt as _;
-use futures_util::stream;
-use tokio_util::sync::CancellationToken;
 
 use super::AppState;
 use super::listener::{ClientPeer, client_ip};
-use super::session::{Session, StreamGuard};
 use super::wire::{VERSION_HEADER, rpc_error_response, session_header};
 use crate::protocol::{self, code};
+
+mod events;
 
 pub(crate) async fn get(
     State(state): State<Arc<AppState>>,
@@ -113,44 +110,19 @@ pub(crate) async fn get(
         }
     };
     tracing::debug!(parent: &session.span, replayed = replay.len(), "notification stream opened");
-    let live = Live {
-        guard: state.sessions.open_stream(&session),
-        session,
+    let body = events::EventStream::new(
+        session.clone(),
         token,
-    };
-    let events = stream::iter(replay).chain(stream::unfold(live, Live::next));
-    let events = events.map(|(id, frame)| {
-        Ok::<_, std::convert::Infallible>(Event::default().id(id.to_string()).data(&*frame))
-    });
-    Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(state.http.sse_keepalive))
+        state.sessions.open_stream(&session),
+        replay,
+        state.http.sse_keepalive,
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        axum::body::Body::new(body),
+    )
         .into_response()
-}
-
-/// The live part of a notification stream.
-struct Live {
-    session: Arc<Session>,
-    /// Cancelled when a newer stream replaces this one, or on shutdown.
-    token: CancellationToken,
-    /// Keeps the session from idling out while the stream is open.
-    #[allow(dead_code)]
-    guard: StreamGuard,
-}
-
-impl Live {
-    async fn next(self) -> Option<(crate::notify::outbox::Event, Live)> {
-        loop {
-            if self.token.is_cancelled() || self.session.closed.is_cancelled() {
-                return None;
-            }
-            if let Some(event) = self.session.subscriber.outbox.next_event() {
-                return Some((event, self));
-            }
-            tokio::select! {
-                () = self.session.subscriber.outbox.wait() => {}
-                () = self.token.cancelled() => return None,
-                () = self.session.closed.cancelled() => return None,
-            }
-        }
-    }
 }

@@ -20,7 +20,8 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use indexmap::IndexSet;
+use futures_util::task::AtomicWaker;
+use indexmap::IndexMap;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -59,7 +60,9 @@ pub struct Backlog {
 struct State {
     next_id: u64,
     list_changed: [bool; 3],
-    updated: IndexSet<Arc<str>>,
+    /// Pending URIs, each with the frame the hub built once for every
+    /// untagged outbox (none: built here at delivery).
+    updated: IndexMap<Arc<str>, Option<Arc<str>>>,
     messages: VecDeque<Arc<str>>,
     dropped: u64,
     replay: VecDeque<Event>,
@@ -73,6 +76,9 @@ pub(crate) struct Outbox {
     state: Mutex<State>,
     /// Wakes the attached stream; a permit is kept if it is not waiting.
     wake: Notify,
+    /// Wakes a `GET /mcp` stream polled directly (`poll_next_event`), which
+    /// needs no waiter list and no future per wait.
+    waker: AtomicWaker,
     /// `_meta` JSON added to every notification this outbox builds (a
     /// modern listen stream's `subscriptionId`).
     tag: Option<String>,
@@ -120,17 +126,40 @@ impl Outbox {
                 .coalesced
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        self.wake.notify_one();
+        self.wake();
     }
 
     /// Queues `resources/updated` for a namespaced URI (once per URI).
+    #[cfg(test)]
     pub(crate) fn mark_updated(&self, uri: Arc<str>) {
-        if !self.lock().updated.insert(uri) {
+        self.mark_updated_framed(uri, None);
+    }
+
+    /// [`Self::mark_updated`] with the untagged frame already built
+    /// ([`updated_frame`]), shared by every subscriber of the URI; a tagged
+    /// outbox builds its own at delivery.
+    pub(crate) fn mark_updated_framed(&self, uri: Arc<str>, frame: Option<Arc<str>>) {
+        let frame = frame.filter(|_| self.tag.is_none());
+        let fresh = match self.lock().updated.entry(uri) {
+            indexmap::map::Entry::Occupied(_) => false,
+            indexmap::map::Entry::Vacant(slot) => {
+                slot.insert(frame);
+                true
+            }
+        };
+        if !fresh {
             self.counts
                 .coalesced
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        self.wake();
+    }
+
+    /// Wakes whichever consumer waits: a [`Self::wait`]er or a stream that
+    /// registered its waker in [`Self::poll_next_event`].
+    fn wake(&self) {
         self.wake.notify_one();
+        self.waker.wake();
     }
 
     /// Queues any other notification frame; drops the oldest when full.
@@ -145,7 +174,7 @@ impl Outbox {
         }
         state.messages.push_back(frame);
         drop(state);
-        self.wake.notify_one();
+        self.wake();
     }
 
     /// Takes the next pending notification, gives it an id and keeps it in
@@ -154,20 +183,19 @@ impl Outbox {
         let mut state = self.lock();
         let frame: Arc<str> = if let Some(slot) = state.list_changed.iter().position(|p| *p) {
             state.list_changed[slot] = false;
-            let method = NOTIFIED_KINDS[slot].list_changed_method();
-            let params = self.tag.as_ref().map(|tag| format!("{{\"_meta\":{tag}}}"));
-            crate::protocol::notification_frame(method, params.as_deref()).into()
-        } else if let Some(uri) = state.updated.shift_remove_index(0) {
-            let mut params = String::with_capacity(uri.len() + 64);
-            params.push_str("{\"uri\":");
-            crate::protocol::push_json_string(&mut params, &uri);
-            if let Some(tag) = &self.tag {
-                params.push_str(",\"_meta\":");
-                params.push_str(tag);
+            match &self.tag {
+                None => untagged_list_changed()[slot].clone(),
+                Some(tag) => {
+                    let method = NOTIFIED_KINDS[slot].list_changed_method();
+                    let params = format!("{{\"_meta\":{tag}}}");
+                    crate::protocol::notification_frame(method, Some(&params)).into()
+                }
             }
-            params.push('}');
-            crate::protocol::notification_frame("notifications/resources/updated", Some(&params))
-                .into()
+        } else if let Some((uri, frame)) = state.updated.shift_remove_index(0) {
+            match frame {
+                Some(frame) => frame,
+                None => updated_frame(&uri, self.tag.as_deref()),
+            }
         } else {
             state.messages.pop_front()?
         };
@@ -206,9 +234,11 @@ impl Outbox {
     pub(crate) fn resync(&self, watched: impl IntoIterator<Item = Arc<str>>) {
         let mut state = self.lock();
         state.list_changed = [true; 3];
-        state.updated.extend(watched);
+        for uri in watched {
+            state.updated.entry(uri).or_insert(None);
+        }
         drop(state);
-        self.wake.notify_one();
+        self.wake();
     }
 
     /// Attaches a new stream, ending the one attached before (a message is
@@ -226,6 +256,21 @@ impl Outbox {
         self.wake.notified().await;
     }
 
+    /// The next event, or `Pending` with `cx`'s waker registered to be woken
+    /// when something is queued. For one stream polled directly (the
+    /// attached `GET /mcp` stream): no future, waiter node or lock per wait.
+    pub(crate) fn poll_next_event(
+        &self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Event> {
+        // Registered before looking, so a push after the look wakes it.
+        self.waker.register(cx.waker());
+        match self.next_event() {
+            Some(event) => std::task::Poll::Ready(event),
+            None => std::task::Poll::Pending,
+        }
+    }
+
     pub(crate) fn backlog(&self) -> Backlog {
         let state = self.lock();
         Backlog {
@@ -236,6 +281,31 @@ impl Outbox {
             dropped: state.dropped,
         }
     }
+}
+
+/// The `notifications/resources/updated` frame of `uri`, with `_meta`
+/// `tag` when given. The hub builds the untagged one once per update and
+/// shares it with every subscriber of the URI.
+pub(crate) fn updated_frame(uri: &str, tag: Option<&str>) -> Arc<str> {
+    let mut params = String::with_capacity(uri.len() + 64);
+    params.push_str("{\"uri\":");
+    crate::protocol::push_json_string(&mut params, uri);
+    if let Some(tag) = tag {
+        params.push_str(",\"_meta\":");
+        params.push_str(tag);
+    }
+    params.push('}');
+    crate::protocol::notification_frame("notifications/resources/updated", Some(&params)).into()
+}
+
+/// The three untagged `list_changed` frames, built once for the process.
+fn untagged_list_changed() -> &'static [Arc<str>; 3] {
+    static FRAMES: std::sync::OnceLock<[Arc<str>; 3]> = std::sync::OnceLock::new();
+    FRAMES.get_or_init(|| {
+        NOTIFIED_KINDS.map(|kind| {
+            crate::protocol::notification_frame(kind.list_changed_method(), None).into()
+        })
+    })
 }
 
 #[cfg(test)]
