@@ -49,12 +49,15 @@ impl From<String> for Page {
     }
 }
 
+/// One list's shared pages by (first item, page size).
+type PagesOf = HashMap<(usize, usize), Arc<str>>;
+
 /// A snapshot's shared pages of the whole lists, by list and by (first
 /// item, page size). Filled on first request; dropped with the snapshot.
 /// The lock is held only to look up or insert, never while building.
 #[derive(Debug, Default)]
 pub(super) struct SharedPages {
-    pages: [Mutex<HashMap<(usize, usize), Arc<str>>>; 4],
+    pages: [Mutex<PagesOf>; 4],
 }
 
 impl SharedPages {
@@ -69,7 +72,7 @@ impl SharedPages {
         }
     }
 
-    fn lock(&self, kind: ListKind) -> std::sync::MutexGuard<'_, HashMap<(usize, usize), Arc<str>>> {
+    fn lock(&self, kind: ListKind) -> std::sync::MutexGuard<'_, PagesOf> {
         self.pages[kind.index()]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
