@@ -5,20 +5,21 @@
 //! through [`CatalogStore::publish`]. The store rebuilds one immutable
 //! [`Catalog`] and swaps it in whole (`ArcSwap`), so list requests read a
 //! consistent snapshot without locks. Items are serialized once at rebuild;
-//! a list page is a concatenation of pre-serialized items. Pages are
+//! a list page is a concatenation of pre-serialized items, and a page of a
+//! whole list is built once per snapshot and shared (`page`). Pages are
 //! addressed by opaque cursors the gateway issues; a cursor is bound to the
 //! version of its list, a digest of its content, so a change to that list
 //! invalidates it and another replica with the same catalog accepts it.
 
 pub(crate) mod naming;
+mod page;
+pub(crate) use page::Page;
 mod shape;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use indexmap::IndexMap;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -181,6 +182,8 @@ pub(crate) struct Catalog {
     prefixes: Vec<(String, Arc<str>)>,
     /// Upstreams whose resources are hidden by their `resources: false`.
     hidden_resources: Vec<Arc<str>>,
+    /// Pages of the whole lists, built once for this snapshot and shared.
+    shared_pages: page::SharedPages,
 }
 
 /// Why a cursor was refused.
@@ -274,60 +277,6 @@ impl Catalog {
         )
     }
 
-    /// One page of a merged list as a result object's JSON text.
-    pub(crate) fn page(
-        &self,
-        kind: ListKind,
-        cursor: Option<&str>,
-        page_size: usize,
-    ) -> Result<String, CursorError> {
-        self.page_in(kind, None, cursor, page_size)
-    }
-
-    /// One page of a list, or of a client's view of it (`subset`), whose
-    /// cursors are bound to that view.
-    pub(crate) fn page_in(
-        &self,
-        kind: ListKind,
-        subset: Option<Subset<'_>>,
-        cursor: Option<&str>,
-        page_size: usize,
-    ) -> Result<String, CursorError> {
-        let list = &self.lists[kind.index()];
-        let len = subset.map_or(list.items.len(), |s| s.indices.len());
-        let start = match cursor {
-            None => 0,
-            Some(c) => self.decode_cursor(kind, list.version, subset, len, c)?,
-        };
-        let end = start.saturating_add(page_size).min(len);
-        let item = |i: usize| -> &RawValue {
-            match subset {
-                Some(s) => &list.items[s.indices[i] as usize],
-                None => &list.items[i],
-            }
-        };
-        let mut out = String::with_capacity(
-            32 + (start..end).map(|i| item(i).get().len() + 1).sum::<usize>(),
-        );
-        out.push_str("{\"");
-        out.push_str(kind.result_key());
-        out.push_str("\":[");
-        for i in start..end {
-            if i > start {
-                out.push(',');
-            }
-            out.push_str(item(i).get());
-        }
-        out.push(']');
-        if end < len {
-            out.push_str(",\"nextCursor\":\"");
-            out.push_str(&self.encode_cursor(kind, list.version, subset, end));
-            out.push('"');
-        }
-        out.push('}');
-        Ok(out)
-    }
-
     /// The version of one list, a digest of its content: equal versions
     /// mean equal content, in this process and on every replica.
     pub(crate) fn version(&self, kind: ListKind) -> u64 {
@@ -343,73 +292,6 @@ impl Catalog {
     pub(crate) fn item(&self, kind: ListKind, index: usize) -> (&RawValue, &Arc<str>) {
         let list = &self.lists[kind.index()];
         (&list.items[index], &list.owners[index])
-    }
-
-    fn encode_cursor(
-        &self,
-        kind: ListKind,
-        version: u64,
-        subset: Option<Subset<'_>>,
-        offset: usize,
-    ) -> String {
-        let mut plain = format!("{}:{version:x}:{offset:x}", kind.tag());
-        if let Some(s) = subset {
-            plain.push_str(&format!(":{:x}.{:x}", s.epoch, s.id));
-        }
-        URL_SAFE_NO_PAD.encode(plain)
-    }
-
-    fn decode_cursor(
-        &self,
-        kind: ListKind,
-        version: u64,
-        subset: Option<Subset<'_>>,
-        len: usize,
-        cursor: &str,
-    ) -> Result<usize, CursorError> {
-        let bytes = URL_SAFE_NO_PAD
-            .decode(cursor)
-            .map_err(|_| CursorError::Invalid)?;
-        let text = std::str::from_utf8(&bytes).map_err(|_| CursorError::Invalid)?;
-        let mut parts = text.split(':');
-        let (Some(tag), Some(issued), Some(offset), view, None) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
-            return Err(CursorError::Invalid);
-        };
-        let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| CursorError::Invalid);
-        if tag.len() != 1 || !tag.starts_with(kind.tag()) {
-            return Err(CursorError::Invalid);
-        }
-        // A cursor of another view (or of the whole list) is never this view's.
-        let policy_changed = match (subset, view) {
-            (None, None) => false,
-            (Some(s), Some(view)) => {
-                let (view_epoch, id) = view.split_once('.').ok_or(CursorError::Invalid)?;
-                if hex(id)? != s.id {
-                    return Err(CursorError::Invalid);
-                }
-                hex(view_epoch)? != u64::from(s.epoch)
-            }
-            _ => return Err(CursorError::Invalid),
-        };
-        if policy_changed || hex(issued)? != version {
-            return Err(CursorError::Stale);
-        }
-        let offset = usize::try_from(hex(offset)?).map_err(|_| CursorError::Invalid)?;
-        // Issued cursors point inside the list: the last page has no next one.
-        if offset == 0 || offset >= len {
-            return Err(CursorError::Invalid);
-        }
-        // Only the exact text the gateway wrote: hex without leading zeros, `+` or capitals.
-        if self.encode_cursor(kind, version, subset, offset) != cursor {
-            return Err(CursorError::Invalid);
-        }
-        Ok(offset)
     }
 }
 

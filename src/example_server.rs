@@ -5,7 +5,9 @@
 //! cancellation, `link` returning resource links), prompts, resources with
 //! subscriptions, a template, completions and logging. One task reads stdin;
 //! each request runs in its own task so slow calls overlap; one task writes
-//! stdout.
+//! stdout, one `write` per batch of lines. `mcpmux example-server` runs it
+//! on a current-thread runtime, and pipes are read and written by the
+//! runtime's reactor, so an echo costs no thread hop.
 //!
 //! The integration tests' upstream, the `mcpmux-fixture` binary (`fixture/`,
 //! not shipped), compiles this file too and layers its test knobs, test
@@ -14,12 +16,14 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -92,27 +96,17 @@ pub(crate) async fn serve(
     args: ExampleServerArgs,
     extension: Box<dyn Extension>,
 ) -> std::io::Result<()> {
-    let (out, mut outbound) = mpsc::channel::<String>(256);
+    let (out, outbound) = mpsc::channel::<String>(256);
     // Not a gateway task: the demo server is a process of its own, with no
     // tracker; its tasks end when stdin closes and the process exits.
-    let writer = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
-        while let Some(line) = outbound.recv().await {
-            if stdout.write_all(line.as_bytes()).await.is_err()
-                || stdout.write_all(b"\n").await.is_err()
-            {
-                break;
-            }
-            let _ = stdout.flush().await;
-        }
-    });
+    let writer = tokio::spawn(write_lines(outbound));
     let server = Arc::new(Server {
         args,
         out,
         running: Mutex::new(HashMap::new()),
         extension,
     });
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut lines = BufReader::with_capacity(64 * 1024, stdin()).lines();
     while let Some(line) = lines.next_line().await? {
         if line.trim().is_empty() {
             continue;
@@ -132,6 +126,57 @@ pub(crate) async fn serve(
     drop(server);
     let _ = writer.await;
     Ok(())
+}
+
+/// Most bytes the writer gathers into one `write`.
+const WRITE_BATCH: usize = 64 * 1024;
+
+/// The stdout writer task: each message is one line, and the lines waiting
+/// in the queue go out together in one `write` (at most [`WRITE_BATCH`]
+/// bytes past the first line), so a frame is never split over two writes.
+async fn write_lines(mut outbound: mpsc::Receiver<String>) {
+    let mut stdout = stdout();
+    let mut batch = Vec::with_capacity(8 * 1024);
+    while let Some(line) = outbound.recv().await {
+        batch.clear();
+        batch.extend_from_slice(line.as_bytes());
+        batch.push(b'\n');
+        while batch.len() < WRITE_BATCH {
+            let Ok(line) = outbound.try_recv() else { break };
+            batch.extend_from_slice(line.as_bytes());
+            batch.push(b'\n');
+        }
+        if stdout.write_all(&batch).await.is_err() || stdout.flush().await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Standard input, read straight from the pipe by the runtime's reactor
+/// when it is one (no blocking thread and no hop per read), else through
+/// tokio's `stdin` (a terminal or a file).
+fn stdin() -> Pin<Box<dyn AsyncRead + Send>> {
+    let pipe = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Receiver::from_owned_fd);
+    match pipe {
+        Ok(pipe) => Box::pin(pipe),
+        Err(_) => Box::pin(tokio::io::stdin()),
+    }
+}
+
+/// Standard output, written straight to the pipe when it is one (see
+/// [`stdin`]), else through tokio's `stdout`.
+fn stdout() -> Pin<Box<dyn AsyncWrite + Send>> {
+    let pipe = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Sender::from_owned_fd);
+    match pipe {
+        Ok(pipe) => Box::pin(pipe),
+        Err(_) => Box::pin(tokio::io::stdout()),
+    }
 }
 
 impl Server {
@@ -161,18 +206,17 @@ impl Server {
             .await;
     }
 
-    async fn handle(self: Arc<Self>, message: Map<String, Value>) {
-        let method = message
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let params = message.get("params").cloned().unwrap_or(Value::Null);
+    async fn handle(self: Arc<Self>, mut message: Map<String, Value>) {
         if !message.contains_key("method") {
             self.extension.response(&message);
             return;
         }
-        let Some(id) = message.get("id").cloned() else {
+        let method = match message.remove("method") {
+            Some(Value::String(method)) => method,
+            _ => String::new(),
+        };
+        let params = message.remove("params").unwrap_or(Value::Null);
+        let Some(id) = message.remove("id") else {
             if method == "notifications/cancelled" {
                 let key = params
                     .get("requestId")
@@ -190,10 +234,11 @@ impl Server {
             return;
         };
         let token = CancellationToken::new();
+        let key = id.to_string();
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id.to_string(), token.clone());
+            .insert(key.clone(), token.clone());
         let outcome = tokio::select! {
             outcome = self.extension.dispatch(&self, &method, &params, &id) => Some(outcome),
             () = token.cancelled() => None,
@@ -201,7 +246,7 @@ impl Server {
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&id.to_string());
+            .remove(&key);
         // A cancelled request gets no response, as the spec asks.
         let Some(outcome) = outcome else { return };
         let reply = match outcome {

@@ -136,7 +136,12 @@ fn main() -> ExitCode {
         }
         Command::ExampleServer(args) => {
             let _log = logging::init(logging::Format::Text);
-            match runtime().block_on(example_server::run(args)) {
+            // One thread: a demo server's echo costs no thread hop.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the tokio runtime starts");
+            match runtime.block_on(example_server::run(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("example-server: {e}");

@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 pub(crate) use forward::InflightCall;
 
 use crate::auth::Identity;
-use crate::catalog::{CatalogStore, CursorError, ListKind};
+use crate::catalog::{CatalogStore, CursorError, ListKind, Page};
 use crate::metrics::{Metrics, Outcome};
 use crate::notify::{LogLevel, NotifyHub, Subscriber};
 use crate::policy::Grant;
@@ -478,14 +478,14 @@ impl Router {
         let grant = self.grant(ctx);
         let grant = grant.as_deref();
         let outcome = match Method::from_name(method) {
-            Method::Ping => Ok("{}".to_owned()),
+            Method::Ping => Ok(Page::from("{}".to_owned())),
             Method::ToolsList => self.list(grant, ListKind::Tools, params),
             Method::PromptsList => self.list(grant, ListKind::Prompts, params),
             Method::ResourcesList => self.list(grant, ListKind::Resources, params),
             Method::TemplatesList => self.list(grant, ListKind::Templates, params),
-            Method::Subscribe => self.subscribe(ctx, grant, params).await,
-            Method::Unsubscribe => self.unsubscribe(ctx, params),
-            Method::SetLevel => self.set_level(ctx, params),
+            Method::Subscribe => self.subscribe(ctx, grant, params).await.map(Page::from),
+            Method::Unsubscribe => self.unsubscribe(ctx, params).map(Page::from),
+            Method::SetLevel => self.set_level(ctx, params).map(Page::from),
             task @ (Method::TasksGet
             | Method::TasksUpdate
             | Method::TasksResult
@@ -581,14 +581,15 @@ impl Router {
         }
     }
 
-    /// One page of a list, or of the grant's view of it (derived once per
-    /// list version and grant, see [`crate::policy`]).
+    /// One page of a list (built once per catalog snapshot and shared), or
+    /// of the grant's view of it (derived once per list version and grant,
+    /// see [`crate::policy`]).
     fn list(
         &self,
         grant: Option<&Grant>,
         kind: ListKind,
         params: Option<&RawValue>,
-    ) -> Result<String, RouteError> {
+    ) -> Result<Page, RouteError> {
         let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let cursor = params
             .optional_string("cursor")

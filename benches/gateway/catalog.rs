@@ -26,8 +26,9 @@ pub struct Shape {
     pub fetches: usize,
 }
 
-/// One round: `startup_ms`, `list_ms` (a whole listing), `page_us`,
-/// `pages`, `list_cpu_us` (gateway CPU per whole listing).
+/// One round: `startup_ms`, `list_ms` (a whole listing), `list_recv_ms`
+/// (of which waiting for the answers), `page_us`, `pages`, `list_cpu_us`
+/// (gateway CPU per whole listing).
 pub async fn round(
     mcpmux: &Path,
     exe: &Path,
@@ -55,7 +56,7 @@ async fn measure(gateway: &procs::Gateway, shape: &Shape, res: &mut Results) -> 
     res.push("startup_ms", startup.as_secs_f64() * 1e3);
     let expected = shape.upstreams * shape.tools_each;
     let mut session = Session::open(Conn::connect(gateway.addr).await?).await?;
-    let (tools, pages) = list_all(&mut session).await?;
+    let (tools, pages, _) = list_all(&mut session).await?;
     if tools != expected {
         return Err(fail(format!(
             "tools/list gave {tools} tools once ready, not {expected}"
@@ -63,10 +64,12 @@ async fn measure(gateway: &procs::Gateway, shape: &Shape, res: &mut Results) -> 
     }
     let before = Usage::of(gateway.proc.pid)?;
     let mut times = Vec::with_capacity(shape.fetches);
+    let mut received = Vec::with_capacity(shape.fetches);
     for _ in 0..shape.fetches {
         let start = Instant::now();
-        let (tools, _) = list_all(&mut session).await?;
+        let (tools, _, waited) = list_all(&mut session).await?;
         times.push(start.elapsed().as_secs_f64());
+        received.push(waited.as_secs_f64());
         if tools != expected {
             return Err(fail(format!(
                 "tools/list gave {tools} tools, not {expected}"
@@ -76,6 +79,7 @@ async fn measure(gateway: &procs::Gateway, shape: &Shape, res: &mut Results) -> 
     let used = Usage::of(gateway.proc.pid)?.since(before);
     let whole = median(&times);
     res.push("list_ms", whole * 1e3);
+    res.push("list_recv_ms", median(&received) * 1e3);
     res.push("page_us", whole * 1e6 / pages as f64);
     res.push("pages", pages as f64);
     res.push(
@@ -99,16 +103,21 @@ struct Listed {
     next_cursor: Option<String>,
 }
 
-/// Every page of `tools/list`: (tools, pages).
-async fn list_all(session: &mut Session) -> Res<(usize, usize)> {
+/// Every page of `tools/list`: (tools, pages, the time spent waiting for
+/// answers, from each request sent to its body's last byte, without the
+/// client's own parsing).
+async fn list_all(session: &mut Session) -> Res<(usize, usize, Duration)> {
     let mut cursor: Option<String> = None;
     let mut tools = 0;
+    let mut waited = Duration::ZERO;
     for page in 1..=MAX_PAGES {
         let params = match &cursor {
             Some(c) => json!({ "cursor": c }),
             None => json!({}),
         };
+        let sent = Instant::now();
         let body = session.request_raw("tools/list", params).await?;
+        waited += sent.elapsed();
         let listed = match serde_json::from_slice::<Page>(&body) {
             Ok(Page { result: Some(l) }) => l,
             // An SSE answer, or an error: the slow path says which.
@@ -122,7 +131,7 @@ async fn list_all(session: &mut Session) -> Res<(usize, usize)> {
         tools += listed.tools.len();
         cursor = listed.next_cursor;
         if cursor.is_none() {
-            return Ok((tools, page));
+            return Ok((tools, page, waited));
         }
     }
     Err(fail("tools/list never ended"))

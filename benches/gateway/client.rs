@@ -120,6 +120,19 @@ impl Conn {
         Ok(self.send(req).await?.status())
     }
 
+    /// `GET path`; the body as JSON, whatever the status.
+    pub async fn get_json(&mut self, path: &str) -> Res<Value> {
+        let req = Request::get(path)
+            .header(HOST, self.host.clone())
+            .body(Empty::new().map_err(|e| match e {}).boxed())?;
+        let response = self.send(req).await?;
+        let body = tokio::time::timeout(REQUEST_TIMEOUT, response.into_body().collect())
+            .await
+            .map_err(|_| fail("reading a response body timed out"))??
+            .to_bytes();
+        Ok(serde_json::from_slice(&body)?)
+    }
+
     /// Opens the session's `GET /mcp` notification stream; the body is the stream.
     pub async fn open_stream(&mut self, session: &HeaderValue) -> Res<Incoming> {
         let req = Request::get("/mcp")

@@ -29,6 +29,9 @@ pub const ECHO: &str = "echo";
 /// The tool that pushes `notifications/resources/updated` for its `uri`
 /// argument on every open notification stream (stdio: on stdout).
 pub const NOTIFY: &str = "notify";
+/// The tool that never answers (listed only by a floor started with
+/// `--stall`): its POST stays open until the caller gives up.
+pub const STALL: &str = "stall";
 /// The one resource the floor lists; the fan-out subscribes to it.
 pub const RESOURCE: &str = "bench://r/0";
 /// Frames queued per open GET stream; a notification for a full queue is dropped.
@@ -74,6 +77,8 @@ pub struct Handled {
     pub reply: Option<String>,
     /// The message was `initialize`: HTTP adds an `Mcp-Session-Id`.
     pub initialize: bool,
+    /// A call of the `stall` tool: never answered.
+    pub stall: bool,
 }
 
 /// The server's state, shared by every connection.
@@ -87,8 +92,9 @@ pub struct Floor {
 }
 
 impl Floor {
-    /// A floor listing `tools` tools: `echo`, `notify`, then `tool2`, `tool3`, ...
-    pub fn new(tools: usize) -> Floor {
+    /// A floor listing `tools` tools: `echo`, `notify`, then `tool2`, `tool3`,
+    /// ...; with `stall`, the `stall` tool too.
+    pub fn new(tools: usize, stall: bool) -> Floor {
         let schema =
             r#"{"type":"object","properties":{"text":{"type":"string"},"uri":{"type":"string"}}}"#;
         let mut items = Vec::with_capacity(tools.max(2));
@@ -101,6 +107,11 @@ impl Floor {
         for i in 2..tools {
             items.push(format!(
                 r#"{{"name":"tool{i}","description":"Benchmark filler tool number {i}; it is never called.","inputSchema":{schema}}}"#
+            ));
+        }
+        if stall {
+            items.push(format!(
+                r#"{{"name":"{STALL}","description":"Never answers.","inputSchema":{schema}}}"#
             ));
         }
         Floor {
@@ -119,6 +130,7 @@ impl Floor {
                 return Handled {
                     reply: Some(error("null", -32700, "Parse error")),
                     initialize: false,
+                    stall: false,
                 };
             }
         };
@@ -127,6 +139,7 @@ impl Floor {
             return Handled {
                 reply: None,
                 initialize: false,
+                stall: false,
             };
         };
         let id = id.get();
@@ -180,6 +193,13 @@ impl Floor {
                         ),
                     )
                 }
+                Ok(call) if call.name == STALL => {
+                    return Handled {
+                        reply: None,
+                        initialize: false,
+                        stall: true,
+                    };
+                }
                 Ok(_) => error(id, -32602, "Unknown tool"),
                 Err(_) => error(id, -32602, "Invalid params"),
             },
@@ -188,6 +208,7 @@ impl Floor {
         Handled {
             reply: Some(reply),
             initialize: method == "initialize",
+            stall: false,
         }
     }
 
@@ -214,7 +235,7 @@ fn error(id: &str, code: i32, message: &str) -> String {
 /// `floor stdio`: one line in, its notifications and its answer out, each
 /// with one `write`, until stdin closes.
 pub fn run_stdio(tools: usize) -> Res<()> {
-    let floor = Floor::new(tools);
+    let floor = Floor::new(tools, false);
     let stdin = std::io::stdin().lock();
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     for line in stdin.lines() {
@@ -239,7 +260,8 @@ pub fn run_stdio(tools: usize) -> Res<()> {
 /// `floor http`: serves `POST/GET/DELETE /mcp` on 127.0.0.1:0, prints
 /// `listening ADDR` on stdout, and stops when stdin closes. `threads` 1 is
 /// a current-thread runtime, more a multi-thread one with that many workers.
-pub fn run_http(tools: usize, threads: usize) -> Res<()> {
+/// With `stall`, it lists the `stall` tool, whose calls are never answered.
+pub fn run_http(tools: usize, threads: usize, stall: bool) -> Res<()> {
     let runtime = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -251,7 +273,7 @@ pub fn run_http(tools: usize, threads: usize) -> Res<()> {
             .build()?
     };
     runtime.block_on(async move {
-        let floor = Arc::new(Floor::new(tools));
+        let floor = Arc::new(Floor::new(tools, stall));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         println!("listening {}", listener.local_addr()?);
         std::io::stdout().flush()?;
@@ -291,6 +313,10 @@ async fn serve(floor: Arc<Floor>, req: Request<Incoming>) -> Result<Response<Bod
                 return Ok(status(StatusCode::BAD_REQUEST));
             };
             let handled = floor.handle(&body, &mut |frame| floor.push_to_streams(frame));
+            if handled.stall {
+                // Held until the caller closes the connection or the floor stops.
+                std::future::pending::<()>().await;
+            }
             let Some(reply) = handled.reply else {
                 return Ok(status(StatusCode::ACCEPTED));
             };

@@ -13,7 +13,8 @@
 //! to `/readyz` with many stdio floors and the merged `tools/list` of all
 //! their tools; fan-out of one `resources/updated` to N open streams, and the
 //! gateway's memory per idle session and per session with a stream and a
-//! subscription.
+//! subscription; and, with one upstream stalled and saturated (issue 15),
+//! the other upstream's call latency against the same with it idle.
 //!
 //! Without `--bench` on its command line (as under `cargo test --all-targets`)
 //! it does nothing and exits 0.
@@ -26,6 +27,7 @@ mod fanout;
 mod floor;
 mod procs;
 mod report;
+mod stall;
 mod tables;
 
 use std::net::SocketAddr;
@@ -44,7 +46,7 @@ pub fn fail(message: impl Into<String>) -> Error {
 
 const USAGE: &str = "\
 usage: cargo bench --bench gateway -- [--quick] [--rounds N] [--out FILE]
-                                      [--mcpmux PATH] [--only calls,catalog,fanout]
+                                      [--mcpmux PATH] [--only calls,catalog,fanout,stall]
                                       [--floor-threads N] [--fanout N,M]
   --quick    a short run (well under a minute) to check the pipeline
   --rounds   rounds of the interleaved per-call measurements (default 5)
@@ -68,6 +70,7 @@ struct Plan {
     catalog_rounds: usize,
     fanout: Vec<usize>,
     fanout_rounds: usize,
+    stall: stall::Shape,
 }
 
 impl Plan {
@@ -88,6 +91,11 @@ impl Plan {
             catalog_rounds: 5,
             fanout: vec![1000, 10_000],
             fanout_rounds: 3,
+            stall: stall::Shape {
+                calls: 5000,
+                warmup: 500,
+                probes: 100,
+            },
         }
     }
 
@@ -108,6 +116,11 @@ impl Plan {
             catalog_rounds: 1,
             fanout: vec![100, 1000],
             fanout_rounds: 1,
+            stall: stall::Shape {
+                calls: 300,
+                warmup: 50,
+                probes: 20,
+            },
         }
     }
 }
@@ -222,10 +235,14 @@ fn floor_main(args: &[String]) -> ExitCode {
     };
     let tools = number("--tools", 2);
     let outcome = match args.first().map(String::as_str) {
-        Some("http") => floor::run_http(tools, number("--threads", 1)),
+        Some("http") => floor::run_http(
+            tools,
+            number("--threads", 1),
+            args.iter().any(|a| a == "--stall"),
+        ),
         Some("stdio") => floor::run_stdio(tools),
         _ => Err(fail(
-            "usage: gateway floor http [--threads N] [--tools N] | stdio [--tools N]",
+            "usage: gateway floor http [--threads N] [--tools N] [--stall] | stdio [--tools N]",
         )),
     };
     match outcome {
@@ -309,6 +326,18 @@ async fn run(options: &Options) -> Res<()> {
                 fanout::round(mcpmux, &exe, &scratch, n, options.floor_threads, &mut res).await?;
             }
         }
+    }
+    if options.runs("stall") {
+        stall::run(
+            mcpmux,
+            &exe,
+            &scratch,
+            options.floor_threads,
+            &plan.stall,
+            plan.rounds,
+            &mut res,
+        )
+        .await?;
     }
 
     let mut run_notes = vec![

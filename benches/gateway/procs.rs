@@ -68,9 +68,20 @@ impl Proc {
 
 /// Starts `exe floor http --tools N --threads T`; it prints its address on stdout.
 pub async fn floor_http(exe: &Path, tools: usize, threads: usize) -> Res<(Proc, SocketAddr)> {
+    floor_http_with(exe, tools, threads, &[]).await
+}
+
+/// [`floor_http`] with more arguments (`--stall`).
+pub async fn floor_http_with(
+    exe: &Path,
+    tools: usize,
+    threads: usize,
+    more: &[&str],
+) -> Res<(Proc, SocketAddr)> {
     let mut cmd = Command::new(exe);
     cmd.args(["floor", "http", "--tools", &tools.to_string()])
         .args(["--threads", &threads.to_string()])
+        .args(more)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut proc = Proc::spawn("floor", cmd)?;

@@ -203,10 +203,16 @@ Then, each with a fresh gateway:
   CPU per delivered notification;
 - the gateway's memory per idle session and per session with an open
   stream and a subscription (growth of its VmRSS).
+- one upstream stalled (issue 15): a gateway over two HTTP floors, one of
+  them with small `limits` and a `stall` tool that never answers; the
+  other upstream's echo latency (2 KB, one client) with the stalled one
+  idle and then saturated (every slot and queue place held by stalled
+  calls), round by round, and how many more calls to the stalled upstream
+  are refused at once with `-32053`.
 
 Options (after `scripts/bench.sh` or `cargo bench --bench gateway --`):
 `--quick`, `--rounds N`, `--out FILE`, `--mcpmux PATH`,
-`--only calls,catalog,fanout`, `--fanout 1000,10000` (the fan-out sizes),
+`--only calls,catalog,fanout,stall`, `--fanout 1000,10000` (the fan-out sizes),
 `--floor-threads N` (the HTTP floor's worker threads; default the CPU
 count, 1 for a current-thread runtime: cheaper per call, one core at
 most). Without `--bench` on its command line, as under

@@ -1,6 +1,6 @@
 //! The report's tables, built from a run's `Results`: the issue's targets,
 //! per call (direct vs through mcpmux), the gateway's own cost, the
-//! catalog, and fan-out with memory per session.
+//! catalog, fan-out with memory per session, and one upstream stalled.
 
 use crate::Plan;
 use crate::report::{self, Results, Table, cell, ratio_cell};
@@ -139,12 +139,21 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize]) -> Vec<Table> {
     for (key, label) in [
         ("startup_ms", "startup: spawn → /readyz 200 (ms)"),
         ("list_ms", "tools/list, every page, one client (ms)"),
+        (
+            "list_recv_ms",
+            "of which waiting for the answers: request sent to last byte (ms)",
+        ),
         ("page_us", "tools/list, per page (µs)"),
         ("pages", "pages"),
         ("list_cpu_us", "gateway CPU per whole listing (µs)"),
     ] {
         catalog.row(vec![label.to_owned(), cell(res.get(key))]);
     }
+    catalog.note(
+        "A whole listing includes the load client scanning each answer to count its \
+         tools (a JSON pass over every byte); waiting for the answers is the part spent \
+         between sending each request and the last byte of its answer.",
+    );
     tables.push(catalog);
 
     let mut fan = Table::new("Fan-out and memory per session (HTTP upstream)", &[]);
@@ -173,9 +182,70 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize]) -> Vec<Table> {
          divided by the number of sessions (a stream's figure includes its connection).",
     );
     tables.push(fan);
+    tables.push(stalled(res));
     tables.insert(0, targets(res, plan, fanout));
     tables.retain(|t| !t.is_empty());
     tables
+}
+
+/// Issue 15: the fast upstream's latency with the other one idle vs stalled
+/// and saturated, and the calls to the stalled one refused at once.
+fn stalled(res: &Results) -> Table {
+    use crate::stall::{AT_ONCE, MAX_IN_FLIGHT, MAX_QUEUED};
+    let mut table = Table::new(
+        "One upstream stalled (issue 15): the other upstream's calls",
+        &[
+            "metric",
+            "other upstream idle",
+            "other upstream stalled",
+            "ratio",
+        ],
+    );
+    for (metric, label) in [
+        ("lat_p50_stall", "fast upstream latency p50, 2 KB (µs)"),
+        ("lat_p99_stall", "fast upstream latency p99, 2 KB (µs)"),
+    ] {
+        let idle = format!("{metric}/idle");
+        let busy = format!("{metric}/busy");
+        table.row(vec![
+            label.to_owned(),
+            cell(res.get(&idle)),
+            cell(res.get(&busy)),
+            ratio_cell(res.ratio(&busy, &idle)),
+        ]);
+    }
+    table.row(vec![
+        "more calls to the stalled upstream refused at once with -32053".to_owned(),
+        String::new(),
+        match (res.get("stall_refused"), res.get("stall_probes")) {
+            (Some(refused), Some(probes)) => format!(
+                "{} of {} per round",
+                cell(Some(refused)),
+                report::num(report::median(probes))
+            ),
+            _ => "—".to_owned(),
+        },
+        String::new(),
+    ]);
+    table.row(vec![
+        "time to that refusal, p50 (µs)".to_owned(),
+        String::new(),
+        cell(res.get("stall_refusal_us")),
+        String::new(),
+    ]);
+    table.note(format!(
+        "One gateway over two HTTP floors: `fast`, and `slow` with `limits: {{ max_in_flight: \
+         {MAX_IN_FLIGHT}, max_queued: {MAX_QUEUED}, queue_timeout: 1s }}` and a `stall` tool its \
+         floor never answers. In each round, one client calls `fast`'s echo (2 KB) \
+         sequentially with `slow` idle, then again while {} sessions keep `slow` saturated \
+         with stalled calls (every slot and queue place taken, as `/readyz` shows, before \
+         the calls start); then one more session calls `stall` again and again, and a \
+         `-32053` answer within {} ms counts as refused at once. The ratio is stalled over \
+         idle, round by round: near 1× means the stalled upstream costs the other nothing.",
+        MAX_IN_FLIGHT + MAX_QUEUED,
+        AT_ONCE.as_millis()
+    ));
+    table
 }
 
 /// Issue 13's targets for the hot path, each against what this run measured

@@ -5,6 +5,8 @@
 
 use std::collections::BTreeSet;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use proptest::prelude::*;
 use serde_json::json;
 

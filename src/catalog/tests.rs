@@ -215,3 +215,36 @@ fn plain_uri_upstreams_expose_and_route_uris_unchanged() {
     );
     assert!(!catalog.namespaces_uris("plain"));
 }
+
+#[test]
+fn a_whole_list_page_is_built_once_per_snapshot_and_shared() {
+    let store = store();
+    store.publish("alpha", view(&["a", "b", "c"]));
+    let catalog = store.load();
+    let shared = |page: Page| match page {
+        Page::Shared(text) => text,
+        Page::Owned(text) => panic!("a page of the whole list built per request: {text}"),
+    };
+    let first = shared(catalog.page(ListKind::Tools, None, 2).unwrap());
+    let again = shared(catalog.page(ListKind::Tools, None, 2).unwrap());
+    assert!(Arc::ptr_eq(&first, &again), "the same page is built twice");
+    // Another page size is another page, with its own cursor.
+    let whole = shared(catalog.page(ListKind::Tools, None, 10).unwrap());
+    assert!(!whole.contains("nextCursor") && first.contains("nextCursor"));
+    // The second page, reached by the first's cursor, is shared too.
+    let cursor = serde_json::from_str::<Value>(&first).unwrap()["nextCursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let second = shared(catalog.page(ListKind::Tools, Some(&cursor), 2).unwrap());
+    let second_again = shared(catalog.page(ListKind::Tools, Some(&cursor), 2).unwrap());
+    assert!(Arc::ptr_eq(&second, &second_again));
+    let items: Value = serde_json::from_str(&second).unwrap();
+    assert_eq!(items["tools"].as_array().unwrap().len(), 1);
+    // A new snapshot has pages of its own: the old ones are not served.
+    store.publish("alpha", view(&["a", "b", "c", "d"]));
+    let rebuilt = shared(store.load().page(ListKind::Tools, None, 10).unwrap());
+    assert!(!Arc::ptr_eq(&whole, &rebuilt));
+    let listed: Value = serde_json::from_str(&rebuilt).unwrap();
+    assert_eq!(listed["tools"].as_array().unwrap().len(), 4);
+}
