@@ -22,6 +22,7 @@ use super::{Admitted, Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
 use crate::protocol::Method;
 use crate::protocol::{self, Era, RpcError, code};
+use crate::upstream::limits::ClientKey;
 use crate::upstream::{
     Connection, Origin, ProgressRoute, Request, Sent, UpstreamError, UpstreamHandle,
 };
@@ -762,11 +763,11 @@ const PARK_CAPACITY: usize = 8;
 
 /// Who a call counts against at a saturated upstream: the authenticated
 /// client, else the session, else every anonymous stateless client as one.
-fn client_key(ctx: &RequestContext) -> Arc<str> {
+fn client_key(ctx: &RequestContext) -> ClientKey {
     match (&ctx.identity, &ctx.subscriber) {
-        (Some(identity), _) => format!("client {}", identity.client).into(),
-        (None, Some(subscriber)) => format!("session {}", subscriber.id).into(),
-        (None, None) => "anonymous".into(),
+        (Some(identity), _) => ClientKey::Client(identity.client.clone()),
+        (None, Some(subscriber)) => ClientKey::Session(subscriber.id),
+        (None, None) => ClientKey::Anonymous,
     }
 }
 

@@ -21,8 +21,14 @@ use tokio::time::Instant;
 use crate::config::LimitsConfig;
 
 /// Who a slot is counted against: a client identity, a session, or the
-/// anonymous stateless clients together.
-pub(crate) type ClientKey = Arc<str>;
+/// anonymous stateless clients together. Built per call without formatting
+/// or allocating (an identity's name is shared).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum ClientKey {
+    Client(Arc<str>),
+    Session(super::SubscriberId),
+    Anonymous,
+}
 
 /// Why a request got no slot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,11 +90,11 @@ struct State {
 }
 
 impl State {
-    fn queued_by(&self, client: &str) -> usize {
-        self.queue.iter().filter(|w| &*w.client == client).count()
+    fn queued_by(&self, client: &ClientKey) -> usize {
+        self.queue.iter().filter(|w| &w.client == client).count()
     }
 
-    fn held_by(&self, client: &str) -> usize {
+    fn held_by(&self, client: &ClientKey) -> usize {
         self.held.get(client).copied().unwrap_or(0)
     }
 
@@ -97,7 +103,7 @@ impl State {
         *self.held.entry(client.clone()).or_default() += 1;
     }
 
-    fn give_back(&mut self, client: &str) {
+    fn give_back(&mut self, client: &ClientKey) {
         self.in_flight = self.in_flight.saturating_sub(1);
         if let Some(n) = self.held.get_mut(client) {
             *n -= 1;
@@ -247,7 +253,7 @@ impl Limiter {
     }
 
     /// Gives a slot back and hands it to the fairest waiter.
-    fn release(&self, client: &str) {
+    fn release(&self, client: &ClientKey) {
         let mut state = self.lock();
         state.give_back(client);
         self.hand_over(&mut state);
@@ -342,7 +348,7 @@ mod tests {
     }
 
     fn key(s: &str) -> ClientKey {
-        s.into()
+        ClientKey::Client(s.into())
     }
 
     #[tokio::test(start_paused = true)]

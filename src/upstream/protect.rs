@@ -208,7 +208,7 @@ mod tests {
         config.breaker.failures = 1;
         config.limits.max_in_flight = 1;
         let p = Protection::new("slow".into(), &config);
-        let first = p.admit("a".into(), far()).await.unwrap();
+        let first = p.admit(ClientKey::Client("a".into()), far()).await.unwrap();
         first.record(
             Err(&UpstreamError::Timeout {
                 upstream: "slow".into(),
@@ -217,7 +217,8 @@ mod tests {
             1,
         );
         drop(first);
-        let Err(UpstreamError::CircuitOpen { reason, .. }) = p.admit("a".into(), far()).await
+        let Err(UpstreamError::CircuitOpen { reason, .. }) =
+            p.admit(ClientKey::Client("a".into()), far()).await
         else {
             panic!("open")
         };
@@ -232,8 +233,10 @@ mod tests {
         config.limits.max_in_flight = 1;
         config.limits.max_queued = 0;
         let p = Protection::new("slow".into(), &config);
-        let _held = p.admit("a".into(), far()).await.unwrap();
-        let Err(e @ UpstreamError::Overloaded { .. }) = p.admit("b".into(), far()).await else {
+        let _held = p.admit(ClientKey::Client("a".into()), far()).await.unwrap();
+        let Err(e @ UpstreamError::Overloaded { .. }) =
+            p.admit(ClientKey::Client("b".into()), far()).await
+        else {
             panic!("saturated")
         };
         let text = e.to_string();

@@ -107,6 +107,19 @@ async fn next_update(events: &mut crate::support::client::SseReader) -> Value {
         .expect("the stream ended")
 }
 
+/// Calls the Python server's `touch_all` through `client` until it says
+/// exactly one session holds the subscription upstream (the others let
+/// theirs go); polled, since releasing is asynchronous.
+async fn until_told_once(client: &McpClient, touch_all: &Value) {
+    loop {
+        let told = client.call_tool("py__touch_all", touch_all.clone()).await;
+        if told["result"]["content"][0]["text"] == "told 1" {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn sessions_move_between_replicas_through_redis() {
     let redis = RedisServer::start(free_port()).await;
@@ -148,15 +161,10 @@ async fn sessions_move_between_replicas_through_redis() {
     // A subscription made through A while B holds the stream: B keeps the
     // upstream subscription, A lets its own go.
     on_a.subscribe(uri).await;
-    within("A to release the subscription it made", async {
-        loop {
-            let told = on_a.call_tool("py__touch_all", touch_all.clone()).await;
-            if told["result"]["content"][0]["text"] == "told 1" {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    })
+    within(
+        "A to release the subscription it made",
+        until_told_once(&on_a, &touch_all),
+    )
     .await;
     let update = next_update(&mut on_b_events).await;
     assert_eq!(update["params"]["uri"], uri, "{update}");
@@ -172,15 +180,10 @@ async fn sessions_move_between_replicas_through_redis() {
         first["method"].as_str().unwrap().ends_with("/list_changed"),
         "{first}"
     );
-    within("B to release its subscription", async {
-        loop {
-            let told = on_a.call_tool("py__touch_all", touch_all.clone()).await;
-            if told["result"]["content"][0]["text"] == "told 1" {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    })
+    within(
+        "B to release its subscription",
+        until_told_once(&on_a, &touch_all),
+    )
     .await;
     let update = next_update(&mut on_c_events).await;
     assert_eq!(update["params"]["uri"], uri, "{update}");
