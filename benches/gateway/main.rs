@@ -14,12 +14,14 @@
 //! their tools; fan-out of one `resources/updated` to N open streams, and the
 //! gateway's memory per idle session and per session with a stream and a
 //! subscription; and, with one upstream stalled and saturated (issue 15),
-//! the other upstream's call latency against the same with it idle.
+//! the other upstream's call latency against the same with it idle; and,
+//! with `--baseline PATH`, this build against another build in paired rounds.
 //!
 //! Without `--bench` on its command line (as under `cargo test --all-targets`)
 //! it does nothing and exits 0.
 #![forbid(unsafe_code)]
 
+mod baseline;
 mod calls;
 mod catalog;
 mod client;
@@ -46,13 +48,17 @@ pub fn fail(message: impl Into<String>) -> Error {
 
 const USAGE: &str = "\
 usage: cargo bench --bench gateway -- [--quick] [--rounds N] [--out FILE]
-                                      [--mcpmux PATH] [--only calls,catalog,fanout,stall]
+                                      [--mcpmux PATH] [--only calls,catalog,fanout,stall,baseline]
                                       [--floor-threads N] [--fanout N,M]
+                                      [--baseline PATH [--baseline-label TEXT]]
   --quick    a short run (well under a minute) to check the pipeline
   --rounds   rounds of the interleaved per-call measurements (default 5)
   --out      also write the Markdown report to FILE (docs/benchmark.md)
   --mcpmux   the gateway binary (default: $MCPMUX_BIN, else the one cargo built)
   --only     run only these parts
+  --baseline another gateway binary (e.g. built from an earlier commit): adds
+             paired per-call rounds of this build against it
+  --baseline-label  what the baseline is, for the report (default: its path)
   --fanout   the fan-out sizes (default 1000,10000; --quick 100,1000)
   --floor-threads  worker threads of the HTTP floor (default: the CPU count;
              1 is a current-thread runtime)";
@@ -132,6 +138,8 @@ struct Options {
     out: Option<PathBuf>,
     mcpmux: PathBuf,
     only: Option<Vec<String>>,
+    /// `--baseline` and what to call it in the report.
+    baseline: Option<(PathBuf, String)>,
 }
 
 impl Options {
@@ -144,6 +152,7 @@ impl Options {
             PathBuf::from,
         );
         let mut only = None;
+        let (mut baseline, mut baseline_label) = (None, None);
         let mut floor_threads = std::thread::available_parallelism().map_or(1, usize::from);
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -169,6 +178,8 @@ impl Options {
                         .collect::<Result<_, _>>()?;
                 }
                 "--only" => only = Some(value()?.split(',').map(str::to_owned).collect()),
+                "--baseline" => baseline = Some(PathBuf::from(value()?)),
+                "--baseline-label" => baseline_label = Some(value()?),
                 "--help" | "-h" => return Err(fail(USAGE)),
                 other => return Err(fail(format!("unknown argument {other}\n{USAGE}"))),
             }
@@ -176,6 +187,14 @@ impl Options {
         if plan.rounds == 0 {
             return Err(fail("--rounds must be at least 1"));
         }
+        let baseline = match (baseline, baseline_label) {
+            (Some(path), label) => {
+                let label = label.unwrap_or_else(|| path.display().to_string());
+                Some((path, label))
+            }
+            (None, Some(_)) => return Err(fail("--baseline-label needs --baseline")),
+            (None, None) => None,
+        };
         Ok(Options {
             plan,
             floor_threads,
@@ -183,6 +202,7 @@ impl Options {
             out,
             mcpmux,
             only,
+            baseline,
         })
     }
 
@@ -358,7 +378,25 @@ async fn run(options: &Options) -> Res<()> {
     ];
     run_notes
         .push("The load client, the floor and the gateway share the machine's CPUs.".to_owned());
-    let tables = tables::all(&res, plan, &plan_fanout);
+    if let Some((base, _)) = &options.baseline
+        && options.runs("baseline")
+    {
+        if !base.is_file() {
+            return Err(fail(format!("no baseline binary at {}", base.display())));
+        }
+        baseline::run(
+            mcpmux,
+            base,
+            &exe,
+            &scratch,
+            options.floor_threads,
+            plan,
+            &mut res,
+        )
+        .await?;
+    }
+    let baseline_label = options.baseline.as_ref().map(|(_, l)| l.as_str());
+    let tables = tables::all(&res, plan, &plan_fanout, baseline_label);
     let text = report::markdown(&machine, &run_notes, &tables);
     println!("{text}");
     if let Some(out) = &options.out {

@@ -209,10 +209,17 @@ Then, each with a fresh gateway:
   idle and then saturated (every slot and queue place held by stalled
   calls), round by round, and how many more calls to the stalled upstream
   are refused at once with `-32053`.
+- with `--baseline PATH` (another gateway binary, for instance one built
+  from an earlier commit): this build and the baseline on the same config
+  in front of the same HTTP floor, one after the other in each round:
+  2 KB latency, gateway CPU and context switches per call, and throughput
+  at 16 clients, with ratios round by round. This is how a feature shows
+  that it costs nothing when it is not used.
 
 Options (after `scripts/bench.sh` or `cargo bench --bench gateway --`):
 `--quick`, `--rounds N`, `--out FILE`, `--mcpmux PATH`,
-`--only calls,catalog,fanout,stall`, `--fanout 1000,10000` (the fan-out sizes),
+`--only calls,catalog,fanout,stall,baseline`, `--fanout 1000,10000` (the fan-out sizes),
+`--baseline PATH` with `--baseline-label TEXT` (what to call it in the report),
 `--floor-threads N` (the HTTP floor's worker threads; default the CPU
 count, 1 for a current-thread runtime: cheaper per call, one core at
 most). Without `--bench` on its command line, as under

@@ -6,7 +6,7 @@ use crate::Plan;
 use crate::report::{self, Results, Table, cell, ratio_cell};
 
 /// The report's tables from what was measured.
-pub fn all(res: &Results, plan: &Plan, fanout: &[usize]) -> Vec<Table> {
+pub fn all(res: &Results, plan: &Plan, fanout: &[usize], baseline: Option<&str>) -> Vec<Table> {
     let mut tables = Vec::new();
     let mut per_call = Table::new(
         "Per call: direct to the floor vs through mcpmux",
@@ -183,9 +183,53 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize]) -> Vec<Table> {
     );
     tables.push(fan);
     tables.push(stalled(res));
+    if let Some(label) = baseline {
+        tables.push(compared(res, label));
+    }
     tables.insert(0, targets(res, plan, fanout));
     tables.retain(|t| !t.is_empty());
     tables
+}
+
+/// This build against the `--baseline` build, round by round.
+fn compared(res: &Results, label: &str) -> Table {
+    let clients = crate::baseline::CLIENTS;
+    let mut table = Table::new(
+        "This build against a baseline build",
+        &["metric", "this build", "baseline", "ratio"],
+    );
+    for (metric, text) in [
+        ("lat_p50_2k", "latency p50, 2 KB (µs)".to_owned()),
+        ("lat_p99_2k", "latency p99, 2 KB (µs)".to_owned()),
+        (
+            "cpu_gw",
+            "gateway CPU per call, 2 KB, 1 client (µs)".to_owned(),
+        ),
+        ("csw_cpu_gw", "gateway context switches per call".to_owned()),
+        (
+            &format!("tput_{clients}") as &str,
+            format!("throughput, {clients} clients (calls/s)"),
+        ),
+        (
+            &format!("load{clients}_gw"),
+            format!("gateway CPU per call, {clients} clients (µs)"),
+        ),
+    ] {
+        let head = format!("{metric}/head");
+        let base = format!("{metric}/base");
+        table.row(vec![
+            text,
+            cell(res.get(&head)),
+            cell(res.get(&base)),
+            ratio_cell(res.ratio(&head, &base)),
+        ]);
+    }
+    table.note(format!(
+        "Baseline: {label}. Both gateways run the same config (one HTTP floor upstream, \
+         no session store, tracing off) in front of the same floor, measured one after \
+         the other in each round; ratios are this build over the baseline, round by round."
+    ));
+    table
 }
 
 /// Issue 15: the fast upstream's latency with the other one idle vs stalled
