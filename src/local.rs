@@ -69,6 +69,7 @@ impl LocalSession {
             era: Era::Legacy,
             log_level: None,
             identity: self.identity.clone(),
+            session_id: None,
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         send(&self.state, &ctx, id, method, &params).await
@@ -146,6 +147,7 @@ impl LocalStateless {
             era: Era::Modern,
             log_level: None,
             identity: self.identity.clone(),
+            session_id: None,
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         send(&self.state, &ctx, id, method, &params).await

@@ -62,6 +62,9 @@ pub(crate) struct RequestContext {
     pub log_level: Option<LogLevel>,
     /// Who is asking; none when authentication is off.
     pub identity: Option<Arc<crate::auth::Identity>>,
+    /// The session's id (`Mcp-Session-Id`), the same on every replica that
+    /// serves it; none for a stateless request or an in-process session.
+    pub session_id: Option<Arc<str>>,
 }
 
 /// Calls one session may have in flight at once; each may hold a task (a
@@ -324,6 +327,9 @@ pub(crate) struct Router {
     tasks: tokio_util::task::TaskTracker,
     /// Stateless calls waiting for their clients' input.
     parking: Arc<forward::Parking>,
+    /// Seals what the gateway hands clients to bring back: the parked
+    /// calls' `requestState` and the ids of tasks.
+    sealer: Arc<crate::seal::Sealer>,
     /// Trace export; none when tracing is off.
     telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
@@ -336,6 +342,8 @@ impl Router {
         metrics: Arc<Metrics>,
         page_size: crate::config::PageSizes,
     ) -> Self {
+        let sealer = Arc::new(crate::seal::Sealer::random());
+        let parking = Arc::new(forward::Parking::new(sealer.clone()));
         Self {
             catalog,
             upstreams,
@@ -343,7 +351,8 @@ impl Router {
             metrics,
             page_size,
             tasks: tokio_util::task::TaskTracker::new(),
-            parking: Arc::new(forward::Parking::new(crate::seal::Sealer::random())),
+            parking,
+            sealer,
             telemetry: None,
         }
     }
@@ -354,10 +363,12 @@ impl Router {
         self
     }
 
-    /// Seals the `requestState` of stateless calls parked for input with
-    /// `sealer` (the config's `request_state.key`) instead of a random key.
+    /// Seals the `requestState` of stateless calls parked for input, and
+    /// task ids, with `sealer` (the config's `request_state.key`) instead
+    /// of a random key, so that replicas sharing it open each other's.
     pub(crate) fn with_state_sealer(mut self, sealer: crate::seal::Sealer) -> Self {
-        self.parking = Arc::new(forward::Parking::new(sealer));
+        self.sealer = Arc::new(sealer);
+        self.parking = Arc::new(forward::Parking::new(self.sealer.clone()));
         self
     }
 
@@ -519,8 +530,9 @@ impl Router {
                             Some(upstream) => tasks::adopt_reply(
                                 reply,
                                 self.hub.clone(),
+                                self.sealer.clone(),
                                 upstream,
-                                tasks::owner(ctx),
+                                tasks::Caller::of(ctx),
                                 ctx.era,
                                 &self.tasks,
                             ),

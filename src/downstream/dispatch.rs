@@ -44,6 +44,7 @@ pub(crate) async fn handle(
         era: protocol::Era::Legacy,
         log_level: None,
         identity: session.identity.clone(),
+        session_id: Some(session.id.clone()),
     };
     match (kind, envelope.id) {
         (MessageKind::Notification, _) => {

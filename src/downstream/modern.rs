@@ -281,6 +281,7 @@ pub(crate) async fn handle(
                 era: Era::Modern,
                 log_level: validated.log_level,
                 identity,
+                session_id: None,
             };
             match state
                 .router

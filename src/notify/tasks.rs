@@ -89,6 +89,28 @@ impl State {
         }
     }
 
+    /// Adds an entry, making room first.
+    fn insert(&mut self, id: Arc<str>, route: Route, owner: Owner, now: Instant, limit: usize) {
+        self.make_room(now, limit);
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        self.recency.insert(seq, id.clone());
+        self.by_upstream.insert(
+            (route.upstream.clone(), route.upstream_id.clone()),
+            id.clone(),
+        );
+        self.by_id.insert(
+            id,
+            Entry {
+                route,
+                owner,
+                created: now,
+                last_seen: now,
+                seq,
+            },
+        );
+    }
+
     /// Drops idle entries, then the least recently used ones beyond `room`.
     fn make_room(&mut self, now: Instant, limit: usize) {
         while let Some((_, oldest)) = self.recency.first_key_value() {
@@ -130,9 +152,14 @@ impl TaskTable {
     }
 
     /// The gateway id for `upstream`'s task `upstream_id`, created by
-    /// `owner`: a new unguessable one (prefixed with the upstream's name),
-    /// or the one already issued to the same owner.
-    pub(crate) fn adopt(&self, route: Route, owner: Owner) -> Arc<str> {
+    /// `owner`: a new one from `mint` (the router seals the route and the
+    /// owner into it), or the one already issued to the same owner.
+    pub(crate) fn adopt(
+        &self,
+        route: Route,
+        owner: Owner,
+        mint: impl FnOnce(&Route) -> Arc<str>,
+    ) -> Arc<str> {
         let now = Instant::now();
         let mut state = self.lock();
         let key = (route.upstream.clone(), route.upstream_id.clone());
@@ -145,23 +172,24 @@ impl TaskTable {
             // task replaces the old one, which nobody can reach any more.
             state.remove(&existing);
         }
-        state.make_room(now, self.limit);
-        let id: Arc<str> = format!("{}.{:032x}", route.upstream, rand::random::<u128>()).into();
-        state.next_seq += 1;
-        let seq = state.next_seq;
-        state.recency.insert(seq, id.clone());
-        state.by_upstream.insert(key, id.clone());
-        state.by_id.insert(
-            id.clone(),
-            Entry {
-                route,
-                owner,
-                created: now,
-                last_seen: now,
-                seq,
-            },
-        );
+        let id = mint(&route);
+        state.insert(id.clone(), route, owner, now, self.limit);
         id
+    }
+
+    /// Takes in a task another replica (or this one, before it forgot the
+    /// task) issued as `id`, once the router has opened the id and found
+    /// the caller to be its owner: where it leads.
+    pub(crate) fn recall(&self, id: Arc<str>, route: Route, owner: Owner) -> Route {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let key = (route.upstream.clone(), route.upstream_id.clone());
+        if let Some(existing) = state.by_upstream.get(&key).cloned() {
+            state.remove(&existing);
+        }
+        state.remove(&id);
+        state.insert(id, route.clone(), owner, now, self.limit);
+        route
     }
 
     /// Where `id` leads, if `owner` created it. A foreign, unknown or
@@ -368,29 +396,47 @@ mod tests {
         }
     }
 
+    /// Ids as a test makes them (the router seals them).
+    fn mint(route: &Route) -> Arc<str> {
+        format!("{}.{:032x}", route.upstream, rand::random::<u128>()).into()
+    }
+
     #[test]
-    fn an_id_is_namespaced_bound_to_its_owner_and_unguessable() {
+    fn an_id_is_bound_to_its_owner() {
         let table = TaskTable::default();
         let alice = Owner::Client("alice".into());
-        let id = table.adopt(route("notes", "t1"), alice.clone());
+        let id = table.adopt(route("notes", "t1"), alice.clone(), mint);
         assert!(id.starts_with("notes."), "{id}");
-        assert!(!id.contains("t1"));
         assert_eq!(&*table.resolve(&id, &alice).unwrap().upstream_id, "t1");
         assert!(table.resolve(&id, &Owner::Anonymous).is_none());
         assert!(table.resolve(&id, &Owner::Session(1)).is_none());
         assert!(table.resolve("notes.t1", &alice).is_none());
         // The same task adopted again by its owner keeps its id.
-        assert_eq!(table.adopt(route("notes", "t1"), alice.clone()), id);
-        let other = table.adopt(route("other", "t1"), alice.clone());
+        assert_eq!(table.adopt(route("notes", "t1"), alice.clone(), mint), id);
+        let other = table.adopt(route("other", "t1"), alice.clone(), mint);
         assert_ne!(other, id);
         assert_eq!(table.owner_of("notes", "t1"), Some((id, alice)));
+    }
+
+    #[test]
+    fn a_recalled_task_takes_its_issued_id_and_replaces_a_stale_one() {
+        let table = TaskTable::default();
+        let alice = Owner::Client("alice".into());
+        let stale = table.adopt(route("notes", "t1"), Owner::Anonymous, mint);
+        let issued: Arc<str> = "notes.issued-elsewhere".into();
+        let back = table.recall(issued.clone(), route("notes", "t1"), alice.clone());
+        assert_eq!(&*back.upstream_id, "t1");
+        assert_eq!(&*table.resolve(&issued, &alice).unwrap().upstream_id, "t1");
+        assert!(table.resolve(&stale, &Owner::Anonymous).is_none());
+        assert_eq!(table.owner_of("notes", "t1"), Some((issued, alice)));
+        assert_eq!(table.len(), 1);
     }
 
     #[test]
     fn only_the_owners_listen_streams_watch_and_they_leave_nothing_behind() {
         let table = TaskTable::default();
         let alice = Owner::Client("alice".into());
-        let id = table.adopt(route("up", "t9"), alice.clone());
+        let id = table.adopt(route("up", "t9"), alice.clone(), mint);
         assert!(table.watch(&id, &Owner::Anonymous, 5).is_none());
         assert!(table.watchers(&id).is_empty());
         assert!(table.watch(&id, &alice, 6).is_some());
@@ -407,10 +453,10 @@ mod tests {
     fn the_least_recently_used_task_goes_when_full() {
         let table = TaskTable::with_limit(2);
         let owner = Owner::Session(7);
-        let a = table.adopt(route("u", "a"), owner.clone());
-        let b = table.adopt(route("u", "b"), owner.clone());
+        let a = table.adopt(route("u", "a"), owner.clone(), mint);
+        let b = table.adopt(route("u", "b"), owner.clone(), mint);
         assert!(table.resolve(&a, &owner).is_some());
-        let c = table.adopt(route("u", "c"), owner.clone());
+        let c = table.adopt(route("u", "c"), owner.clone(), mint);
         assert_eq!(table.len(), 2);
         assert!(
             table.resolve(&b, &owner).is_none(),

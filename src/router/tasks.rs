@@ -3,17 +3,24 @@
 //!
 //! A `tools/call` goes to its upstream as any call; when its answer
 //! creates a task, [`adopt_reply`] swaps the upstream's task id for a
-//! gateway id from the hub's [`crate::notify::tasks::TaskTable`], bound to the caller (the
-//! session, or a stateless client's identity). `tasks/get`,
-//! `tasks/update`, `tasks/result` and `tasks/cancel` resolve that id for
-//! the same caller only (any other id gets the error of a nonexistent
-//! one) and are forwarded with the upstream's id; the answer comes back
-//! with the gateway's. `tasks/list` asks the upstreams the caller has
-//! tasks on and keeps the caller's. Runs in the request's task; a
-//! streamed reply is rewritten by one small task on the tracker.
+//! gateway id kept in the hub's [`crate::notify::tasks::TaskTable`] and
+//! bound to the caller (the session, or a stateless client's identity).
+//! The id is the upstream's name and a sealed token of the route and the
+//! caller ([`crate::seal`], the `request_state.key`), so a replica that
+//! never saw the task (another replica made it, or this one forgot it)
+//! opens the id, checks the caller, and takes the task in: any replica
+//! serves a 2026-07-28 client's tasks, and a session's with a session
+//! store. `tasks/get`, `tasks/update`, `tasks/result` and `tasks/cancel`
+//! resolve that id for the same caller only (any other id gets the error
+//! of a nonexistent one) and are forwarded with the upstream's id; the
+//! answer comes back with the gateway's. `tasks/list` asks the upstreams
+//! the caller has tasks on (as this replica knows them) and keeps the
+//! caller's. Runs in the request's task; a streamed reply is rewritten by
+//! one small task on the tracker.
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
@@ -23,6 +30,7 @@ use super::rewrite::{Params, json_string};
 use super::{Reply, RequestContext, RouteError, Router};
 use crate::notify::tasks::{Owner, Route};
 use crate::protocol::{self, Era, Method, RpcError, code};
+use crate::seal::Sealer;
 use crate::upstream::UpstreamSet;
 
 /// The 2026-07-28 tasks extension's id.
@@ -68,14 +76,85 @@ impl TaskError {
     }
 }
 
+/// The sealing purpose of task ids.
+const TASK_PURPOSE: &str = "task";
+
 /// Who a request's tasks belong to: its session, or (stateless) its
 /// authenticated client; every anonymous stateless client is one owner.
-pub(super) fn owner(ctx: &RequestContext) -> Owner {
-    match (&ctx.subscriber, &ctx.identity) {
-        (Some(session), _) => Owner::Session(session.id),
-        (None, Some(identity)) => Owner::Client(identity.client.clone()),
-        (None, None) => Owner::Anonymous,
+pub(super) struct Caller {
+    /// As this replica's table knows it.
+    owner: Owner,
+    /// As every replica names it, sealed into the ids of its tasks:
+    /// `session:{id}`, `client:{name}` or `anonymous`. None for an
+    /// in-process session, whose tasks no other process may take.
+    portable: Option<String>,
+}
+
+impl Caller {
+    pub(super) fn of(ctx: &RequestContext) -> Self {
+        match (&ctx.subscriber, &ctx.identity) {
+            (Some(session), _) => Self {
+                owner: Owner::Session(session.id),
+                portable: ctx.session_id.as_ref().map(|id| format!("session:{id}")),
+            },
+            (None, identity) => Self::stateless(identity.as_deref()),
+        }
     }
+
+    fn stateless(identity: Option<&crate::auth::Identity>) -> Self {
+        match identity {
+            Some(identity) => Self {
+                owner: Owner::Client(identity.client.clone()),
+                portable: Some(format!("client:{}", identity.client)),
+            },
+            None => Self {
+                owner: Owner::Anonymous,
+                portable: Some("anonymous".to_owned()),
+            },
+        }
+    }
+}
+
+/// What a task id seals: where the task lives and whose it is.
+#[derive(Serialize, Deserialize)]
+struct TaskToken {
+    #[serde(rename = "u")]
+    upstream: String,
+    #[serde(rename = "t")]
+    upstream_id: String,
+    #[serde(rename = "m")]
+    modern: bool,
+    #[serde(rename = "o")]
+    owner: Option<String>,
+}
+
+/// A new gateway id for the task at `route` made by `caller`:
+/// `{upstream}.{sealed token}` (upstream names have no dots).
+fn mint(sealer: &Sealer, route: &Route, caller: &Caller) -> Arc<str> {
+    let token = TaskToken {
+        upstream: route.upstream.to_string(),
+        upstream_id: route.upstream_id.to_string(),
+        modern: route.era == Era::Modern,
+        owner: caller.portable.clone(),
+    };
+    let payload = serde_json::to_vec(&token).expect("a task token serializes");
+    format!("{}.{}", route.upstream, sealer.seal(TASK_PURPOSE, &payload)).into()
+}
+
+/// Where task `id` leads if this gateway's key sealed it for `caller`.
+fn open(sealer: &Sealer, id: &str, caller: &Caller) -> Option<Route> {
+    let portable = caller.portable.as_deref()?;
+    let (upstream, sealed) = id.split_once('.')?;
+    let token: TaskToken = serde_json::from_slice(&sealer.open(TASK_PURPOSE, sealed).ok()?).ok()?;
+    (token.upstream == upstream && token.owner.as_deref() == Some(portable)).then(|| Route {
+        upstream: token.upstream.into(),
+        upstream_id: token.upstream_id.into(),
+        era: if token.modern {
+            Era::Modern
+        } else {
+            Era::Legacy
+        },
+    })
 }
 
 /// Whether a `tools/call` may create a task: a 2025-era call with a
@@ -131,8 +210,9 @@ pub(super) fn declare(capabilities: &mut Value, upstreams: &UpstreamSet, era: Er
 pub(super) fn adopt_reply(
     reply: Reply,
     hub: Arc<crate::notify::NotifyHub>,
+    sealer: Arc<Sealer>,
     upstream: Arc<str>,
-    owner: Owner,
+    caller: Caller,
     era: Era,
     tracker: &tokio_util::task::TaskTracker,
 ) -> Reply {
@@ -151,7 +231,9 @@ pub(super) fn adopt_reply(
             upstream_id: upstream_id.into(),
             era,
         };
-        let id = hub.tasks().adopt(route, owner.clone());
+        let id = hub.tasks().adopt(route, caller.owner.clone(), |route| {
+            mint(&sealer, route, &caller)
+        });
         task["taskId"] = Value::from(&*id);
     })
 }
@@ -262,16 +344,18 @@ impl Router {
                 TaskError::MissingExtension("task notifications").to_frame(id.get(), Era::Modern)
             );
         }
-        let owner = match identity {
-            Some(identity) => Owner::Client(identity.client.clone()),
-            None => Owner::Anonymous,
-        };
+        let caller = Caller::stateless(identity);
         let mut watched = WatchedTasks {
             honoured: Vec::new(),
             upstreams: Vec::new(),
         };
         for task in requested {
-            let Some(route) = self.hub.tasks().watch(&task, &owner, subscriber) else {
+            let table = self.hub.tasks();
+            let route = table.watch(&task, &caller.owner, subscriber).or_else(|| {
+                self.recall(&task, &caller)?;
+                table.watch(&task, &caller.owner, subscriber)
+            });
+            let Some(route) = route else {
                 continue;
             };
             watched.honoured.push(Value::from(task));
@@ -282,6 +366,18 @@ impl Router {
             }
         }
         Ok(Some(watched))
+    }
+
+    /// A task this replica does not hold, whose id it sealed (or a replica
+    /// with the same key did) for `caller`: taken into the table.
+    fn recall(&self, task: &str, caller: &Caller) -> Option<Route> {
+        let route = open(&self.sealer, task, caller)?;
+        tracing::debug!(task, upstream = %route.upstream, "task taken in from its sealed id");
+        Some(
+            self.hub
+                .tasks()
+                .recall(task.into(), route, caller.owner.clone()),
+        )
     }
 
     /// `tasks/get`, `tasks/update`, `tasks/result`, `tasks/cancel` and
@@ -323,15 +419,16 @@ impl Router {
                 _ => "tasks/cancel",
             }));
         }
-        let owner = owner(ctx);
+        let caller = Caller::of(ctx);
         if method == Method::TasksList {
-            return Ok(Reply::Ready(self.list_tasks(id, &owner).await));
+            return Ok(Reply::Ready(self.list_tasks(id, &caller.owner).await));
         }
         let parsed = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let task = parsed.string("taskId").map_err(RouteError::InvalidParams)?;
         let table = self.hub.tasks();
         let route = table
-            .resolve(&task, &owner)
+            .resolve(&task, &caller.owner)
+            .or_else(|| self.recall(&task, &caller))
             .filter(|route| route.era == ctx.era)
             .ok_or_else(|| TaskError::Unknown(task.clone()))?;
         let handle = self.upstream(&route.upstream)?;
@@ -456,5 +553,44 @@ mod tests {
         let frame = TaskError::Unknown("x".into()).to_frame("1", Era::Legacy);
         let value: Value = serde_json::from_str(&frame).unwrap();
         assert_eq!(value["error"]["code"], code::INVALID_PARAMS);
+    }
+
+    #[test]
+    fn a_sealed_id_opens_for_its_caller_with_the_same_key_only() {
+        let sealer = Sealer::new(&[9; 32]);
+        let alice = Caller::stateless(Some(&crate::auth::Identity {
+            client: "alice".into(),
+            scopes: Vec::new(),
+        }));
+        let route = Route {
+            upstream: "notes".into(),
+            upstream_id: "t-1".into(),
+            era: Era::Legacy,
+        };
+        let id = mint(&sealer, &route, &alice);
+        assert!(id.starts_with("notes.mcpmux.v1."), "{id}");
+        assert!(!id.contains("t-1"), "the upstream's id is not readable");
+        let opened = open(&sealer, &id, &alice).expect("opens for its creator");
+        assert_eq!(
+            (&*opened.upstream, &*opened.upstream_id, opened.era),
+            ("notes", "t-1", Era::Legacy)
+        );
+        assert!(open(&sealer, &id, &Caller::stateless(None)).is_none());
+        assert!(open(&Sealer::new(&[8; 32]), &id, &alice).is_none());
+        let renamed = id.replacen("notes.", "other.", 1);
+        assert!(
+            open(&sealer, &renamed, &alice).is_none(),
+            "bound to its upstream"
+        );
+        // A session's tasks: by session id, and never an in-process session's.
+        let session = |id: Option<&str>| Caller {
+            owner: Owner::Session(1),
+            portable: id.map(|id| format!("session:{id}")),
+        };
+        let id = mint(&sealer, &route, &session(Some("r1-abc")));
+        assert!(open(&sealer, &id, &session(Some("r1-abc"))).is_some());
+        assert!(open(&sealer, &id, &session(Some("r2-abc"))).is_none());
+        let local = mint(&sealer, &route, &session(None));
+        assert!(open(&sealer, &local, &session(None)).is_none());
     }
 }

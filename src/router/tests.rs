@@ -91,6 +91,7 @@ fn session(router: &Router, can_stream: bool) -> Arc<RequestContext> {
         era: Era::Legacy,
         log_level: None,
         identity: None,
+        session_id: None,
     })
 }
 
@@ -414,6 +415,7 @@ async fn a_modern_client_closing_its_stream_cancels_the_call() {
         era: Era::Modern,
         log_level: None,
         identity: None,
+        session_id: None,
     });
     let params = json!({ "name": "alpha__echo", "_meta": { "progressToken": 1 } });
     let Reply::Streaming(frames) = within(call(&gw.router, &ctx, "3", "tools/call", params))
@@ -518,6 +520,7 @@ fn stateless(can_stream: bool) -> Arc<RequestContext> {
         era: Era::Modern,
         log_level: None,
         identity: None,
+        session_id: None,
     })
 }
 

@@ -2,10 +2,12 @@
 //! without stickiness sees them: 2026-07-28 clients send each request to
 //! another replica (cursors, calls, listen streams, sealed request state);
 //! session-based clients behind a real HAProxy stick to the replica their
-//! session id names and start again after losing it.
+//! session id names and start again after losing it; tasks made through
+//! one replica are their creator's on every replica.
 
 mod haproxy;
 mod redis;
+mod tasks;
 
 use serde_json::{Value, json};
 

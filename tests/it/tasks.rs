@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use crate::support::client::{Raw, SseReader, post};
 use crate::support::{McpClient, TestGateway, fixture_upstream, within};
 
-const ALICE_KEY: &str = "alice-key-0b7e5d1c9a4f";
-const BOB_KEY: &str = "bob-key-6c2a9f0e3d8b17";
+pub(crate) const ALICE_KEY: &str = "alice-key-0b7e5d1c9a4f";
+pub(crate) const BOB_KEY: &str = "bob-key-6c2a9f0e3d8b17";
 const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// Two clients (API keys), the fixture once per era.
@@ -31,14 +31,14 @@ fn bearer(key: &str) -> String {
 }
 
 /// A 2026-07-28 client: stateless requests with its API key.
-struct Stateless {
+pub(crate) struct Stateless {
     url: String,
     auth: String,
     http: reqwest::Client,
 }
 
 impl Stateless {
-    fn new(url: &str, key: &str) -> Self {
+    pub(crate) fn new(url: &str, key: &str) -> Self {
         Self {
             url: url.to_owned(),
             auth: bearer(key),
@@ -76,13 +76,13 @@ impl Stateless {
     }
 
     /// The response message of `method` (the last SSE event, or the JSON body).
-    async fn request(&self, method: &str, params: Value) -> Value {
+    pub(crate) async fn request(&self, method: &str, params: Value) -> Value {
         let raw = self.send(method, params, true).await;
         let messages = crate::support::client::sse_messages(&raw.body);
         messages.last().cloned().unwrap_or_else(|| raw.json())
     }
 
-    async fn result(&self, method: &str, params: Value) -> Value {
+    pub(crate) async fn result(&self, method: &str, params: Value) -> Value {
         let response = self.request(method, params).await;
         assert!(response.get("error").is_none(), "{method}: {response}");
         response["result"].clone()
@@ -115,7 +115,7 @@ impl Stateless {
     }
 
     /// Polls `tasks/get` until `done` holds (bounded by the test deadline).
-    async fn poll(&self, task: &str, done: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn poll(&self, task: &str, done: impl Fn(&Value) -> bool) -> Value {
         within(&format!("task {task}"), async {
             loop {
                 let state = self.result("tasks/get", json!({ "taskId": task })).await;
@@ -130,7 +130,7 @@ impl Stateless {
     }
 }
 
-fn error_code(response: &Value) -> i64 {
+pub(crate) fn error_code(response: &Value) -> i64 {
     response["error"]["code"]
         .as_i64()
         .unwrap_or_else(|| panic!("expected an error: {response}"))

@@ -100,7 +100,7 @@ struct State {
 
 /// The parked calls, and the key that seals their state.
 pub(crate) struct Parking {
-    sealer: Sealer,
+    sealer: Arc<Sealer>,
     /// Random per gateway: names this process in the state it seals.
     origin: u64,
     waiting: Mutex<HashMap<u64, oneshot::Sender<Resume>>>,
@@ -108,7 +108,7 @@ pub(crate) struct Parking {
 }
 
 impl Parking {
-    pub(crate) fn new(sealer: Sealer) -> Self {
+    pub(crate) fn new(sealer: Arc<Sealer>) -> Self {
         Self {
             sealer,
             origin: rand::random(),
@@ -478,7 +478,7 @@ mod tests {
     use super::*;
 
     fn parking() -> Parking {
-        let mut parking = Parking::new(Sealer::new(&[3; 32]));
+        let mut parking = Parking::new(Arc::new(Sealer::new(&[3; 32])));
         parking.origin = 0;
         parking
     }
@@ -545,7 +545,7 @@ mod tests {
             Some(StateError::Gone.to_string())
         );
         // Another replica with the same key parked it: not this one's call 1.
-        let replica = Parking::new(Sealer::new(&[3; 32]));
+        let replica = Parking::new(Arc::new(Sealer::new(&[3; 32])));
         let token = replica.sealer.seal(
             PURPOSE,
             &serde_json::to_vec(&State {
@@ -561,7 +561,7 @@ mod tests {
             Err(StateError::Elsewhere)
         ));
         // Sealed with another key: altered, as far as this gateway knows.
-        let foreign = Parking::new(Sealer::new(&[4; 32]));
+        let foreign = Parking::new(Arc::new(Sealer::new(&[4; 32])));
         let token = foreign
             .sealer
             .seal(PURPOSE, &serde_json::to_vec(&state(later)).unwrap());
