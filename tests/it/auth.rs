@@ -405,10 +405,7 @@ async fn rate_limits_audit_lines_and_denial_counters_name_the_client_and_never_a
             ("MCPMUX_IT_CALM_KEY", calm_key),
         ],
     );
-    let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let addr = served.listening_addr().await;
     served.first("upstream ready").await;
     let url = format!("http://{addr}/mcp");
 
@@ -589,10 +586,7 @@ async fn config_secure_yaml_gives_each_client_its_own_view_in_both_eras() {
             ("MCPMUX_JWKS_URL", &jwks),
         ],
     );
-    let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let addr = served.listening_addr().await;
     served.wait_for("upstream ready", 2).await;
     let url = format!("http://{addr}/mcp");
 

@@ -105,10 +105,7 @@ async fn reload_adds_an_upstream_live_and_rejects_a_broken_file() {
     let alpha = example_upstream("alpha", &[]);
     std::fs::write(&path, with_auth_off(&format!("upstreams:\n{alpha}"))).unwrap();
     let mut served = Served::start(&["--config", path.to_str().unwrap()]);
-    let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let addr = served.listening_addr().await;
     served.first("upstream ready").await;
     let client = McpClient::connect(&format!("http://{addr}/mcp")).await;
     let mut events = client.listen(None).await;
@@ -177,10 +174,7 @@ async fn sigterm_lets_a_slow_call_finish_then_exits_cleanly() {
     )
     .unwrap();
     let mut served = Served::start(&["--config", path.to_str().unwrap()]);
-    let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let addr = served.listening_addr().await;
     let pid = served.first("started upstream child").await["pid"]
         .as_u64()
         .unwrap() as u32;

@@ -39,10 +39,7 @@ impl Replica {
     /// and waits until `upstreams` upstreams are ready.
     pub(crate) async fn start(path: &std::path::Path, upstreams: usize) -> Replica {
         let mut served = Served::start(&["--config", path.to_str().unwrap()]);
-        let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let addr = served.listening_addr().await;
         served.wait_for("upstream ready", upstreams).await;
         Replica {
             served,

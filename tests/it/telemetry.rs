@@ -323,10 +323,7 @@ async fn the_standard_otel_variables_turn_tracing_on_and_name_the_service() {
             ("OTEL_SERVICE_NAME", "from-env"),
         ],
     );
-    let addr = served.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let addr = served.listening_addr().await;
     served.first("upstream ready").await;
     let client = McpClient::connect(&format!("http://{addr}/mcp")).await;
     let header = format!("00-{TRACE_HEADER}-{PARENT_HEADER}-01");

@@ -121,6 +121,14 @@ impl Served {
         (status, text)
     }
 
+    /// The address the gateway logged it listens on (`host:port`).
+    pub async fn listening_addr(&mut self) -> String {
+        self.first("mcpmux listening; MCP endpoint at /mcp").await["addr"]
+            .as_str()
+            .expect("the listening line names its address")
+            .to_owned()
+    }
+
     /// The fields of the first log line with `message`.
     pub async fn first(&mut self, message: &str) -> Value {
         self.wait_for(message, 1).await.remove(0)
