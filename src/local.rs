@@ -171,6 +171,7 @@ async fn send(
         .await
     {
         Reply::Ready(frame) => frame,
+        Reply::Page(page) => page.into_text(),
         Reply::Streaming(mut frames) => {
             let mut last = None;
             while let Some(frame) = frames.recv().await {

@@ -11,6 +11,7 @@
 mod cached;
 mod forward;
 mod observe;
+mod reply;
 mod retry;
 pub(crate) mod rewrite;
 mod tasks;
@@ -21,9 +22,9 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 pub(crate) use forward::InflightCall;
+pub(crate) use reply::{CacheHints, PageFrame, Reply};
 
 use crate::auth::Identity;
 use crate::catalog::{CatalogStore, CursorError, ListKind, Page};
@@ -34,15 +35,6 @@ use crate::protocol::{self, Era, Method, RpcError, code};
 use crate::upstream::{Subscribed, SubscriberId};
 use crate::upstream::{UpstreamError, UpstreamSet};
 use rewrite::{Params, json_string};
-
-/// The answer to one request.
-pub(crate) enum Reply {
-    /// A complete JSON-RPC response frame.
-    Ready(String),
-    /// Frames of a forwarded call that streams progress: notifications
-    /// first, the response frame last, then the channel closes.
-    Streaming(mpsc::Receiver<String>),
-}
 
 /// Who sent a request and what the router may do for them.
 pub(crate) struct RequestContext {
@@ -488,7 +480,12 @@ impl Router {
         }
         let grant = self.grant(ctx);
         let grant = grant.as_deref();
-        let outcome = match Method::from_name(method) {
+        let parsed = Method::from_name(method);
+        let listing = matches!(
+            parsed,
+            Method::ToolsList | Method::PromptsList | Method::ResourcesList | Method::TemplatesList
+        );
+        let outcome = match parsed {
             Method::Ping => Ok(Page::from("{}".to_owned())),
             Method::ToolsList => self.list(grant, ListKind::Tools, params),
             Method::PromptsList => self.list(grant, ListKind::Prompts, params),
@@ -566,13 +563,21 @@ impl Router {
             .observe(method, "mcpmux", measured, started.elapsed());
         // A view filtered for one client is no one else's to cache.
         let scope = if grant.is_some() { "private" } else { "public" };
-        Reply::Ready(match outcome {
-            Ok(result) if ctx.era == Era::Modern => {
-                protocol::response_frame(id.get(), &rewrite::cacheable(&result, LIST_TTL_MS, scope))
-            }
-            Ok(result) => protocol::response_frame(id.get(), &result),
-            Err(e) => e.to_frame(id.get(), ctx.era),
-        })
+        let hints = (ctx.era == Era::Modern).then_some(CacheHints {
+            ttl_ms: LIST_TTL_MS,
+            scope,
+        });
+        match outcome {
+            Ok(page) if listing => Reply::Page(PageFrame::new(id.get(), page, hints)),
+            Ok(result) => Reply::Ready(match hints {
+                Some(hints) => protocol::response_frame(
+                    id.get(),
+                    &rewrite::cacheable(&result, hints.ttl_ms, hints.scope),
+                ),
+                None => protocol::response_frame(id.get(), &result),
+            }),
+            Err(e) => Reply::Ready(e.to_frame(id.get(), ctx.era)),
+        }
     }
 
     /// Handles a client notification.

@@ -358,14 +358,20 @@ fn targets(res: &Results, plan: &Plan, fanout: &[usize]) -> Table {
     }
     let tools = plan.catalog.upstreams * plan.catalog.tools_each;
     target(
-        &format!("tools/list of one client over a {tools}-tool catalog ≤ 1 ms (every page)"),
-        res.get("list_ms").map(report::median),
+        &format!(
+            "tools/list of one client over a {tools}-tool catalog ≤ 1 ms \
+             (every page, each request sent to its answer's last byte)"
+        ),
+        res.get("list_recv_ms").map(report::median),
         " ms",
         &|v| v <= 1.0,
     );
     table.note(
         "Each target as issue 13 states it; `met` compares the median of this run. \
-         Figures from a busy machine say nothing about the targets.",
+         Latencies run from sending a request to its answer's last byte, as a call's \
+         do; the load client's own scan of a listing (see the catalog table) is the \
+         client's time, not the gateway's. Figures from a busy machine say nothing \
+         about the targets.",
     );
     table
 }

@@ -37,6 +37,25 @@ impl std::ops::Deref for Page {
     }
 }
 
+impl Page {
+    /// The page's text as bytes, without copying it.
+    pub(crate) fn into_bytes(self) -> bytes::Bytes {
+        match self {
+            Page::Shared(text) => bytes::Bytes::from_owner(SharedText(text)),
+            Page::Owned(text) => bytes::Bytes::from(text),
+        }
+    }
+}
+
+/// A shared page's text, owned by the bytes that point into it.
+struct SharedText(Arc<str>);
+
+impl AsRef<[u8]> for SharedText {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
 impl PartialEq for Page {
     fn eq(&self, other: &Page) -> bool {
         **self == **other

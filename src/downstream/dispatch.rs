@@ -145,6 +145,9 @@ pub(crate) async fn send_reply(replies: &mpsc::Sender<String>, reply: Reply) {
         Reply::Ready(frame) => {
             let _ = replies.send(frame).await;
         }
+        Reply::Page(page) => {
+            let _ = replies.send(page.into_text()).await;
+        }
         Reply::Streaming(mut frames) => {
             while let Some(frame) = frames.recv().await {
                 if replies.send(frame).await.is_err() {

@@ -21,8 +21,8 @@ use super::dispatch::{self, Outcome};
 use super::listener::{ClientPeer, client_ip};
 use super::session::CloseReason;
 use super::wire::{
-    SESSION_HEADER, VERSION_HEADER, json_response, parse_message, read_body, rpc_error_response,
-    session_header,
+    SESSION_HEADER, VERSION_HEADER, json_response, page_response, parse_message, read_body,
+    rpc_error_response, session_header,
 };
 use crate::protocol::{self, Envelope, MessageKind, code};
 use crate::router::Reply;
@@ -139,6 +139,10 @@ pub(crate) async fn post(
     match dispatch::handle(&state, &session, &envelope, kind, accept.sse).await {
         Outcome::Accepted => StatusCode::ACCEPTED.into_response(),
         Outcome::Reply(Reply::Ready(frame)) if accept.json => json_response(frame),
+        Outcome::Reply(Reply::Page(page)) if accept.json => page_response(page),
+        Outcome::Reply(Reply::Page(page)) => {
+            super::resume::respond(&state, &session, single(page.into_text()))
+        }
         Outcome::Reply(Reply::Ready(frame)) => {
             super::resume::respond(&state, &session, single(frame))
         }

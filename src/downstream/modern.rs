@@ -23,7 +23,7 @@ use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
-use super::wire::{SESSION_HEADER, VERSION_HEADER, json_response as json};
+use super::wire::{SESSION_HEADER, VERSION_HEADER, json_response as json, page_response};
 use crate::notify::LogLevel;
 use crate::protocol::{self, Envelope, Era, MessageKind, RpcError, code, meta, method};
 use crate::router::{Reply, RequestContext};
@@ -288,15 +288,19 @@ pub(crate) async fn handle(
                 .request(&ctx, id, method, envelope.params)
                 .await
             {
-                Reply::Ready(frame) => match retry_after(&frame) {
-                    Some(secs) => (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        [(axum::http::header::RETRY_AFTER, secs.to_string())],
-                        json(frame),
-                    )
-                        .into_response(),
-                    None => (status_of(&frame), json(frame)).into_response(),
+                Reply::Ready(frame) => match error_of(&frame) {
+                    None => json(frame),
+                    Some(error) => match retry_after(&error) {
+                        Some(secs) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            [(axum::http::header::RETRY_AFTER, secs.to_string())],
+                            json(frame),
+                        )
+                            .into_response(),
+                        None => (status_of(error.code), json(frame)).into_response(),
+                    },
                 },
+                Reply::Page(page) => page_response(page),
                 Reply::Streaming(frames) => sse_response(ReceiverStream::new(frames)),
             }
         }
@@ -305,11 +309,11 @@ pub(crate) async fn handle(
 
 /// The HTTP status for a modern answer: the spec pins 400 on errors that
 /// say the request itself was unacceptable, also when an upstream said so.
-fn status_of(frame: &str) -> StatusCode {
-    match error_code(frame) {
-        Some(
-            code::HEADER_MISMATCH | code::MISSING_CLIENT_CAPABILITY | code::UNSUPPORTED_VERSION,
-        ) => StatusCode::BAD_REQUEST,
+fn status_of(code: i64) -> StatusCode {
+    match code {
+        code::HEADER_MISMATCH | code::MISSING_CLIENT_CAPABILITY | code::UNSUPPORTED_VERSION => {
+            StatusCode::BAD_REQUEST
+        }
         _ => StatusCode::OK,
     }
 }
@@ -317,30 +321,34 @@ fn status_of(frame: &str) -> StatusCode {
 /// For an upstream refused by its protection (saturated, circuit open):
 /// the whole seconds of its `Retry-After` (HTTP 503), from the error's
 /// `data.retryAfterMs`.
-fn retry_after(frame: &str) -> Option<u64> {
+fn retry_after(error: &AnswerError) -> Option<u64> {
     if !matches!(
-        error_code(frame),
-        Some(code::UPSTREAM_SATURATED | code::UPSTREAM_CIRCUIT_OPEN)
+        error.code,
+        code::UPSTREAM_SATURATED | code::UPSTREAM_CIRCUIT_OPEN
     ) {
         return None;
     }
-    let error = Envelope::parse(frame).ok()?.error?;
-    let value: Value = serde_json::from_str(error.get()).ok()?;
-    let ms = value["data"]["retryAfterMs"].as_u64().unwrap_or(1000);
+    let ms = error
+        .data
+        .as_ref()
+        .and_then(|d| d.get("retryAfterMs"))
+        .and_then(Value::as_u64)
+        .unwrap_or(1000);
     Some(ms.div_ceil(1000).max(1))
 }
 
-/// The `error.code` of a JSON-RPC answer; none for a result (whose body
-/// stays unparsed) or a frame that is not an answer.
-fn error_code(frame: &str) -> Option<i64> {
-    #[derive(Deserialize)]
-    struct ErrorCode {
-        code: i64,
-    }
+/// The error of a JSON-RPC answer.
+#[derive(Deserialize)]
+struct AnswerError {
+    code: i64,
+    data: Option<Value>,
+}
+
+/// The `error` of a JSON-RPC answer, read once; none for a result (whose
+/// body stays unparsed) or a frame that is not an answer.
+fn error_of(frame: &str) -> Option<AnswerError> {
     let error = Envelope::parse(frame).ok()?.error?;
-    serde_json::from_str::<ErrorCode>(error.get())
-        .ok()
-        .map(|e| e.code)
+    serde_json::from_str(error.get()).ok()
 }
 
 /// A streamed answer (progress, then the response) as `text/event-stream`.
@@ -440,22 +448,40 @@ mod tests {
     #[test]
     fn only_a_request_refusal_is_a_400() {
         let error = |code: i64| protocol::error_frame(Some("1"), &RpcError::new(code, "no"));
+        let status = |frame: &str| error_of(frame).map_or(StatusCode::OK, |e| status_of(e.code));
         assert_eq!(
-            status_of(&error(code::HEADER_MISMATCH)),
+            status(&error(code::HEADER_MISMATCH)),
             StatusCode::BAD_REQUEST
         );
         assert_eq!(
-            status_of(&error(code::UNSUPPORTED_VERSION)),
+            status(&error(code::UNSUPPORTED_VERSION)),
             StatusCode::BAD_REQUEST
         );
-        assert_eq!(status_of(&error(code::INTERNAL_ERROR)), StatusCode::OK);
+        assert_eq!(status(&error(code::INTERNAL_ERROR)), StatusCode::OK);
         // A result that merely mentions an error is a result.
         let result = protocol::response_frame(
             "1",
             &json!({ "content": [{ "type": "text", "text": "\"error\":{\"code\":-32020}" }], "error": { "code": -32020 } }).to_string(),
         );
-        assert_eq!(error_code(&result), None);
-        assert_eq!(status_of(&result), StatusCode::OK);
-        assert_eq!(error_code(&error(-32020)), Some(-32020));
+        assert!(error_of(&result).is_none());
+        assert_eq!(status(&result), StatusCode::OK);
+        assert_eq!(error_of(&error(-32020)).map(|e| e.code), Some(-32020));
+    }
+
+    #[test]
+    fn a_refusal_by_protection_waits_the_whole_seconds_it_names() {
+        let refusal = |code: i64, data: Value| {
+            let frame =
+                protocol::error_frame(Some("1"), &RpcError::new(code, "busy").with_data(data));
+            error_of(&frame).and_then(|e| retry_after(&e))
+        };
+        let saturated = code::UPSTREAM_SATURATED;
+        assert_eq!(refusal(saturated, json!({ "retryAfterMs": 1500 })), Some(2));
+        assert_eq!(refusal(saturated, json!({ "retryAfterMs": 0 })), Some(1));
+        assert_eq!(refusal(code::UPSTREAM_CIRCUIT_OPEN, json!({})), Some(1));
+        assert_eq!(
+            refusal(code::INTERNAL_ERROR, json!({ "retryAfterMs": 9000 })),
+            None
+        );
     }
 }

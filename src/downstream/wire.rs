@@ -7,10 +7,12 @@
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use crate::config::HttpConfig;
 use crate::protocol::{self, Envelope, MessageKind, RpcError, code};
+use crate::router::PageFrame;
 
 pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -29,6 +31,52 @@ pub(crate) fn rpc_error_response(
 /// A JSON-RPC frame as an `application/json` answer.
 pub(crate) fn json_response(frame: String) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], frame).into_response()
+}
+
+/// A list page's frame as an `application/json` answer: its pieces go out
+/// as they are, the shared page uncopied, with a `Content-Length`.
+pub(crate) fn page_response(page: PageFrame) -> Response {
+    let body = Body::new(Pieces::new(page.into_pieces()));
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// A body of a few byte pieces whose whole length is known up front.
+struct Pieces {
+    pieces: std::collections::VecDeque<Bytes>,
+    remaining: u64,
+}
+
+impl Pieces {
+    fn new(pieces: impl IntoIterator<Item = Bytes>) -> Pieces {
+        let pieces: std::collections::VecDeque<Bytes> =
+            pieces.into_iter().filter(|p| !p.is_empty()).collect();
+        let remaining = pieces.iter().map(|p| p.len() as u64).sum();
+        Pieces { pieces, remaining }
+    }
+}
+
+impl http_body::Body for Pieces {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let next = self.pieces.pop_front();
+        if let Some(piece) = &next {
+            self.remaining -= piece.len() as u64;
+        }
+        std::task::Poll::Ready(next.map(|piece| Ok(http_body::Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.remaining)
+    }
 }
 
 /// The `Mcp-Session-Id` header, or the 400 its absence gets.
@@ -162,3 +210,23 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind),
 
 #[cfg(test)]
 mod proptests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Page;
+    use http_body::Body as _;
+    use http_body_util::BodyExt as _;
+
+    #[tokio::test]
+    async fn a_page_answer_has_its_exact_length_and_the_whole_frame() {
+        let page = Page::from(r#"{"tools":[{"name":"a"}]}"#.to_owned());
+        let response = page_response(PageFrame::new("3", page, None));
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+        let body = response.into_body();
+        let expected = r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"a"}]}}"#;
+        assert_eq!(body.size_hint().exact(), Some(expected.len() as u64));
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(std::str::from_utf8(&bytes).unwrap(), expected);
+    }
+}

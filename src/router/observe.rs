@@ -82,6 +82,8 @@ impl Router {
         let reply = opentelemetry::context::FutureExt::with_context(served, cx.clone()).await;
         let frame = match &reply {
             Reply::Ready(frame) => Some(frame.as_str()),
+            // A list page is a result.
+            Reply::Page(_) => None,
             // A streamed answer's span ends when the stream starts.
             Reply::Streaming(_) => None,
         };

@@ -121,6 +121,7 @@ fn echo(arguments: Value) -> Value {
 fn ready(reply: Reply) -> Value {
     match reply {
         Reply::Ready(frame) => serde_json::from_str(&frame).unwrap(),
+        Reply::Page(page) => serde_json::from_str(&page.into_text()).unwrap(),
         Reply::Streaming(_) => panic!("expected a complete reply"),
     }
 }

@@ -1,0 +1,122 @@
+//! What the router answers with: a whole frame, a stream of frames, or a
+//! list page's frame kept in pieces.
+//!
+//! A merged list page is built once per catalog snapshot and shared (see
+//! [`crate::catalog::Page`]); a 5,000-tool page is about a megabyte. Its
+//! response frame is the request's own envelope around that shared text,
+//! so HTTP sends the three pieces as they are (one vectored write, no copy
+//! of the page); only transports that need one string join them.
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::catalog::Page;
+
+/// The answer to one request.
+pub(crate) enum Reply {
+    /// A complete JSON-RPC response frame.
+    Ready(String),
+    /// A list page's complete response frame, in pieces.
+    Page(PageFrame),
+    /// Frames of a forwarded call that streams progress: notifications
+    /// first, the response frame last, then the channel closes.
+    Streaming(mpsc::Receiver<String>),
+}
+
+/// `{"jsonrpc":"2.0","id":ID,"result":PAGE}`, as the envelope's head, the
+/// page's own bytes and the closing brace.
+#[derive(Debug)]
+pub(crate) struct PageFrame {
+    head: String,
+    page: Bytes,
+}
+
+/// The caching hints a 2026-07-28 result carries.
+pub(crate) struct CacheHints<'a> {
+    pub ttl_ms: u64,
+    pub scope: &'a str,
+}
+
+impl PageFrame {
+    /// The response to request `id` (raw JSON) whose result is `page`, a
+    /// JSON object; with `hints`, the result also carries `resultType`,
+    /// `ttlMs` and `cacheScope` (first, as the 2026-07-28 results do).
+    pub(crate) fn new(id: &str, page: Page, hints: Option<CacheHints<'_>>) -> PageFrame {
+        let mut head = String::with_capacity(128 + id.len());
+        head.push_str(r#"{"jsonrpc":"2.0","id":"#);
+        head.push_str(id);
+        head.push_str(r#","result":"#);
+        let mut page = page.into_bytes();
+        if let Some(hints) = hints {
+            // The page is `{...}`: the hints go after its opening brace.
+            let empty = page.iter().skip(1).find(|b| !b.is_ascii_whitespace()) == Some(&b'}');
+            head.push_str(&format!(
+                r#"{{"resultType":"complete","ttlMs":{},"cacheScope":"{}""#,
+                hints.ttl_ms, hints.scope
+            ));
+            if !empty {
+                head.push(',');
+            }
+            page = page.slice(1.min(page.len())..);
+        }
+        PageFrame { head, page }
+    }
+
+    /// The frame as one string, for transports that write whole frames.
+    pub(crate) fn into_text(self) -> String {
+        let mut text = self.head;
+        text.reserve(self.page.len() + 1);
+        // The page came from a `str` (see `Page::into_bytes`) and was cut
+        // after an ASCII brace, so it is UTF-8.
+        text.push_str(std::str::from_utf8(&self.page).expect("a page is UTF-8"));
+        text.push('}');
+        text
+    }
+
+    /// The frame's pieces in order, for a vectored write.
+    pub(crate) fn into_pieces(self) -> [Bytes; 3] {
+        [Bytes::from(self.head), self.page, Bytes::from_static(b"}")]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn joined(frame: PageFrame) -> Value {
+        let pieces = frame.into_pieces();
+        serde_json::from_slice(&pieces.concat()).unwrap()
+    }
+
+    #[test]
+    fn a_page_frame_is_the_envelope_around_the_page_with_or_without_hints() {
+        let page = || Page::from(r#"{"tools":[{"name":"a"}],"nextCursor":"x"}"#.to_owned());
+        let plain =
+            json!({"jsonrpc":"2.0","id":7,"result":{"tools":[{"name":"a"}],"nextCursor":"x"}});
+        assert_eq!(joined(PageFrame::new("7", page(), None)), plain);
+        let text = PageFrame::new("7", page(), None).into_text();
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), plain);
+
+        let hints = || CacheHints {
+            ttl_ms: 60000,
+            scope: "private",
+        };
+        let hinted = json!({"jsonrpc":"2.0","id":"r","result":{
+            "resultType":"complete","ttlMs":60000,"cacheScope":"private",
+            "tools":[{"name":"a"}],"nextCursor":"x"}});
+        assert_eq!(
+            joined(PageFrame::new(r#""r""#, page(), Some(hints()))),
+            hinted
+        );
+        let text = PageFrame::new(r#""r""#, page(), Some(hints())).into_text();
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), hinted);
+        assert!(text.starts_with(r#"{"jsonrpc":"2.0","id":"r","result":{"resultType":"complete""#));
+
+        let empty = PageFrame::new("1", Page::from("{ }".to_owned()), Some(hints()));
+        assert_eq!(
+            joined(empty)["result"],
+            json!({"resultType":"complete","ttlMs":60000,"cacheScope":"private"})
+        );
+    }
+}
