@@ -10,6 +10,7 @@
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use super::rewrite;
 use crate::catalog::Page;
 
 /// The answer to one request.
@@ -24,11 +25,12 @@ pub(crate) enum Reply {
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"result":PAGE}`, as the envelope's head, the
-/// page's own bytes and the closing brace.
+/// page (from its byte `skip` on) and the closing brace.
 #[derive(Debug)]
 pub(crate) struct PageFrame {
     head: String,
-    page: Bytes,
+    page: Page,
+    skip: usize,
 }
 
 /// The caching hints a 2026-07-28 result carries.
@@ -40,42 +42,37 @@ pub(crate) struct CacheHints<'a> {
 impl PageFrame {
     /// The response to request `id` (raw JSON) whose result is `page`, a
     /// JSON object; with `hints`, the result also carries `resultType`,
-    /// `ttlMs` and `cacheScope` (first, as the 2026-07-28 results do).
+    /// `ttlMs` and `cacheScope` (first, as [`rewrite::cacheable`] puts them).
     pub(crate) fn new(id: &str, page: Page, hints: Option<CacheHints<'_>>) -> PageFrame {
         let mut head = String::with_capacity(128 + id.len());
         head.push_str(r#"{"jsonrpc":"2.0","id":"#);
         head.push_str(id);
         head.push_str(r#","result":"#);
-        let mut page = page.into_bytes();
+        let mut skip = 0;
         if let Some(hints) = hints {
-            // The page is `{...}`: the hints go after its opening brace.
-            let empty = page.iter().skip(1).find(|b| !b.is_ascii_whitespace()) == Some(&b'}');
-            head.push_str(&format!(
-                r#"{{"resultType":"complete","ttlMs":{},"cacheScope":"{}""#,
-                hints.ttl_ms, hints.scope
-            ));
-            if !empty {
-                head.push(',');
-            }
-            page = page.slice(1.min(page.len())..);
+            let rest = page.strip_prefix('{').unwrap_or(&page);
+            head.push_str(&rewrite::hinted_opening(rest, hints.ttl_ms, hints.scope));
+            skip = page.len() - rest.len();
         }
-        PageFrame { head, page }
+        PageFrame { head, page, skip }
     }
 
     /// The frame as one string, for transports that write whole frames.
     pub(crate) fn into_text(self) -> String {
         let mut text = self.head;
-        text.reserve(self.page.len() + 1);
-        // The page came from a `str` (see `Page::into_bytes`) and was cut
-        // after an ASCII brace, so it is UTF-8.
-        text.push_str(std::str::from_utf8(&self.page).expect("a page is UTF-8"));
+        text.reserve(self.page.len() - self.skip + 1);
+        text.push_str(&self.page[self.skip..]);
         text.push('}');
         text
     }
 
     /// The frame's pieces in order, for a vectored write.
     pub(crate) fn into_pieces(self) -> [Bytes; 3] {
-        [Bytes::from(self.head), self.page, Bytes::from_static(b"}")]
+        [
+            Bytes::from(self.head),
+            self.page.into_bytes().slice(self.skip..),
+            Bytes::from_static(b"}"),
+        ]
     }
 }
 

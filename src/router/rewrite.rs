@@ -252,13 +252,21 @@ pub(crate) fn modern_result(method: &str, body: &str) -> String {
 /// spliced in front of its members.
 pub(crate) fn cacheable(result: &str, ttl_ms: u64, scope: &str) -> String {
     let rest = result.strip_prefix('{').unwrap_or(result);
+    let mut out = hinted_opening(rest, ttl_ms, scope);
+    out.push_str(rest);
+    out
+}
+
+/// What goes in front of `rest`, a result object's text after its `{`, to
+/// make it that result with `resultType` and caching hints first.
+pub(crate) fn hinted_opening(rest: &str, ttl_ms: u64, scope: &str) -> String {
     let separator = if rest.trim_start().starts_with('}') {
         ""
     } else {
         ","
     };
     format!(
-        "{{\"resultType\":\"complete\",\"ttlMs\":{ttl_ms},\"cacheScope\":\"{scope}\"{separator}{rest}"
+        "{{\"resultType\":\"complete\",\"ttlMs\":{ttl_ms},\"cacheScope\":\"{scope}\"{separator}"
     )
 }
 
