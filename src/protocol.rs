@@ -277,12 +277,19 @@ impl RpcError {
 
 /// `{"jsonrpc":"2.0","id":ID,"result":RESULT}`
 pub(crate) fn response_frame(id: &str, result: &str) -> String {
-    let mut out = String::with_capacity(40 + id.len() + result.len());
+    let mut out = response_head(id, result.len() + 1);
+    out.push_str(result);
+    out.push('}');
+    out
+}
+
+/// `{"jsonrpc":"2.0","id":ID,"result":`: a response frame up to its result,
+/// with room for `more` bytes after it.
+pub(crate) fn response_head(id: &str, more: usize) -> String {
+    let mut out = String::with_capacity(40 + id.len() + more);
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
     out.push_str(id);
     out.push_str(r#","result":"#);
-    out.push_str(result);
-    out.push('}');
     out
 }
 

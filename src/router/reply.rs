@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::rewrite;
 use crate::catalog::Page;
+use crate::protocol;
 
 /// The answer to one request.
 pub(crate) enum Reply {
@@ -44,10 +45,7 @@ impl PageFrame {
     /// JSON object; with `hints`, the result also carries `resultType`,
     /// `ttlMs` and `cacheScope` (first, as [`rewrite::cacheable`] puts them).
     pub(crate) fn new(id: &str, page: Page, hints: Option<CacheHints<'_>>) -> PageFrame {
-        let mut head = String::with_capacity(128 + id.len());
-        head.push_str(r#"{"jsonrpc":"2.0","id":"#);
-        head.push_str(id);
-        head.push_str(r#","result":"#);
+        let mut head = protocol::response_head(id, 96);
         let mut skip = 0;
         if let Some(hints) = hints {
             let rest = page.strip_prefix('{').unwrap_or(&page);
