@@ -139,14 +139,7 @@ async fn measure(
     while let Some(joined) = subscribing.join_next().await {
         pool.push(joined.map_err(|e| fail(format!("subscribe task: {e}")))??);
     }
-    let deadline = Instant::now() + OPEN_BOUND;
-    for _ in 0..n {
-        match tokio::time::timeout_at(deadline.into(), opened.recv()).await {
-            Ok(Some(Ok(()))) => {}
-            Ok(Some(Err(e))) => return Err(fail(format!("opening a stream: {e}"))),
-            _ => return Err(fail("streams did not all open in time")),
-        }
-    }
+    wait_opened(&mut opened, n).await?;
     tokio::time::sleep(SETTLE).await;
     let rss2 = procs::rss(pid)?;
     res.push(
@@ -155,6 +148,151 @@ async fn measure(
     );
 
     // One update from the floor, straight to it (not through the gateway).
+    deliver(pid, floor_addr, n, &mut arrived, "fan", res).await?;
+    readers.abort_all();
+    drop(pool);
+    Ok(())
+}
+
+/// The reference for the same figures: N streams opened straight on a
+/// fresh floor (hyper, one mpsc queue and one response body per stream, no
+/// MCP session), the floor's memory per open stream, and one
+/// `resources/updated` pushed to them all: the least an MCP server on these
+/// parts spends per stream and per delivery (`floor_stream_kb/<n>`,
+/// `floor_fan_p50_ms/<n>`, `floor_fan_p99_ms/<n>`, `floor_fan_cpu_us/<n>`).
+pub async fn floor_round(exe: &Path, n: usize, floor_threads: usize, res: &mut Results) -> Res<()> {
+    let (floor, floor_addr) = procs::floor_http(exe, 2, floor_threads).await?;
+    let outcome = async {
+        // One connection first, so the runtime's own first allocations are
+        // in the baseline.
+        let mut warm = Session::open(Conn::connect(floor_addr).await?).await?;
+        warm.request("ping", json!({})).await?;
+        tokio::time::sleep(SETTLE).await;
+        let rss0 = procs::rss(floor.pid)?;
+        let (arrived_tx, mut arrived) = mpsc::channel::<Instant>(n.max(1));
+        let (opened_tx, mut opened) = mpsc::channel::<Result<(), String>>(n.max(1));
+        let limit = Arc::new(Semaphore::new(OPENING));
+        let mut readers = JoinSet::new();
+        let id = HeaderValue::from_static("floor-0");
+        for _ in 0..n {
+            readers.spawn(read_stream(
+                floor_addr,
+                id.clone(),
+                limit.clone(),
+                opened_tx.clone(),
+                arrived_tx.clone(),
+            ));
+        }
+        drop((arrived_tx, opened_tx));
+        wait_opened(&mut opened, n).await?;
+        tokio::time::sleep(SETTLE).await;
+        let rss1 = procs::rss(floor.pid)?;
+        res.push(
+            format!("floor_stream_kb/{n}"),
+            rss1.saturating_sub(rss0) as f64 / n as f64 / 1024.0,
+        );
+        deliver(floor.pid, floor_addr, n, &mut arrived, "floor_fan", res).await?;
+        readers.abort_all();
+        Ok::<_, crate::Error>(())
+    }
+    .await;
+    floor.stop().await;
+    outcome
+}
+
+/// The least any process spends per delivery on this machine: one blocking
+/// `write` of a notification's SSE frame to each of `n` connected loopback
+/// sockets, from one thread, with a reader (a task of the benchmark's
+/// runtime) waiting on each. No HTTP and no MCP: the kernel's own cost of a
+/// delivery, which every server pays once per stream
+/// (`raw_p50_ms/<n>`, `raw_p99_ms/<n>`, `raw_cpu_us/<n>`: that thread's
+/// CPU per write).
+pub async fn raw_round(n: usize, res: &mut Results) -> Res<()> {
+    use std::io::Write;
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (arrived_tx, mut arrived) = mpsc::channel::<Instant>(n.max(1));
+    let mut readers = JoinSet::new();
+    let mut writers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let client = tokio::net::TcpStream::connect(addr).await?;
+        let (server, _) = listener.accept().await?;
+        server.set_nodelay(true)?;
+        let server = server.into_std()?;
+        server.set_nonblocking(false)?;
+        writers.push(server);
+        let arrived = arrived_tx.clone();
+        readers.spawn(async move {
+            let mut client = client;
+            let mut buf = [0u8; 512];
+            if matches!(client.read(&mut buf).await, Ok(read) if read > 0) {
+                let _ = arrived.send(Instant::now()).await;
+            }
+        });
+    }
+    drop(arrived_tx);
+    tokio::time::sleep(SETTLE).await;
+    let frame = format!(
+        "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\",\"params\":{{\"uri\":\"fh+{RESOURCE}\"}}}}\n\n"
+    );
+    let start = Instant::now();
+    let writing = tokio::task::spawn_blocking(move || {
+        let before = procs::thread_cpu_ns()?;
+        for socket in &mut writers {
+            socket.write_all(frame.as_bytes())?;
+        }
+        let spent = procs::thread_cpu_ns()?.saturating_sub(before);
+        Ok::<_, crate::Error>((spent, writers))
+    });
+    let mut times = Vec::with_capacity(n);
+    let deadline = start + DELIVERY_BOUND;
+    while times.len() < n {
+        match tokio::time::timeout_at(deadline.into(), arrived.recv()).await {
+            Ok(Some(at)) => times.push(at.saturating_duration_since(start)),
+            _ => break,
+        }
+    }
+    let (spent_ns, writers) = writing
+        .await
+        .map_err(|e| fail(format!("writer thread: {e}")))??;
+    drop(writers);
+    readers.abort_all();
+    if times.len() < n {
+        return Err(fail(format!("{} of {n} raw writes arrived", times.len())));
+    }
+    times.sort_unstable();
+    res.push(format!("raw_p50_ms/{n}"), percentile_us(&times, 0.5) / 1e3);
+    res.push(format!("raw_p99_ms/{n}"), percentile_us(&times, 0.99) / 1e3);
+    res.push(format!("raw_cpu_us/{n}"), spent_ns as f64 / 1e3 / n as f64);
+    Ok(())
+}
+
+/// Waits until `n` streams said they are open.
+async fn wait_opened(opened: &mut mpsc::Receiver<Result<(), String>>, n: usize) -> Res<()> {
+    let deadline = Instant::now() + OPEN_BOUND;
+    for _ in 0..n {
+        match tokio::time::timeout_at(deadline.into(), opened.recv()).await {
+            Ok(Some(Ok(()))) => {}
+            Ok(Some(Err(e))) => return Err(fail(format!("opening a stream: {e}"))),
+            _ => return Err(fail("streams did not all open in time")),
+        }
+    }
+    Ok(())
+}
+
+/// Asks the floor at `floor_addr` to emit one `resources/updated` and
+/// collects the `n` arrivals: `<key>_delivered/<n>`, `<key>_p50_ms/<n>`,
+/// `<key>_p99_ms/<n>`, and `<key>_cpu_us/<n>`, the CPU process `pid` spent
+/// per delivery meanwhile.
+async fn deliver(
+    pid: u32,
+    floor_addr: std::net::SocketAddr,
+    n: usize,
+    arrived: &mut mpsc::Receiver<Instant>,
+    key: &str,
+    res: &mut Results,
+) -> Res<()> {
     let mut trigger = Session::open(Conn::connect(floor_addr).await?).await?;
     let before = Usage::of(pid)?;
     let start = Instant::now();
@@ -165,9 +303,7 @@ async fn measure(
         )
         .await?;
     if reached.pointer("/structuredContent/reached") == Some(&json!(0)) {
-        return Err(fail(
-            "the gateway holds no notification stream on the floor",
-        ));
+        return Err(fail("the floor holds no notification stream"));
     }
     let mut times = Vec::with_capacity(n);
     let deadline = start + DELIVERY_BOUND;
@@ -180,15 +316,19 @@ async fn measure(
     let used = Usage::of(pid)?.since(before);
     let delivered = times.len();
     times.sort_unstable();
-    res.push(format!("fan_delivered/{n}"), delivered as f64);
-    res.push(format!("fan_p50_ms/{n}"), percentile_us(&times, 0.5) / 1e3);
-    res.push(format!("fan_p99_ms/{n}"), percentile_us(&times, 0.99) / 1e3);
+    res.push(format!("{key}_delivered/{n}"), delivered as f64);
     res.push(
-        format!("fan_cpu_us/{n}"),
+        format!("{key}_p50_ms/{n}"),
+        percentile_us(&times, 0.5) / 1e3,
+    );
+    res.push(
+        format!("{key}_p99_ms/{n}"),
+        percentile_us(&times, 0.99) / 1e3,
+    );
+    res.push(
+        format!("{key}_cpu_us/{n}"),
         used.cpu_us as f64 / delivered.max(1) as f64,
     );
-    readers.abort_all();
-    drop(pool);
     if delivered < n {
         return Err(fail(format!(
             "{delivered} of {n} streams got the notification within {}s",

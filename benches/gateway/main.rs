@@ -28,6 +28,7 @@ mod client;
 mod fanout;
 mod floor;
 mod procs;
+mod proxy;
 mod report;
 mod stall;
 mod tables;
@@ -218,6 +219,9 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("floor") {
         return floor_main(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("proxy") {
+        return proxy_main(&args[1..]);
+    }
     if !args.iter().any(|a| a == "--bench") {
         println!("gateway benchmark: not run without --bench (cargo bench --bench gateway)");
         return ExitCode::SUCCESS;
@@ -269,6 +273,28 @@ fn floor_main(args: &[String]) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("floor: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `proxy --upstream ADDR [--threads N]`: a child process of the benchmark.
+fn proxy_main(args: &[String]) -> ExitCode {
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+    };
+    let upstream = value("--upstream").and_then(|a| a.parse().ok());
+    let threads = value("--threads").and_then(|n| n.parse().ok()).unwrap_or(0);
+    let outcome = match upstream {
+        Some(upstream) => proxy::run(upstream, threads),
+        None => Err(fail("usage: gateway proxy --upstream ADDR [--threads N]")),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("proxy: {e}");
             ExitCode::FAILURE
         }
     }
@@ -344,6 +370,15 @@ async fn run(options: &Options) -> Res<()> {
                     plan.fanout_rounds
                 );
                 fanout::round(mcpmux, &exe, &scratch, n, options.floor_threads, &mut res).await?;
+                fanout::floor_round(&exe, n, options.floor_threads, &mut res).await?;
+                // Both ends of each socket are this process's.
+                if 2 * n as u64 + 512 <= fds {
+                    fanout::raw_round(n, &mut res).await?;
+                } else {
+                    eprintln!(
+                        "open-file limit {fds} is too low for {n} socket pairs; no raw reference"
+                    );
+                }
             }
         }
     }
@@ -423,6 +458,7 @@ async fn calls_part(
     );
     let config = scratch.write("calls.yaml", &gateway_yaml(&upstreams))?;
     let gateway = procs::gateway(&options.mcpmux, &config).await?;
+    let (proxy, proxy_addr) = procs::proxy(exe, floor_addr).await?;
     let outcome = async {
         procs::wait_ready(gateway.addr, gateway.spawned, Duration::from_secs(60)).await?;
         let stdio_floor = procs::children(gateway.proc.pid)
@@ -451,6 +487,13 @@ async fn calls_part(
                 floor: stdio_floor,
                 gateway: Some(gateway.proc.pid),
             },
+            calls::Target {
+                key: "proxy",
+                addr: proxy_addr,
+                tool: floor::ECHO.to_owned(),
+                floor: floor.pid,
+                gateway: Some(proxy.pid),
+            },
         ];
         for round in 0..plan.rounds {
             eprintln!("per-call round {}/{}", round + 1, plan.rounds);
@@ -473,6 +516,7 @@ async fn calls_part(
     }
     .await;
     gateway.proc.stop().await;
+    proxy.stop().await;
     floor.stop().await;
     outcome
 }

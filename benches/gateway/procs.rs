@@ -84,16 +84,31 @@ pub async fn floor_http_with(
         .args(more)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    let mut proc = Proc::spawn("floor", cmd)?;
+    listening("floor", cmd).await
+}
+
+/// The bare proxy (`gateway proxy`) in front of the floor at `upstream`,
+/// on tokio's default multi-thread runtime, as the gateway runs.
+pub async fn proxy(exe: &Path, upstream: SocketAddr) -> Res<(Proc, SocketAddr)> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["proxy", "--upstream", &upstream.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    listening("proxy", cmd).await
+}
+
+/// Spawns `cmd` and reads the `listening ADDR` line it prints first.
+async fn listening(name: &'static str, cmd: Command) -> Res<(Proc, SocketAddr)> {
+    let mut proc = Proc::spawn(name, cmd)?;
     let stdout = proc.child.stdout.take().expect("stdout is piped");
     let mut lines = BufReader::new(stdout).lines();
     let line = tokio::time::timeout(ADDRESS_WAIT, lines.next_line())
         .await
-        .map_err(|_| fail("the floor did not say where it listens"))??
-        .ok_or_else(|| fail("the floor exited before listening"))?;
+        .map_err(|_| fail(format!("the {name} did not say where it listens")))??
+        .ok_or_else(|| fail(format!("the {name} exited before listening")))?;
     let addr = line
         .strip_prefix("listening ")
-        .ok_or_else(|| fail(format!("unexpected floor output: {line}")))?
+        .ok_or_else(|| fail(format!("unexpected {name} output: {line}")))?
         .parse()?;
     Ok((proc, addr))
 }
@@ -248,6 +263,15 @@ impl Usage {
         }
         used
     }
+}
+
+/// The calling thread's run time so far, in ns (`/proc/thread-self/schedstat`).
+pub fn thread_cpu_ns() -> Res<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")?
+        .split_whitespace()
+        .next()
+        .and_then(|ns| ns.parse().ok())
+        .ok_or_else(|| fail("unreadable /proc/thread-self/schedstat"))
 }
 
 /// Resident memory (`VmRSS`) in bytes.

@@ -163,7 +163,7 @@ impl Table {
 const ABOUT: &str = r#"## What it measures
 
 One binary (`benches/gateway/main.rs`, run by `cargo bench --bench gateway`;
-`scripts/bench.sh` builds the release gateway too and runs that) plays three
+`scripts/bench.sh` builds the release gateway too and runs that) plays four
 parts:
 
 - the **floor**: the least an MCP server can do, in Rust on hyper 1.x
@@ -172,6 +172,10 @@ parts:
   once, `resources/subscribe`, a `GET /mcp` notification stream, and a
   `notify` tool that emits `notifications/resources/updated`. Each floor is
   its own process, so its CPU is counted apart;
+- the **bare proxy**: the least any HTTP gateway does, as a reference for
+  the gateway's own cost: an HTTP/1.1 pass-through in hyper on tokio's
+  multi-thread runtime (as mcpmux runs), one upstream connection per client
+  connection, no MCP and no JSON. Its own process too;
 - the **load client**: one HTTP/1.1 keep-alive connection and one MCP
   session per simulated client;
 - the **driver**: it starts `mcpmux serve` (authentication off, upstreams
@@ -182,8 +186,9 @@ parts:
   resident memory of each process.
 
 In interleaved rounds (direct to the floor, through mcpmux to an HTTP floor,
-through mcpmux to a stdio floor), with medians and the spread across rounds,
-and ratios against direct taken round by round:
+through mcpmux to a stdio floor, through the bare proxy to the HTTP floor),
+with medians and the spread across rounds, and ratios against direct taken
+round by round:
 
 - latency p50 and p99 of `tools/call` with 2 KB and 32 KB payloads, one
   client calling sequentially;
@@ -202,7 +207,14 @@ Then, each with a fresh gateway:
   `resources/updated`; delivery latency p50/p99 across streams and gateway
   CPU per delivered notification;
 - the gateway's memory per idle session and per session with an open
-  stream and a subscription (growth of its VmRSS).
+  stream and a subscription (growth of its VmRSS);
+- two references for those figures: the same number of streams opened
+  straight on a fresh floor, which pushes the same notification to them
+  (its delivery latency, CPU per delivery and memory per open stream: the
+  least an MCP server on hyper spends), and one thread writing the
+  notification's SSE frame once to each of as many connected loopback
+  sockets, a reader waiting on each (its CPU per write: the kernel's own
+  cost of a delivery; run where the open-file limit allows both ends).
 - one upstream stalled (issue 15): a gateway over two HTTP floors, one of
   them with small `limits` and a `stall` tool that never answers; the
   other upstream's echo latency (2 KB, one client) with the stalled one
@@ -227,6 +239,9 @@ most). Without `--bench` on its command line, as under
 
 Read the figures with this in mind:
 
+- The targets table puts each target beside the same figure for the bare
+  reference measured in the same run: a target below its reference is
+  below what these parts do on this machine before any MCP work.
 - The load client, the floors and the gateway share the machine's CPUs; on
   a small machine every figure includes that contention, which is why
   ratios against direct, taken in the same round, say more than absolute
