@@ -3,7 +3,10 @@
 //! `GET /mcp` stream on its own connection and a subscription to one URI
 //! (memory per such session); then the floor emits one
 //! `notifications/resources/updated` and every stream's reader task (on the
-//! benchmark's runtime) notes when it arrives.
+//! benchmark's runtime) notes when it arrives. Two references for the same
+//! figures: as many streams opened straight on a fresh floor, which pushes
+//! the notification itself ([`floor_round`]), and one `write()` of its frame
+//! to each of as many loopback sockets ([`raw_round`]).
 
 use std::path::Path;
 use std::sync::Arc;

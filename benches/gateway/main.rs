@@ -1,10 +1,12 @@
 //! The gateway benchmark (`cargo bench --bench gateway`, or `scripts/bench.sh`):
 //! one binary that is the floor MCP server (re-run as `gateway floor http|stdio`
-//! child processes), the load client, and the driver that runs the release
-//! `mcpmux` as a child process and prints the results as Markdown.
+//! child processes), the bare proxy (`gateway proxy`, the per-call reference),
+//! the load client, and the driver that runs the release `mcpmux` as a child
+//! process and prints the results as Markdown.
 //!
 //! What it measures, in interleaved rounds (direct to the floor, through
-//! mcpmux to an HTTP floor, through mcpmux to a stdio floor, R times):
+//! mcpmux to an HTTP floor, through mcpmux to a stdio floor, through the bare
+//! proxy to the HTTP floor, R times):
 //! latency p50/p99 of `tools/call` echo (2 KB, 32 KB; one client); CPU µs
 //! and context switches per call of the gateway and of the floor (from
 //! `/proc/<pid>/task/*/schedstat` and `status`, checked against
@@ -13,7 +15,7 @@
 //! to `/readyz` with many stdio floors and the merged `tools/list` of all
 //! their tools; fan-out of one `resources/updated` to N open streams, and the
 //! gateway's memory per idle session and per session with a stream and a
-//! subscription; and, with one upstream stalled and saturated (issue 15),
+//! subscription, beside the floor's own streams and one `write()` per socket; and, with one upstream stalled and saturated (issue 15),
 //! the other upstream's call latency against the same with it idle; and,
 //! with `--baseline PATH`, this build against another build in paired rounds.
 //!
