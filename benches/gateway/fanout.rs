@@ -248,14 +248,7 @@ pub async fn raw_round(n: usize, res: &mut Results) -> Res<()> {
         let spent = procs::thread_cpu_ns()?.saturating_sub(before);
         Ok::<_, crate::Error>((spent, writers))
     });
-    let mut times = Vec::with_capacity(n);
-    let deadline = start + DELIVERY_BOUND;
-    while times.len() < n {
-        match tokio::time::timeout_at(deadline.into(), arrived.recv()).await {
-            Ok(Some(at)) => times.push(at.saturating_duration_since(start)),
-            _ => break,
-        }
-    }
+    let mut times = arrivals(&mut arrived, n, start).await;
     let (spent_ns, writers) = writing
         .await
         .map_err(|e| fail(format!("writer thread: {e}")))??;
@@ -269,6 +262,24 @@ pub async fn raw_round(n: usize, res: &mut Results) -> Res<()> {
     res.push(format!("raw_p99_ms/{n}"), percentile_us(&times, 0.99) / 1e3);
     res.push(format!("raw_cpu_us/{n}"), spent_ns as f64 / 1e3 / n as f64);
     Ok(())
+}
+
+/// The time from `start` to each of at most `n` arrivals, waiting at most
+/// [`DELIVERY_BOUND`] in all.
+async fn arrivals(
+    arrived: &mut mpsc::Receiver<Instant>,
+    n: usize,
+    start: Instant,
+) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    let deadline = start + DELIVERY_BOUND;
+    while times.len() < n {
+        match tokio::time::timeout_at(deadline.into(), arrived.recv()).await {
+            Ok(Some(at)) => times.push(at.saturating_duration_since(start)),
+            _ => break,
+        }
+    }
+    times
 }
 
 /// Waits until `n` streams said they are open.
@@ -308,14 +319,7 @@ async fn deliver(
     if reached.pointer("/structuredContent/reached") == Some(&json!(0)) {
         return Err(fail("the floor holds no notification stream"));
     }
-    let mut times = Vec::with_capacity(n);
-    let deadline = start + DELIVERY_BOUND;
-    while times.len() < n {
-        match tokio::time::timeout_at(deadline.into(), arrived.recv()).await {
-            Ok(Some(at)) => times.push(at.saturating_duration_since(start)),
-            _ => break,
-        }
-    }
+    let mut times = arrivals(arrived, n, start).await;
     let used = Usage::of(pid)?.since(before);
     let delivered = times.len();
     times.sort_unstable();

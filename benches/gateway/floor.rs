@@ -274,31 +274,42 @@ pub fn run_http(tools: usize, threads: usize, stall: bool) -> Res<()> {
     };
     runtime.block_on(async move {
         let floor = Arc::new(Floor::new(tools, stall));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        println!("listening {}", listener.local_addr()?);
-        std::io::stdout().flush()?;
-        // The parent holds our stdin; when it goes away, so do we.
-        let mut stdin_closed = tokio::task::spawn_blocking(|| {
-            let mut sink = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
-        });
-        loop {
-            tokio::select! {
-                _ = &mut stdin_closed => return Ok(()),
-                accepted = listener.accept() => {
-                    let (stream, _) = accepted?;
-                    stream.set_nodelay(true)?;
-                    let floor = floor.clone();
-                    tokio::spawn(async move {
-                        let service = hyper::service::service_fn(move |req| serve(floor.clone(), req));
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
+        serve_until_stdin_closes(|stream| {
+            let floor = floor.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| serve(floor.clone(), req));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        })
+        .await
+    })
+}
+
+/// The accept loop of a child process of the benchmark (the HTTP floor and
+/// the bare proxy): listens on 127.0.0.1:0, prints `listening ADDR` on
+/// stdout, hands each connection (`TCP_NODELAY` set) to `accepted`, and
+/// returns when stdin closes.
+pub async fn serve_until_stdin_closes(mut accepted: impl FnMut(tokio::net::TcpStream)) -> Res<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    println!("listening {}", listener.local_addr()?);
+    std::io::stdout().flush()?;
+    // The parent holds our stdin; when it goes away, so do we.
+    let mut stdin_closed = tokio::task::spawn_blocking(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+    });
+    loop {
+        tokio::select! {
+            _ = &mut stdin_closed => return Ok(()),
+            connection = listener.accept() => {
+                let (stream, _) = connection?;
+                stream.set_nodelay(true)?;
+                accepted(stream);
             }
         }
-    })
+    }
 }
 
 type Body = BoxBody<Bytes, Infallible>;

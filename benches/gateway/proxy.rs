@@ -11,7 +11,6 @@
 //! wake-ups between them) is spent by any gateway built on these parts
 //! before it reads a byte of JSON; the report puts the two side by side.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -41,26 +40,9 @@ pub fn run(upstream: SocketAddr, threads: usize) -> Res<()> {
             .enable_all()
             .build()?,
     };
-    runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        println!("listening {}", listener.local_addr()?);
-        std::io::stdout().flush()?;
-        // The parent holds our stdin; when it goes away, so do we.
-        let mut stdin_closed = tokio::task::spawn_blocking(|| {
-            let mut sink = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
-        });
-        loop {
-            tokio::select! {
-                _ = &mut stdin_closed => return Ok(()),
-                accepted = listener.accept() => {
-                    let (stream, _) = accepted?;
-                    stream.set_nodelay(true)?;
-                    tokio::spawn(serve_connection(stream, upstream));
-                }
-            }
-        }
-    })
+    runtime.block_on(crate::floor::serve_until_stdin_closes(|stream| {
+        tokio::spawn(serve_connection(stream, upstream));
+    }))
 }
 
 /// One downstream connection and the upstream connection it opens on its
