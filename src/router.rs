@@ -36,6 +36,17 @@ use crate::upstream::{Subscribed, SubscriberId};
 use crate::upstream::{UpstreamError, UpstreamSet};
 use rewrite::{Params, json_string};
 
+/// The catalog list a `*/list` method pages.
+fn listed_kind(method: &Method) -> Option<ListKind> {
+    match method {
+        Method::ToolsList => Some(ListKind::Tools),
+        Method::PromptsList => Some(ListKind::Prompts),
+        Method::ResourcesList => Some(ListKind::Resources),
+        Method::TemplatesList => Some(ListKind::Templates),
+        _ => None,
+    }
+}
+
 /// Who sent a request and what the router may do for them.
 pub(crate) struct RequestContext {
     /// The session's calls in flight, by the client's request id.
@@ -481,16 +492,10 @@ impl Router {
         let grant = self.grant(ctx);
         let grant = grant.as_deref();
         let parsed = Method::from_name(method);
-        let listing = matches!(
-            parsed,
-            Method::ToolsList | Method::PromptsList | Method::ResourcesList | Method::TemplatesList
-        );
+        let listing = listed_kind(&parsed);
         let outcome = match parsed {
+            _ if let Some(kind) = listing => self.list(grant, kind, params),
             Method::Ping => Ok(Page::from("{}".to_owned())),
-            Method::ToolsList => self.list(grant, ListKind::Tools, params),
-            Method::PromptsList => self.list(grant, ListKind::Prompts, params),
-            Method::ResourcesList => self.list(grant, ListKind::Resources, params),
-            Method::TemplatesList => self.list(grant, ListKind::Templates, params),
             Method::Subscribe => self.subscribe(ctx, grant, params).await.map(Page::from),
             Method::Unsubscribe => self.unsubscribe(ctx, params).map(Page::from),
             Method::SetLevel => self.set_level(ctx, params).map(Page::from),
@@ -568,7 +573,7 @@ impl Router {
             scope,
         });
         match outcome {
-            Ok(page) if listing => Reply::Page(PageFrame::new(id.get(), page, hints)),
+            Ok(page) if listing.is_some() => Reply::Page(PageFrame::new(id.get(), page, hints)),
             Ok(result) => Reply::Ready(match hints {
                 Some(hints) => protocol::response_frame(
                     id.get(),

@@ -262,7 +262,7 @@ fn map_result(
     };
     match reply {
         Reply::Ready(frame) => Reply::Ready(map(frame)),
-        page @ Reply::Page(_) => page,
+        Reply::Page(page) => Reply::Ready(map(page.into_text())),
         Reply::Streaming(mut frames) => {
             let (out, mapped) = mpsc::channel(STREAM_CAPACITY);
             tracker.spawn(async move {
