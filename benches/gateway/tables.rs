@@ -84,50 +84,50 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize], baseline: Option<&str>)
             "bare proxy (reference)",
         ],
     );
-    let each = |metric: &str, label: &str, table: &mut Table| {
-        let mut row = vec![label.to_owned()];
-        row.extend(["http", "stdio", "proxy"].map(|t| cell(res.get(&format!("{metric}/{t}")))));
-        table.row(row);
+    // A row with one cell per target through a gateway (mcpmux over HTTP and
+    // over stdio, and the bare proxy).
+    let row = |label: String, value: &dyn Fn(&str) -> String| -> Vec<String> {
+        std::iter::once(label)
+            .chain(["http", "stdio", "proxy"].map(value))
+            .collect()
     };
-    let mut added = vec!["added latency p50, 2 KB (µs over direct)".to_owned()];
-    added.extend(["http", "stdio", "proxy"].map(|t| {
-        cell(
-            res.difference(&format!("lat_p50_2k/{t}"), "lat_p50_2k/direct")
-                .as_deref(),
-        )
-    }));
-    gateway.row(added);
-    each(
-        "cpu_gw",
+    let measured = |metric: String, label: &str| {
+        row(label.to_owned(), &|t| {
+            cell(res.get(&format!("{metric}/{t}")))
+        })
+    };
+    gateway.row(row(
+        "added latency p50, 2 KB (µs over direct)".to_owned(),
+        &|t| {
+            cell(
+                res.difference(&format!("lat_p50_2k/{t}"), "lat_p50_2k/direct")
+                    .as_deref(),
+            )
+        },
+    ));
+    gateway.row(measured(
+        "cpu_gw".to_owned(),
         "gateway CPU per call, 2 KB, 1 client (µs)",
-        &mut gateway,
-    );
-    let mut over_floor = vec!["gateway CPU per call ÷ floor CPU per call (direct)".to_owned()];
-    over_floor.extend(
-        ["http", "stdio", "proxy"]
-            .map(|t| ratio_cell(res.ratio(&format!("cpu_gw/{t}"), "cpu_floor/direct"))),
-    );
-    gateway.row(over_floor);
-    each(
-        "csw_cpu_gw",
+    ));
+    gateway.row(row(
+        "gateway CPU per call ÷ floor CPU per call (direct)".to_owned(),
+        &|t| ratio_cell(res.ratio(&format!("cpu_gw/{t}"), "cpu_floor/direct")),
+    ));
+    gateway.row(measured(
+        "csw_cpu_gw".to_owned(),
         "gateway context switches per call",
-        &mut gateway,
-    );
+    ));
     for &c in plan.clients.iter().filter(|c| **c > 1) {
-        each(
-            &format!("load{c}_gw"),
+        gateway.row(measured(
+            format!("load{c}_gw"),
             &format!("gateway CPU per call, {c} clients (µs)"),
-            &mut gateway,
-        );
+        ));
     }
     for &c in plan.clients.iter().filter(|c| **c > 1) {
-        let mut row = vec![format!("throughput, {c} clients, fraction of direct")];
-        row.extend(
-            ["http", "stdio", "proxy"].map(|t| {
-                ratio_cell(res.ratio(&format!("tput_{c}/{t}"), &format!("tput_{c}/direct")))
-            }),
-        );
-        gateway.row(row);
+        gateway.row(row(
+            format!("throughput, {c} clients, fraction of direct"),
+            &|t| ratio_cell(res.ratio(&format!("tput_{c}/{t}"), &format!("tput_{c}/direct"))),
+        ));
     }
     gateway.note(
         "The bare proxy is the reference for what any gateway on these parts spends: \
