@@ -21,12 +21,55 @@ use tokio_util::task::TaskTracker;
 use crate::config::{AdminAccess, AuthConfig, AuthSettings, sha256};
 
 /// An authenticated client.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Identity {
     /// The client's name: an API key's client, or a JWT's configured claim.
     pub client: Arc<str>,
     /// Scopes and groups from its token, for policy rules.
     pub scopes: Vec<String>,
+    /// The JWT the request carried (none for an API key): what an upstream
+    /// in `auth.mode: token_exchange` exchanges. Never shown, and not part
+    /// of who the client is (equality ignores it).
+    subject: Option<Arc<crate::config::Secret>>,
+}
+
+impl Identity {
+    /// The client `client` with `scopes`, and no token of its own.
+    pub fn new(client: impl Into<Arc<str>>, scopes: Vec<String>) -> Identity {
+        Identity {
+            client: client.into(),
+            scopes,
+            subject: None,
+        }
+    }
+
+    /// The token the request carried, when it was a JWT.
+    pub(crate) fn subject_token(&self) -> Option<&str> {
+        self.subject.as_deref().map(crate::config::Secret::expose)
+    }
+
+    /// This identity as carried by a request with `token` (a verified JWT).
+    pub(crate) fn with_subject(mut self, token: &str) -> Identity {
+        self.subject = Some(Arc::new(crate::config::Secret::new(token.to_owned())));
+        self
+    }
+}
+
+impl PartialEq for Identity {
+    fn eq(&self, other: &Self) -> bool {
+        self.client == other.client && self.scopes == other.scopes
+    }
+}
+
+impl Eq for Identity {}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity")
+            .field("client", &self.client)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a request was not authenticated.
@@ -150,18 +193,19 @@ impl Authenticator {
     ) -> Result<Arc<Identity>, AuthError> {
         let token = bearer(authorization)?;
         if let Some(client) = self.api_key_client(token) {
-            return Ok(Arc::new(Identity {
-                client: client.into(),
-                scopes: Vec::new(),
-            }));
+            return Ok(Arc::new(Identity::new(client, Vec::new())));
         }
         let Some(jwt) = self.jwt.as_ref().filter(|_| token.split('.').count() == 3) else {
             return Err(AuthError::invalid("unknown API key"));
         };
-        let identity = jwt.verify(token).await.map_err(|e| match e {
-            AuthError::UnknownKey => AuthError::invalid("no key with the token's key id"),
-            other => other,
-        })?;
+        let identity = jwt
+            .verify(token)
+            .await
+            .map_err(|e| match e {
+                AuthError::UnknownKey => AuthError::invalid("no key with the token's key id"),
+                other => other,
+            })?
+            .with_subject(token);
         if let Some(missing) = self
             .settings
             .required_scopes

@@ -16,12 +16,16 @@ mod secret;
 mod shape;
 mod telemetry;
 mod upstream;
+mod upstream_auth;
 
 #[cfg(test)]
 pub(crate) use auth::ApiKey;
 pub(crate) use auth::{AdminAccess, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
 pub(crate) use telemetry::TracingConfig;
 use upstream::RawUpstream;
+pub(crate) use upstream_auth::{
+    ApiKeyClients, AuthMode, AuthServer, CredentialsConfig, UpstreamAuth,
+};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -112,6 +116,8 @@ pub struct Config {
     pub(crate) session_store: Option<Secret>,
     /// OpenTelemetry trace export (off by default).
     pub(crate) tracing: TracingConfig,
+    /// Where upstream tokens of users who connected their accounts are kept.
+    pub(crate) credentials: CredentialsConfig,
 }
 
 /// A per-client request rate: `requests_per_second`, after a `burst`.
@@ -264,6 +270,8 @@ pub(crate) struct RemoteConfig {
     /// Sent on every request; values may hold credentials.
     pub headers: BTreeMap<String, Secret>,
     pub mode: RemoteMode,
+    /// How the gateway obtains its bearer token (none: `headers` only).
+    pub auth: Option<UpstreamAuth>,
 }
 
 /// Which HTTP transport a remote upstream speaks.
@@ -419,6 +427,8 @@ struct RawConfig {
     #[serde(default)]
     session_store: Option<Spanned<String>>,
     tracing: Option<telemetry::RawTracing>,
+    #[serde(default)]
+    credentials: Option<upstream_auth::RawCredentials>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -792,6 +802,16 @@ impl RawConfig {
             .map(|raw| raw.validate(lookup, &mut p))
             .unwrap_or_default();
 
+        let credentials = self
+            .credentials
+            .as_ref()
+            .map(|raw| raw.validate(lookup, &mut p))
+            .unwrap_or_else(|| CredentialsConfig {
+                path: upstream_auth::DEFAULT_TOKEN_FILE.into(),
+                ..CredentialsConfig::default()
+            });
+        self.check_upstream_identity(&auth, &credentials, &mut p);
+
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));
             return Err(p.issues);
@@ -822,7 +842,33 @@ impl RawConfig {
             request_state_key,
             session_store,
             tracing,
+            credentials,
         })
+    }
+
+    /// Upstreams that act as each caller need callers with an identity,
+    /// and users' tokens need a key to be stored with.
+    fn check_upstream_identity(
+        &self,
+        auth: &Option<AuthConfig>,
+        credentials: &CredentialsConfig,
+        p: &mut Problems,
+    ) {
+        let raw = self.upstreams.as_ref().map(|m| &m.value);
+        for (name, upstream) in raw.into_iter().flatten() {
+            if let (Some(at), Some(AuthConfig::Off)) = (upstream.per_identity_at(), auth) {
+                p.at(
+                    at,
+                    format_args!("upstreams.{}.auth.mode: acting as each caller needs client authentication, but auth.mode is off", name.value.escape_debug()),
+                );
+            }
+            if let (Some(at), None) = (upstream.user_mode_at(), &credentials.key) {
+                p.at(
+                    at,
+                    format_args!("upstreams.{}.auth.mode: user needs credentials.key to encrypt the users' tokens (make one with `openssl rand -base64 32`)", name.value.escape_debug()),
+                );
+            }
+        }
     }
 }
 

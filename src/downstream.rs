@@ -19,6 +19,7 @@ pub(crate) mod legacy_sse;
 pub(crate) mod listen;
 pub(crate) mod listener;
 pub(crate) mod modern;
+pub(crate) mod oauth;
 pub(crate) mod post_streams;
 pub(crate) mod resume;
 pub(crate) mod session;
@@ -63,6 +64,8 @@ pub(crate) struct AppState {
     pub throttle: arc_swap::ArcSwapOption<throttle::Throttle>,
     /// The HTTP listener's connection counters, once it serves.
     pub connections: std::sync::OnceLock<Arc<listener::ConnectionCounts>>,
+    /// Users' authorization flows (`/oauth/callback`) and their token store.
+    pub connector: Arc<crate::credentials::Connector>,
     /// The gateway's task tracker: tasks a request leaves running (a
     /// resumable answer's pump, a legacy SSE POST's call) go on it, so
     /// shutdown waits for them.
@@ -217,6 +220,12 @@ pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .route("/oauth/callback", get(oauth::callback))
+        .route("/oauth/connections", get(oauth::list))
+        .route(
+            "/oauth/connections/{upstream}",
+            axum::routing::delete(oauth::disconnect),
+        )
         .route("/ui", get(ui::page))
         .route("/ui/events", get(ui::events))
         .route("/ui/{file}", get(ui::asset))
@@ -284,6 +293,10 @@ fn upstream_status(state: &AppState) -> Vec<(bool, serde_json::Value)> {
                 "instances": h.instance_count(),
                 "suppressedLogLines": h.suppressed_lines(),
                 "protection": h.protection().status(),
+                "auth": h.credentials().map(|c| json!({
+                    "mode": c.mode().name(),
+                    "identitySessions": h.identities().map(|ids| ids.iter().map(|i| i.to_string()).collect::<Vec<_>>()),
+                })),
             });
             (!h.holds_readiness(), status)
         })
@@ -318,10 +331,23 @@ async fn status(
         return refused;
     }
     let hub = state.router.hub();
-    let upstreams: Vec<_> = upstream_status(&state)
+    let mut upstreams: Vec<_> = upstream_status(&state)
         .into_iter()
         .map(|(_, s)| s)
         .collect();
+    // Who connected which upstream (never a token).
+    if let Ok(store) = state.connector.store() {
+        for upstream in &mut upstreams {
+            let name = upstream["name"].as_str().unwrap_or_default().to_owned();
+            if let (Some(auth), Ok(connected)) = (
+                upstream.get_mut("auth").and_then(|a| a.as_object_mut()),
+                store.connections(None, Some(&name)).await,
+            ) {
+                let who: Vec<&str> = connected.iter().map(|c| c.identity.as_str()).collect();
+                auth.insert("connectedUsers".into(), json!(who));
+            }
+        }
+    }
     axum::Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "upstreams": upstreams,

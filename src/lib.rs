@@ -51,6 +51,7 @@ pub(crate) mod auth;
 pub(crate) mod cache;
 pub(crate) mod catalog;
 pub(crate) mod config;
+pub(crate) mod credentials;
 pub(crate) mod downstream;
 pub mod example_server;
 pub mod import;
@@ -170,6 +171,7 @@ impl Gateway {
         let views = Arc::new(policy::Views::new(catalog.clone(), config.policy.as_ref()));
         let interest = Arc::new(upstream::Interest::new(upstreams.clone()));
         let hub = Arc::new(NotifyHub::with_views(interest.clone(), views));
+        let connector = credentials::connector_for(&config);
         let manager = Arc::new(reload::UpstreamManager::new(
             catalog.clone(),
             upstreams.clone(),
@@ -177,6 +179,7 @@ impl Gateway {
             interest,
             upstream_shutdown.clone(),
             tracker.clone(),
+            connector.clone(),
         ));
         manager.start_all(&config.upstreams);
         let mut sessions = SessionTable::new(hub.clone(), &config.sessions);
@@ -222,6 +225,7 @@ impl Gateway {
                     .map(|limit| Arc::new(downstream::throttle::Throttle::new(limit))),
             ),
             connections: std::sync::OnceLock::new(),
+            connector,
             tracker: tracker.clone(),
             ui: downstream::ui::UiState::new(&config),
         });
@@ -265,6 +269,7 @@ impl Gateway {
             &self.tracker,
         )?;
         let _ = self.state.connections.set(counts);
+        self.state.connector.listening_on(addr);
         let app = downstream::app(self.state.clone())
             .into_make_service_with_connect_info::<downstream::listener::Peer>();
         let stop = self.http_shutdown.clone();

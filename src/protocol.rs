@@ -64,6 +64,9 @@ pub(crate) mod code {
     pub(crate) const MISSING_CLIENT_CAPABILITY: i64 = -32021;
     /// MCP 2026-07-28: the requested protocol version is not supported.
     pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
+    /// MCP 2025-11-25: the request needs the user to finish a URL-mode
+    /// elicitation first (`data.elicitations` says where).
+    pub(crate) const URL_ELICITATION_REQUIRED: i64 = -32042;
     /// The request was cancelled by the client before an answer arrived.
     pub(crate) const REQUEST_CANCELLED: i64 = -32800;
     /// mcpmux: the upstream that owns the item is not connected.

@@ -93,6 +93,9 @@ pub(crate) struct UpstreamManager {
     /// The supervisors in config order. An async lock: one reload at a time,
     /// held while old supervisors finish stopping.
     running: Mutex<IndexMap<String, Running>>,
+    /// Users' authorization flows and token store, for upstreams with an
+    /// `auth:` section.
+    connector: Arc<crate::credentials::Connector>,
 }
 
 impl UpstreamManager {
@@ -103,8 +106,10 @@ impl UpstreamManager {
         interest: Arc<Interest>,
         shutdown: CancellationToken,
         tracker: TaskTracker,
+        connector: Arc<crate::credentials::Connector>,
     ) -> Self {
         Self {
+            connector,
             catalog,
             set,
             hub,
@@ -117,6 +122,19 @@ impl UpstreamManager {
 
     fn start(&self, config: &UpstreamConfig) -> Running {
         let stop = self.shutdown.child_token();
+        let credentials = match &config.transport {
+            crate::config::Transport::Remote(remote) => remote.auth.as_ref().and_then(|auth| {
+                crate::credentials::UpstreamCredentials::new(
+                    config.name.as_str().into(),
+                    auth,
+                    &remote.url,
+                    self.connector.clone(),
+                )
+                .inspect_err(|e| tracing::error!(upstream = %config.name, error = %e, "its auth section cannot be used; it gets no token"))
+                .ok()
+            }),
+            _ => None,
+        };
         let (handle, task) = upstream::spawn(
             config.clone(),
             self.catalog.clone(),
@@ -124,6 +142,7 @@ impl UpstreamManager {
             self.interest.clone(),
             stop.clone(),
             &self.tracker,
+            credentials,
         );
         self.set.insert(handle);
         Running {

@@ -48,6 +48,7 @@ fn listed_kind(method: &Method) -> Option<ListKind> {
 }
 
 /// Who sent a request and what the router may do for them.
+#[derive(Clone)]
 pub(crate) struct RequestContext {
     /// The session's calls in flight, by the client's request id.
     pub inflight: Arc<InflightCalls>,
@@ -244,12 +245,35 @@ impl RouteError {
                 Fault::Downstream,
                 RpcError::new(code::REQUEST_CANCELLED, message),
             ),
+            Self::Upstream(UpstreamError::AuthorizationRequired { upstream, start }) => (
+                Fault::Downstream,
+                RpcError::new(code::URL_ELICITATION_REQUIRED, message).with_data(json!({
+                    "upstream": upstream,
+                    "elicitations": [{
+                        "mode": "url",
+                        "url": start.url.as_str(),
+                        "elicitationId": start.elicitation_id,
+                        "message": format!("Connect your {upstream} account"),
+                    }],
+                })),
+            ),
+            Self::Upstream(UpstreamError::Credential { upstream, error }) if error.is_final() => (
+                Fault::Downstream,
+                RpcError::new(code::INVALID_REQUEST, message)
+                    .with_data(json!({ "upstream": upstream })),
+            ),
             Self::Upstream(e) => {
                 let (code, upstream) = match e {
                     UpstreamError::Unavailable { upstream, .. }
                     | UpstreamError::SessionExpired { upstream, .. }
-                    | UpstreamError::NotRetried { upstream, .. } => {
+                    | UpstreamError::NotRetried { upstream, .. }
+                    | UpstreamError::Unauthorized { upstream, .. }
+                    | UpstreamError::Credential { upstream, .. } => {
                         (code::UPSTREAM_UNAVAILABLE, upstream)
+                    }
+                    // Matched above; listed so a new variant must be placed.
+                    UpstreamError::AuthorizationRequired { upstream, .. } => {
+                        (code::URL_ELICITATION_REQUIRED, upstream)
                     }
                     UpstreamError::Overloaded { upstream, .. } => {
                         (code::UPSTREAM_SATURATED, upstream)
@@ -474,6 +498,20 @@ impl Router {
         self.traced(telemetry, ctx, id, method, params).await
     }
 
+    /// Brings up the caller's own session at each upstream that acts as
+    /// each caller and has no lists yet (see [`UpstreamHandle::warm`]);
+    /// true if one did.
+    async fn warm(&self, ctx: &RequestContext) -> bool {
+        let Some(identity) = ctx.identity.as_deref() else {
+            return false;
+        };
+        let mut warmed = false;
+        for handle in self.upstreams.holding_place() {
+            warmed |= handle.warm(Some(identity)).await;
+        }
+        warmed
+    }
+
     /// [`Router::request`] without tracing.
     pub(super) async fn serve(
         &self,
@@ -493,6 +531,9 @@ impl Router {
         let grant = grant.as_deref();
         let parsed = Method::from_name(method);
         let listing = listed_kind(&parsed);
+        if listing.is_some() {
+            self.warm(ctx).await;
+        }
         let outcome = match parsed {
             _ if let Some(kind) = listing => self.list(grant, kind, params),
             Method::Ping => Ok(Page::from("{}".to_owned())),
@@ -510,6 +551,12 @@ impl Router {
             | Method::Complete) => {
                 let mut prepared =
                     self.prepare_call(call.clone(), params, grant, ctx.identity.as_deref());
+                if let Err(RouteError::UnknownTool(_) | RouteError::UnknownPrompt(_)) = &prepared
+                    && self.warm(ctx).await
+                {
+                    prepared =
+                        self.prepare_call(call.clone(), params, grant, ctx.identity.as_deref());
+                }
                 if let Err(RouteError::UnknownTool(name) | RouteError::UnknownPrompt(name)) =
                     &prepared
                     && grant.is_none_or(|g| g.allows(name))

@@ -58,10 +58,7 @@ impl StoredIdentity {
     }
 
     pub(crate) fn to_identity(&self) -> crate::auth::Identity {
-        crate::auth::Identity {
-            client: self.client.as_str().into(),
-            scopes: self.scopes.clone(),
-        }
+        crate::auth::Identity::new(self.client.as_str(), self.scopes.clone())
     }
 }
 
@@ -223,10 +220,7 @@ mod tests {
 
     #[test]
     fn an_identity_survives_the_store() {
-        let identity = crate::auth::Identity {
-            client: "ops".into(),
-            scopes: vec!["mcp:read".into()],
-        };
+        let identity = crate::auth::Identity::new("ops", vec!["mcp:read".into()]);
         let stored = StoredIdentity::of(&identity);
         let text = serde_json::to_string(&Some(stored)).unwrap();
         let back: Option<StoredIdentity> = serde_json::from_str(&text).unwrap();

@@ -14,6 +14,7 @@ pub(crate) mod connection;
 mod events;
 pub(crate) mod handshake;
 pub(crate) mod http;
+mod identities;
 mod interest;
 mod isolated;
 pub(crate) mod journal;
@@ -48,10 +49,12 @@ pub(crate) use events::{
     AskRefused, ClientAnswer, ClientAsk, InputAsk, UpstreamEvents, check_declared,
 };
 pub(crate) use handshake::ServerHello;
+pub(crate) use identities::authorization_required;
 pub(crate) use interest::Interest;
 pub(crate) use interest::Subscribed;
 pub(crate) use message::Origin;
 pub(crate) use subscriptions::{SubscriberId, SubscriptionTable};
+pub(crate) use supervisor::CONNECT_TOOL;
 pub(crate) use supervisor::spawn;
 
 /// Why a request to an upstream failed.
@@ -94,6 +97,23 @@ pub(crate) enum UpstreamError {
     /// session ended, or the gateway is shutting down.
     #[error("request cancelled: {reason}")]
     Cancelled { upstream: String, reason: String },
+    /// The upstream refused the gateway's token (HTTP 401); the token is
+    /// dropped and the next request fetches another.
+    #[error("upstream '{upstream}' refused the request: {detail}")]
+    Unauthorized { upstream: String, detail: String },
+    /// No token could be had for this upstream (and this caller).
+    #[error("upstream '{upstream}' cannot be called: {error}")]
+    Credential {
+        upstream: String,
+        error: crate::credentials::CredentialError,
+    },
+    /// The caller must connect their account first (`auth.mode: user`):
+    /// the URL to do it at.
+    #[error("upstream '{upstream}' acts as each user, and you have not connected your account yet: open {} to connect it, then call again", start.url)]
+    AuthorizationRequired {
+        upstream: String,
+        start: crate::credentials::FlowStart,
+    },
     /// The upstream answered with a JSON-RPC error; it is passed on as is.
     #[error("upstream '{upstream}' answered with an error")]
     Rpc {
@@ -127,6 +147,9 @@ impl UpstreamError {
             Self::NotRetried { cause, .. } => cause.clone(),
             Self::Cancelled { reason, .. } => format!("cancelled: {reason}"),
             Self::Rpc { error, .. } => format!("it answered with an error: {}", error.get()),
+            Self::Unauthorized { detail, .. } => detail.clone(),
+            Self::Credential { error, .. } => error.to_string(),
+            Self::AuthorizationRequired { .. } => "the user has not connected".into(),
         }
     }
 }
@@ -255,6 +278,13 @@ struct Shared {
     /// Its per-session instances (`isolation: per-session`); none for a
     /// shared-only upstream and for an instance itself.
     instances: Option<Arc<isolated::Instances>>,
+    /// Its per-identity sessions (an `auth.mode` that acts as each caller).
+    identities: Option<Arc<identities::IdentityPool>>,
+    /// How it obtains tokens (an `auth:` section); on the shared handle only.
+    credentials: Option<Arc<crate::credentials::UpstreamCredentials>>,
+    /// Set once one of its identity sessions provided its lists (an
+    /// upstream that holds the place: see [`UpstreamHandle::warm`]).
+    identity_lists: Arc<AtomicBool>,
     /// Its concurrency cap, circuit breaker and retry budget.
     protect: protect::Protection,
     /// Its uptime and recent errors, for the operator's page.
@@ -368,23 +398,93 @@ impl UpstreamHandle {
         }
     }
 
-    /// The connection a call of downstream session `session` goes to: the
-    /// session's own instance under `isolation: per-session` (started on
-    /// its first call, waited for until `deadline`), else the shared one
-    /// (as [`Self::connection_on_demand`]). Stateless requests (no
-    /// session) always use the shared one.
+    /// The connection a call of downstream session `session` by `caller`
+    /// goes to: the caller's own upstream session when the upstream acts
+    /// as each caller (started on first use), the session's own instance
+    /// under `isolation: per-session` (started on its first call), each
+    /// waited for until `deadline`; else the shared one (as
+    /// [`Self::connection_on_demand`]). Stateless requests (no session)
+    /// use the shared one, or the caller's own. Also returns the handle of
+    /// the connection's supervisor, where a retry waits for a new one.
     pub(crate) async fn connection_for(
         &self,
         session: Option<SubscriberId>,
+        caller: Option<&crate::auth::Identity>,
         deadline: tokio::time::Instant,
-    ) -> Result<Arc<Connection>, UpstreamError> {
+    ) -> Result<(Arc<Connection>, UpstreamHandle), UpstreamError> {
+        if let (Some(identities), Some(credentials)) =
+            (&self.shared.identities, &self.shared.credentials)
+        {
+            let session =
+                match identities::session_for(self, identities, credentials, caller).await? {
+                    Some(session) => session,
+                    None => return Ok((self.connection_on_demand(deadline).await?, self.clone())),
+                };
+            let conn = isolated::connection_of(&session, deadline).await?;
+            return Ok((conn, session));
+        }
         match (session, &self.shared.instances) {
             (Some(session), Some(instances)) => {
                 let instance = instances.instance(session)?;
-                isolated::connection_of(&instance, deadline).await
+                let conn = isolated::connection_of(&instance, deadline).await?;
+                Ok((conn, instance))
             }
-            _ => self.connection_on_demand(deadline).await,
+            _ => Ok((self.connection_on_demand(deadline).await?, self.clone())),
         }
+    }
+
+    /// Whether it acts as each caller with no service identity: its own
+    /// supervisor connects to nothing (see `supervisor::Role::Placeholder`).
+    pub(crate) fn holds_place(&self) -> bool {
+        self.shared
+            .credentials
+            .as_ref()
+            .is_some_and(|c| c.mode().per_identity().is_some() && c.service().is_none())
+    }
+
+    /// For an upstream that holds the place and has no lists yet: brings up
+    /// `caller`'s own session (if the caller can have one without being
+    /// asked anything), whose lists then fill the catalog; waits up to
+    /// `start_wait`. True if it did.
+    pub(crate) async fn warm(&self, caller: Option<&crate::auth::Identity>) -> bool {
+        if !self.holds_place() || self.shared.identity_lists.load(Ordering::Relaxed) {
+            return false;
+        }
+        let (Some(caller), Some(credentials)) = (caller, &self.shared.credentials) else {
+            return false;
+        };
+        let ready = match credentials.mode() {
+            crate::config::AuthMode::User { .. } => {
+                credentials.connected(&caller.client).await.unwrap_or(false)
+            }
+            _ => caller.subject_token().is_some(),
+        };
+        if !ready {
+            return false;
+        }
+        let deadline = tokio::time::Instant::now() + self.shared.start_wait;
+        self.connection_for(None, Some(caller), deadline)
+            .await
+            .is_ok()
+    }
+
+    /// How it obtains tokens, if it has an `auth:` section.
+    pub(crate) fn credentials(&self) -> Option<&Arc<crate::credentials::UpstreamCredentials>> {
+        self.shared.credentials.as_ref()
+    }
+
+    /// The identities with a session of their own here now (an upstream
+    /// that acts as each caller), sorted; none otherwise.
+    pub(crate) fn identities(&self) -> Option<Vec<Arc<str>>> {
+        self.shared.identities.as_ref().map(|p| p.identities())
+    }
+
+    /// Closes `identity`'s own session here (it disconnected).
+    pub(crate) fn close_identity(&self, identity: &str) -> bool {
+        self.shared
+            .identities
+            .as_ref()
+            .is_some_and(|p| p.close(identity))
     }
 
     /// Stops session `session`'s own instance, if it has one here (the
@@ -395,17 +495,29 @@ impl UpstreamHandle {
         }
     }
 
-    /// Per-session instances running now; none unless `isolation: per-session`.
+    /// Per-session instances (or per-identity sessions) running now; none
+    /// unless `isolation: per-session` (or an `auth.mode` that acts as each
+    /// caller).
     pub(crate) fn instance_count(&self) -> Option<usize> {
-        self.shared.instances.as_ref().map(|i| i.len())
+        match (&self.shared.instances, &self.shared.identities) {
+            (Some(i), _) => Some(i.len()),
+            (None, Some(p)) => Some(p.len()),
+            (None, None) => None,
+        }
     }
 
-    /// The handles of its per-session instances running now.
+    /// The handles of its per-session instances and per-identity sessions
+    /// running now.
     pub(crate) fn instance_handles(&self) -> Vec<UpstreamHandle> {
-        self.shared
+        let mut handles = self
+            .shared
             .instances
             .as_ref()
-            .map_or_else(Vec::new, |i| i.handles())
+            .map_or_else(Vec::new, |i| i.handles());
+        if let Some(identities) = &self.shared.identities {
+            handles.extend(identities.handles());
+        }
+        handles
     }
 
     /// The process ids of its per-session instances' children.
@@ -596,5 +708,16 @@ impl UpstreamSet {
 
     pub(crate) fn all(&self) -> Vec<UpstreamHandle> {
         self.by_name.load().values().cloned().collect()
+    }
+
+    /// The upstreams that act as each caller and hold the place (none
+    /// allocates nothing: it is asked on every list request).
+    pub(crate) fn holding_place(&self) -> Vec<UpstreamHandle> {
+        self.by_name
+            .load()
+            .values()
+            .filter(|h| h.holds_place())
+            .cloned()
+            .collect()
     }
 }

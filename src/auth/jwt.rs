@@ -213,10 +213,7 @@ impl JwtVerifier {
                 .collect(),
             _ => Vec::new(),
         };
-        Ok(Identity {
-            client: client.into(),
-            scopes,
-        })
+        Ok(Identity::new(client, scopes))
     }
 
     /// Verifies with the key named by `kid`, or each key without one.

@@ -65,6 +65,8 @@ pub(super) struct RawUpstream {
     circuit_breaker: Option<super::protect::RawBreaker>,
     #[serde(default)]
     cache: Option<super::protect::RawCache>,
+    #[serde(default)]
+    auth: Option<super::upstream_auth::RawUpstreamAuth>,
 }
 
 /// A root: its `file://` URI, or `{uri, name}`.
@@ -101,6 +103,16 @@ struct RawHealth {
 }
 
 impl RawUpstream {
+    /// Where `auth.mode: user` is written, if it is.
+    pub(super) fn user_mode_at(&self) -> Option<serde_saphyr::Location> {
+        self.auth.as_ref().and_then(|a| a.user_mode_at())
+    }
+
+    /// Where an `auth.mode` that acts as each caller is written, if one is.
+    pub(super) fn per_identity_at(&self) -> Option<serde_saphyr::Location> {
+        self.auth.as_ref().and_then(|a| a.per_identity_at())
+    }
+
     pub(super) fn validate(
         &self,
         name: &Spanned<String>,
@@ -307,6 +319,7 @@ impl RawUpstream {
         for (key, present) in [
             ("headers", !self.headers.is_empty()),
             ("transport", self.transport.is_some()),
+            ("auth", self.auth.is_some()),
         ] {
             if present {
                 p.at(
@@ -471,10 +484,24 @@ impl RawUpstream {
                 RemoteMode::Auto
             }
         };
+        let authorize = headers
+            .keys()
+            .any(|k| k.eq_ignore_ascii_case("authorization"));
+        let auth = match &self.auth {
+            Some(raw) => Some(raw.validate(label, &url_text, authorize, lookup, p)?),
+            None => None,
+        };
+        if auth.is_some() && mode == RemoteMode::Sse {
+            p.at(
+                url.referenced,
+                format_args!("{label}.auth: not available with transport: sse (the 2024-11-05 transport has no authorization flow)"),
+            );
+        }
         Some(RemoteConfig {
             url: url_text,
             headers,
             mode,
+            auth,
         })
     }
 }

@@ -28,10 +28,13 @@ pub(crate) enum Outcome {
 
 /// Handles one message of `session`. `initialize` here only negotiates the
 /// version (the session already exists); `can_stream` says whether the
-/// transport can carry progress before the answer.
+/// transport can carry progress before the answer. `caller` is who sent
+/// this request (the session's owner, checked by the caller), carrying
+/// the token it sent this time; none: the session's identity.
 pub(crate) async fn handle(
     state: &AppState,
     session: &Session,
+    caller: Option<&Arc<crate::auth::Identity>>,
     envelope: &Envelope<'_>,
     kind: MessageKind,
     can_stream: bool,
@@ -43,7 +46,7 @@ pub(crate) async fn handle(
         can_stream,
         era: protocol::Era::Legacy,
         log_level: None,
-        identity: session.identity.clone(),
+        identity: caller.or(session.identity.as_ref()).cloned(),
         session_id: Some(session.id.clone()),
     };
     match (kind, envelope.id) {

@@ -136,7 +136,16 @@ pub(crate) async fn post(
     if let Err(mismatch) = session.check_version(&headers, envelope.id) {
         return mismatch;
     }
-    match dispatch::handle(&state, &session, &envelope, kind, accept.sse).await {
+    match dispatch::handle(
+        &state,
+        &session,
+        identity.as_ref(),
+        &envelope,
+        kind,
+        accept.sse,
+    )
+    .await
+    {
         Outcome::Accepted => StatusCode::ACCEPTED.into_response(),
         Outcome::Reply(Reply::Ready(frame)) if accept.json => json_response(frame),
         Outcome::Reply(Reply::Page(page)) if accept.json => page_response(page),

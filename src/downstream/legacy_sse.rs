@@ -160,7 +160,7 @@ pub(crate) async fn message(
     };
     if kind != MessageKind::Request {
         // Nothing to answer and nothing to wait for: no task needed.
-        dispatch::handle(&state, &session, &envelope, kind, true).await;
+        dispatch::handle(&state, &session, identity.as_ref(), &envelope, kind, true).await;
         return StatusCode::ACCEPTED.into_response();
     }
     let Ok(permit) = session.request_tasks.clone().try_acquire_owned() else {
@@ -176,7 +176,7 @@ pub(crate) async fn message(
             return;
         };
         if let Outcome::Reply(reply) =
-            dispatch::handle(&state, &session, &envelope, kind, true).await
+            dispatch::handle(&state, &session, identity.as_ref(), &envelope, kind, true).await
         {
             dispatch::send_reply(&replies, reply).await;
         }

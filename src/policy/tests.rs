@@ -26,10 +26,7 @@ fn issues(policy_yaml: &str) -> Vec<String> {
 }
 
 pub(crate) fn who(client: &str, scopes: &[&str]) -> Identity {
-    Identity {
-        client: client.into(),
-        scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
-    }
+    Identity::new(client, scopes.iter().map(|s| (*s).to_owned()).collect())
 }
 
 /// The example the docs walk through, plus a scope.

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 mod bridge;
+mod connect;
 mod park;
 
 pub(crate) use park::Parking;
@@ -129,6 +130,8 @@ pub(super) async fn run(
     tasks: &tokio_util::task::TaskTracker,
     parking: &Arc<Parking>,
 ) -> Reply {
+    let mut call = call;
+    connect::strip_own_round(&mut call.params);
     let asked = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + call.handle.timeout();
     // A kept answer, or one being asked for by an identical request.
@@ -160,32 +163,118 @@ pub(super) async fn run(
     let connected = match &admitted {
         Ok(_) => {
             call.handle
-                .connection_for(ctx.subscriber.as_ref().map(|s| s.id), deadline)
+                .connection_for(
+                    ctx.subscriber.as_ref().map(|s| s.id),
+                    ctx.identity.as_deref(),
+                    deadline,
+                )
                 .await
         }
         Err(e) => Err(e.clone()),
     };
-    let conn = match connected {
-        Ok(conn) => conn,
-        Err(e) => {
-            let e = RouteError::from(e);
-            metrics.observe(
-                call.method.name(),
-                call.handle.name(),
-                e.outcome(),
-                asked.elapsed(),
-            );
-            super::observe::finished(
+    let (conn, via) = match connected {
+        Ok(connected) => connected,
+        Err(UpstreamError::AuthorizationRequired { upstream, start }) => {
+            drop(admitted);
+            let on = Served {
+                hub,
                 metrics,
-                &call.handle,
-                call.method.name(),
-                &call.item,
-                Err(&e),
-                asked.elapsed(),
-            );
-            return Reply::Ready(e.to_frame(id.get(), ctx.era));
+                tasks,
+                parking,
+            };
+            return connect::first(call, ctx, id, on, cached, upstream, start, deadline).await;
         }
+        Err(e) => return refused(&call, ctx, id, metrics, e, asked),
     };
+    let on = Served {
+        hub,
+        metrics,
+        tasks,
+        parking,
+    };
+    let connected = Connected {
+        conn,
+        via,
+        admission: admitted.ok(),
+        cached,
+    };
+    send(call, ctx, id, on, connected).await
+}
+
+/// What a call is served with: the router's parts.
+#[derive(Clone, Copy)]
+struct Served<'r> {
+    hub: &'r Arc<crate::notify::NotifyHub>,
+    metrics: &'r Arc<Metrics>,
+    tasks: &'r tokio_util::task::TaskTracker,
+    parking: &'r Arc<Parking>,
+}
+
+/// A call's way to its upstream, once admitted and connected.
+struct Connected {
+    conn: Arc<Connection>,
+    /// The supervisor of `conn`, where a retry waits for a new connection.
+    via: UpstreamHandle,
+    admission: Option<crate::upstream::protect::Admission>,
+    cached: Option<super::cached::Plan>,
+}
+
+/// The reply to a call that could not be sent, counted as it ended.
+fn refused(
+    call: &Call<'_>,
+    ctx: &RequestContext,
+    id: &RawValue,
+    metrics: &Arc<Metrics>,
+    e: UpstreamError,
+    asked: std::time::Instant,
+) -> Reply {
+    let e = RouteError::from(e);
+    metrics.observe(
+        call.method.name(),
+        call.handle.name(),
+        e.outcome(),
+        asked.elapsed(),
+    );
+    super::observe::finished(
+        metrics,
+        &call.handle,
+        call.method.name(),
+        &call.item,
+        Err(&e),
+        asked.elapsed(),
+    );
+    Reply::Ready(e.to_frame(id.get(), ctx.era))
+}
+
+/// Sends an admitted, connected call and produces its reply.
+async fn send(
+    call: Call<'_>,
+    ctx: &RequestContext,
+    id: &RawValue,
+    on: Served<'_>,
+    connected: Connected,
+) -> Reply {
+    let Served {
+        hub,
+        metrics,
+        tasks,
+        parking,
+    } = on;
+    let Connected {
+        conn,
+        via,
+        admission,
+        cached,
+    } = connected;
+    // The placeholder `connect` tool of an upstream that acts as each user:
+    // reaching here, the caller has connected.
+    if call.method == Method::ToolsCall
+        && call.target.as_deref() == Some(crate::upstream::CONNECT_TOOL)
+        && call.handle.holds_place()
+    {
+        let result = connect::connected_result(call.handle.name());
+        return Reply::Ready(protocol::response_frame(id.get(), &result));
+    }
     // A stateless client's call to a 2025-era upstream may be asked for
     // input; the client's retry then continues it (see `park`).
     let parkable = ctx.era == Era::Modern
@@ -301,9 +390,10 @@ pub(super) async fn run(
         asker: None,
         asks: None,
         repeatable: call.repeatable,
-        admission: admitted.ok(),
+        admission,
         cached,
         span,
+        via,
     };
     // A 2025-era session's call may be asked back by its upstream
     // (sampling, elicitation, roots): its reply then becomes a stream.
@@ -495,6 +585,9 @@ struct Exchange {
     cached: Option<super::cached::Plan>,
     /// The exchange's trace span (empty when tracing is off).
     span: crate::telemetry::UpstreamSpan,
+    /// The supervisor of its connection (the shared one, a session's
+    /// instance or an identity's session): a retry waits there.
+    via: UpstreamHandle,
 }
 
 /// Resolves when the tap may have log messages; never without a tap.
@@ -561,6 +654,27 @@ impl Exchange {
         }
     }
 
+    /// The caller's grant at an upstream that acts as each user ended (it
+    /// was revoked, or its refresh refused): its session there closes and
+    /// the answer sends the user to connect again.
+    async fn connect_again(&self) -> Option<String> {
+        let credentials = self.handle.credentials()?;
+        let client = self.client.as_ref()?;
+        if !matches!(credentials.mode(), crate::config::AuthMode::User { .. }) {
+            return None;
+        }
+        self.handle.close_identity(client);
+        match crate::upstream::authorization_required(credentials, client).await {
+            UpstreamError::AuthorizationRequired { upstream, start } => Some(connect::refusal(
+                &self.client_id,
+                self.era,
+                &upstream,
+                &start,
+            )),
+            _ => None,
+        }
+    }
+
     fn route(&self) -> Option<ProgressRoute> {
         self.progress.as_ref().map(|(token, sink)| ProgressRoute {
             client_token: token.clone(),
@@ -585,10 +699,19 @@ impl Exchange {
         if let Err(RouteError::Upstream(e)) = &answer
             && let Some(next) = super::retry::decide(e, self.repeatable, self.handle.protection())
         {
+            // A refused token leaves the connection up: the retry uses it
+            // with a new token.
+            let same = matches!(e, UpstreamError::Unauthorized { .. });
             answer = match next {
-                Ok(()) => self.retry(guard, conn).await,
+                Ok(()) => self.retry(guard, conn, same).await,
                 Err(e) => Err(RouteError::Upstream(e)),
             };
+        }
+        if let Err(RouteError::Upstream(UpstreamError::Credential { error, .. })) = &answer
+            && error.is_final()
+            && let Some(frame) = self.connect_again().await
+        {
+            return frame;
         }
         if let Some(admission) = &self.admission {
             let conn_id = std::ptr::from_ref(conn) as usize;
@@ -686,10 +809,14 @@ impl Exchange {
         &self,
         guard: &CallGuard,
         failed: &Connection,
+        same: bool,
     ) -> Result<Box<RawValue>, RouteError> {
         // A restart is waited for as long as a start would be.
         let deadline = (self.started + self.timeout).min(Instant::now() + self.handle.start_wait());
-        let conn = self.handle.reconnected(failed, deadline).await?;
+        let conn = match same {
+            true => self.via.connection()?,
+            false => self.via.reconnected(failed, deadline).await?,
+        };
         let upstream_id = conn.next_id();
         let params = match &self.progress {
             Some((Some(_), _)) => with_progress_token(&self.params, upstream_id),

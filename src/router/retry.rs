@@ -7,9 +7,10 @@
 //! both `readOnlyHint: true` and `idempotentHint: true` (not one that
 //! creates a task). A repeatable request is retried once after a transport
 //! failure or a reconnect (the connection closed or lost its session while
-//! it was in flight). Any request the upstream refused because it no
-//! longer knew the session is sent again too: it never ran. Every retry
-//! spends from the upstream's retry budget.
+//! it was in flight), or after the upstream refused the gateway's token
+//! (HTTP 401: the retry carries a new one). Any request the upstream
+//! refused because it no longer knew the session is sent again too: it
+//! never ran. Every retry spends from the upstream's retry budget.
 
 use crate::protocol::Method;
 use crate::upstream::UpstreamError;
@@ -39,7 +40,8 @@ pub(super) fn decide(
 ) -> Option<Result<(), UpstreamError>> {
     let (upstream, never_ran) = match error {
         UpstreamError::SessionExpired { upstream, refused } => (upstream, *refused),
-        UpstreamError::Unavailable { upstream, .. } => (upstream, false),
+        UpstreamError::Unavailable { upstream, .. }
+        | UpstreamError::Unauthorized { upstream, .. } => (upstream, false),
         _ => return None,
     };
     let not_retried = |why: String| UpstreamError::NotRetried {

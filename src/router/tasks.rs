@@ -559,10 +559,7 @@ mod tests {
     #[test]
     fn a_sealed_id_opens_for_its_caller_with_the_same_key_only() {
         let sealer = Sealer::new(&[9; 32]);
-        let alice = Caller::stateless(Some(&crate::auth::Identity {
-            client: "alice".into(),
-            scopes: Vec::new(),
-        }));
+        let alice = Caller::stateless(Some(&crate::auth::Identity::new("alice", Vec::new())));
         let route = Route {
             upstream: "notes".into(),
             upstream_id: "t-1".into(),

@@ -228,8 +228,7 @@ impl Connection {
         &self.upstream
     }
 
-    /// Requests waiting for an answer (tests look).
-    #[cfg(test)]
+    /// Requests waiting for an answer.
     pub(crate) fn pending_len(&self) -> usize {
         self.pending.len()
     }

@@ -11,7 +11,9 @@
 //! means the server has none). A 404 for our session means the server
 //! forgot it: the link ends as "session expired", the supervisor
 //! re-initializes at once, and the calls that failed are retried once.
-//! Credentials come only from the config's `headers`, never from clients.
+//! Credentials come only from the config's `headers` and, with an `auth:`
+//! section, the link's [`TokenCell`] (a 401 drops that token, so the next
+//! request fetches a new one); never from clients.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +35,7 @@ use super::poster::{HttpAnswer, Poster, from_reqwest};
 use super::remote::{Mode, RemoteSession};
 use super::{LinkError, UpstreamError};
 use crate::config::{RemoteConfig, RemoteMode};
+use crate::credentials::cell::TokenCell;
 use crate::protocol::Method;
 use crate::sse::SseParser;
 
@@ -62,6 +65,7 @@ impl HttpLink {
         conn: Arc<Connection>,
         outbound: mpsc::Receiver<Outgoing>,
         tasks: &TaskTracker,
+        bearer: Option<Arc<TokenCell>>,
     ) -> Result<HttpLink, LinkError> {
         let url = Url::parse(&cfg.url).map_err(|e| LinkError::Url(e.to_string()))?;
         let mut headers = HeaderMap::new();
@@ -97,6 +101,7 @@ impl HttpLink {
             poster,
             url,
             headers,
+            bearer,
             mode: Mutex::new(mode),
             session_id: Mutex::new(None),
             version: Mutex::new(None),
@@ -141,11 +146,18 @@ impl HttpLink {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         if was_running && let Some(session) = session {
+            let mut headers = self.shared.headers.clone();
+            if let Some(bearer) = &self.shared.bearer
+                && let Ok(Ok(value)) =
+                    tokio::time::timeout(Duration::from_secs(2), bearer.header()).await
+            {
+                headers.insert(header::AUTHORIZATION, value);
+            }
             let delete = self
                 .shared
                 .client
                 .delete(self.shared.url.clone())
-                .headers(self.shared.headers.clone())
+                .headers(headers)
                 .header("mcp-session-id", session);
             let _ = tokio::time::timeout(Duration::from_secs(2), delete.send()).await;
         }
@@ -275,12 +287,12 @@ impl RemoteSession {
     async fn detect_and_send(self: &Arc<Self>, sent: Outgoing, force_sse: bool) {
         if !force_sse {
             match self.post(&sent).await {
-                Ok(response) if matches!(response.status().as_u16(), 400 | 404 | 405) => {
+                Ok((response, _)) if matches!(response.status().as_u16(), 400 | 404 | 405) => {
                     tracing::info!(upstream = %self.upstream, status = %response.status(), "Streamable HTTP refused; trying the legacy HTTP+SSE transport");
                 }
-                Ok(response) => {
+                Ok((response, used)) => {
                     *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = Mode::Streamable;
-                    self.handle_response(&sent, response).await;
+                    self.handle_response(&sent, response, used).await;
                     return;
                 }
                 Err(e) => return self.fail(&sent, e),
@@ -308,7 +320,7 @@ impl RemoteSession {
             return;
         }
         match self.post(&sent).await {
-            Ok(response) => self.handle_response(&sent, response).await,
+            Ok((response, used)) => self.handle_response(&sent, response, used).await,
             Err(e) => self.fail(&sent, e),
         }
         if let Some(id) = sent.id {
@@ -316,12 +328,17 @@ impl RemoteSession {
         }
     }
 
-    /// POSTs a frame with the session headers. A session-based (legacy)
+    /// POSTs a frame with the session headers, and the bearer token it
+    /// used (if the link has a [`TokenCell`]). A session-based (legacy)
     /// server that cannot be reached at all ends the link, so the upstream
     /// shows as down and is re-initialized with backoff; a stateless
     /// (modern) one keeps its link, since nothing is lost with the socket.
-    async fn post(&self, sent: &Outgoing) -> Result<HttpAnswer, UpstreamError> {
+    async fn post(
+        &self,
+        sent: &Outgoing,
+    ) -> Result<(HttpAnswer, Option<HeaderValue>), UpstreamError> {
         let mut extra = HeaderMap::new();
+        let used = self.authorize(&mut extra).await?;
         if let Some(traceparent) = sent
             .traceparent
             .as_deref()
@@ -365,6 +382,7 @@ impl RemoteSession {
         self.poster
             .post(sent.frame.clone(), extra)
             .await
+            .map(|answer| (answer, used))
             .map_err(|e| {
                 let reason = format!("request failed: {e}");
                 if e.connect && !self.conn.is_modern() {
@@ -394,7 +412,12 @@ impl RemoteSession {
         }
     }
 
-    async fn handle_response(self: &Arc<Self>, sent: &Outgoing, response: HttpAnswer) {
+    async fn handle_response(
+        self: &Arc<Self>,
+        sent: &Outgoing,
+        response: HttpAnswer,
+        used: Option<HeaderValue>,
+    ) {
         if let Some(session) = response.headers().get("mcp-session-id") {
             *self.session_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
         }
@@ -411,6 +434,21 @@ impl RemoteSession {
         }
         if status.is_success() && had_session {
             self.session_confirmed.store(true, Ordering::Relaxed);
+        }
+        if status == StatusCode::UNAUTHORIZED
+            && let (Some(bearer), Some(used)) = (&self.bearer, &used)
+        {
+            // The token is dropped; the next request (or the retry of a
+            // request that is safe to repeat) fetches a new one.
+            bearer.rejected(used);
+            tracing::info!(upstream = %self.upstream, "the upstream refused the gateway's token (401); a new one is fetched for the next request");
+            return self.fail(
+                sent,
+                UpstreamError::Unauthorized {
+                    upstream: self.upstream.to_string(),
+                    detail: "it refused the gateway's token (HTTP 401)".into(),
+                },
+            );
         }
         if !status.is_success() {
             let body = read_limited(response, MAX_BODY).await.unwrap_or_default();
@@ -520,6 +558,7 @@ impl RemoteSession {
 
     async fn get(&self, last_event_id: Option<&str>) -> Result<HttpAnswer, UpstreamError> {
         let mut headers = self.headers.clone();
+        self.authorize(&mut headers).await?;
         headers.insert(
             header::ACCEPT,
             HeaderValue::from_static("text/event-stream"),

@@ -45,10 +45,15 @@ pub(super) enum SseConnectError {
 /// Opens the SSE stream and returns the endpoint to POST to. The stream
 /// keeps being read by a task until it or the link ends.
 pub(super) async fn open(shared: Arc<RemoteSession>) -> Result<Url, SseConnectError> {
+    let mut headers = shared.headers.clone();
+    shared
+        .authorize(&mut headers)
+        .await
+        .map_err(|e| SseConnectError::Ended(e.cause()))?;
     let response = shared
         .client
         .get(shared.url.clone())
-        .headers(shared.headers.clone())
+        .headers(headers)
         .header(header::ACCEPT, "text/event-stream")
         .send()
         .await
@@ -125,10 +130,12 @@ pub(super) async fn post(
     post_url: &Url,
     frame: bytes::Bytes,
 ) -> Result<(), UpstreamError> {
+    let mut headers = shared.headers.clone();
+    shared.authorize(&mut headers).await?;
     let response = shared
         .client
         .post(post_url.clone())
-        .headers(shared.headers.clone())
+        .headers(headers)
         .header(header::CONTENT_TYPE, "application/json")
         .body(frame)
         .send()

@@ -29,6 +29,7 @@ impl Link {
         outbound: mpsc::Receiver<Outgoing>,
         noise: Arc<super::noise::NoiseFilter>,
         tasks: &TaskTracker,
+        bearer: Option<Arc<crate::credentials::cell::TokenCell>>,
     ) -> Result<Link, LinkError> {
         match transport {
             Transport::Stdio(cfg) => StdioChild::spawn(upstream, cfg, conn, outbound, noise, tasks)
@@ -38,7 +39,7 @@ impl Link {
                     source,
                 }),
             Transport::Remote(cfg) => {
-                HttpLink::start(upstream, cfg, conn, outbound, tasks).map(Link::Http)
+                HttpLink::start(upstream, cfg, conn, outbound, tasks, bearer).map(Link::Http)
             }
         }
     }

@@ -34,6 +34,8 @@ pub(super) struct RemoteSession {
     pub(super) url: Url,
     /// Configured headers (credentials marked sensitive).
     pub(super) headers: HeaderMap,
+    /// The bearer token of an upstream with an `auth:` section.
+    pub(super) bearer: Option<Arc<crate::credentials::cell::TokenCell>>,
     pub(super) mode: Mutex<Mode>,
     pub(super) session_id: Mutex<Option<HeaderValue>>,
     pub(super) version: Mutex<Option<HeaderValue>>,
@@ -67,6 +69,26 @@ impl RemoteSession {
     {
         self.tasks
             .spawn(tracing::Instrument::instrument(task, self.span.clone()))
+    }
+
+    /// Adds the link's bearer token to `headers`, and returns it (none
+    /// without an `auth:` section). No token means the request cannot go.
+    pub(super) async fn authorize(
+        &self,
+        headers: &mut reqwest::header::HeaderMap,
+    ) -> Result<Option<HeaderValue>, UpstreamError> {
+        let Some(bearer) = &self.bearer else {
+            return Ok(None);
+        };
+        let value = bearer
+            .header()
+            .await
+            .map_err(|error| UpstreamError::Credential {
+                upstream: self.upstream.to_string(),
+                error,
+            })?;
+        headers.insert(reqwest::header::AUTHORIZATION, value.clone());
+        Ok(Some(value))
     }
 
     pub(super) fn reason(&self) -> String {

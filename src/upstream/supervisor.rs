@@ -20,10 +20,12 @@ use tokio_util::task::TaskTracker;
 use super::link::Link;
 use super::{
     Answer, Connection, Interest, ListsChanged, ServerHello, Shared, UpstreamError, UpstreamEvents,
-    UpstreamHandle, UpstreamState, connection, handshake, isolated, listen, noise,
+    UpstreamHandle, UpstreamState, connection, handshake, identities, isolated, listen, noise,
 };
 use crate::catalog::{CatalogStore, ListKind, UpstreamLists, UpstreamView};
 use crate::config::{EraChoice, Isolation, UpstreamConfig};
+use crate::credentials::UpstreamCredentials;
+use crate::credentials::cell::TokenCell;
 use crate::protocol::Method;
 
 /// Notifications queued from one upstream to its supervisor. When full,
@@ -42,7 +44,10 @@ const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Starts the supervisor for one upstream on `tracker`: its events go to
 /// `events`, and `interest` is what clients want of it. Under `isolation:
 /// per-session` its handle also carries the pool of per-session instances,
-/// each a supervisor of its own (see [`isolated`]).
+/// each a supervisor of its own (see [`isolated`]); with an `auth:` that
+/// acts as each caller, the pool of per-identity sessions (see
+/// [`identities`]), whose tokens `credentials` hands out.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn spawn(
     config: UpstreamConfig,
     catalog: Arc<CatalogStore>,
@@ -50,9 +55,39 @@ pub(crate) fn spawn(
     interest: Arc<Interest>,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
+    credentials: Option<Arc<UpstreamCredentials>>,
 ) -> (UpstreamHandle, tokio::task::JoinHandle<()>) {
     let name: Arc<str> = config.name.as_str().into();
     let noise: Arc<noise::NoiseFilter> = Arc::default();
+    let service = credentials.as_ref().and_then(|c| c.service());
+    // Acting as each caller with no service identity: nothing to connect
+    // as until a caller comes (the shared supervisor only holds the place).
+    let placeholder = credentials
+        .as_ref()
+        .is_some_and(|c| c.mode().per_identity().is_some())
+        && service.is_none();
+    // Set once an identity's session has provided the lists.
+    let identity_lists = Arc::new(AtomicBool::new(false));
+    let identities = credentials.as_ref().and_then(|credentials| {
+        let sessions = credentials.mode().per_identity()?;
+        let start = identity_starter(
+            &config,
+            &catalog,
+            &events,
+            &interest,
+            &shutdown,
+            tracker,
+            &noise,
+            credentials,
+            placeholder.then(|| identity_lists.clone()),
+        );
+        Some(Arc::new(identities::IdentityPool::new(
+            name.clone(),
+            sessions.max_identities,
+            sessions.idle_timeout,
+            start,
+        )))
+    });
     let instances = match &config.transport {
         crate::config::Transport::Stdio(stdio) => match stdio.isolation {
             Isolation::PerSession { max_instances } => {
@@ -70,7 +105,13 @@ pub(crate) fn spawn(
         },
         _ => None,
     };
-    let handle = new_handle(&config, noise, instances);
+    let mut handle = new_handle(&config, noise, instances, identities, credentials);
+    if let Some(shared) = Arc::get_mut(&mut handle.shared) {
+        shared.identity_lists = identity_lists;
+    }
+    if let Some(pool) = &handle.shared.identities {
+        spawn_sweep(pool.clone(), shutdown.clone(), tracker);
+    }
     let supervisor = Supervisor {
         handle: handle.clone(),
         config,
@@ -79,11 +120,88 @@ pub(crate) fn spawn(
         interest,
         shutdown,
         tasks: tracker.clone(),
-        role: Role::Shared,
+        role: match placeholder {
+            true => Role::Placeholder,
+            false => Role::Shared,
+        },
+        bearer: service,
+        published: None,
     };
     let span = tracing::info_span!("upstream", upstream = %name);
     let task = tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
     (handle, task)
+}
+
+/// Closes idle per-identity sessions until `shutdown`.
+fn spawn_sweep(
+    pool: Arc<identities::IdentityPool>,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) {
+    let every = pool.sweep_every();
+    let sweep = async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => { pool.sweep(); }
+                () = shutdown.cancelled() => return,
+            }
+        }
+    };
+    tracker.spawn(tracing::Instrument::instrument(
+        sweep,
+        tracing::Span::current(),
+    ));
+}
+
+/// How the pool of an upstream that acts as each caller starts one
+/// identity's session: a supervisor like the shared one, with that
+/// identity's own token, whose log messages and resource updates reach no
+/// other client. `publishes` (set when the shared supervisor holds only
+/// the place): these sessions provide the catalog's lists, and say so.
+#[allow(clippy::too_many_arguments)]
+fn identity_starter(
+    config: &UpstreamConfig,
+    catalog: &Arc<CatalogStore>,
+    events: &Arc<dyn UpstreamEvents>,
+    interest: &Arc<Interest>,
+    shutdown: &CancellationToken,
+    tracker: &TaskTracker,
+    noise: &Arc<noise::NoiseFilter>,
+    credentials: &Arc<UpstreamCredentials>,
+    publishes: Option<Arc<AtomicBool>>,
+) -> identities::StartIdentity {
+    let (config, catalog, events, interest, shutdown, tracker, noise, credentials) = (
+        config.clone(),
+        catalog.clone(),
+        events.clone(),
+        interest.clone(),
+        shutdown.clone(),
+        tracker.clone(),
+        noise.clone(),
+        credentials.clone(),
+    );
+    Box::new(move |identity, subject| {
+        let handle = new_handle(&config, noise.clone(), None, None, None);
+        let stop = shutdown.child_token();
+        let supervisor = Supervisor {
+            handle: handle.clone(),
+            config: config.clone(),
+            catalog: catalog.clone(),
+            events: Arc::new(identities::IdentityEvents::new(events.clone())),
+            interest: interest.clone(),
+            shutdown: stop.clone(),
+            tasks: tracker.clone(),
+            role: Role::Identity {
+                publishes: publishes.is_some(),
+            },
+            bearer: Some(credentials.identity_cell(identity, subject)),
+            published: publishes.clone(),
+        };
+        let span = tracing::info_span!("upstream", upstream = %config.name, client = %identity);
+        let task = tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
+        isolated::Started { handle, stop, task }
+    })
 }
 
 /// How the pool of a per-session upstream starts one session's instance:
@@ -108,7 +226,7 @@ fn instance_starter(
         noise.clone(),
     );
     Box::new(move |session| {
-        let handle = new_handle(&config, noise.clone(), None);
+        let handle = new_handle(&config, noise.clone(), None, None, None);
         let stop = shutdown.child_token();
         let supervisor = Supervisor {
             handle: handle.clone(),
@@ -119,6 +237,8 @@ fn instance_starter(
             shutdown: stop.clone(),
             tasks: tracker.clone(),
             role: Role::Instance,
+            bearer: None,
+            published: None,
         };
         let span = tracing::info_span!("upstream", upstream = %config.name, session);
         let task = tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
@@ -131,6 +251,8 @@ fn new_handle(
     config: &UpstreamConfig,
     noise: Arc<noise::NoiseFilter>,
     instances: Option<Arc<isolated::Instances>>,
+    identities: Option<Arc<identities::IdentityPool>>,
+    credentials: Option<Arc<UpstreamCredentials>>,
 ) -> UpstreamHandle {
     UpstreamHandle {
         shared: Arc::new(Shared {
@@ -164,6 +286,9 @@ fn new_handle(
             },
             counts: Default::default(),
             instances,
+            identities,
+            credentials,
+            identity_lists: Arc::default(),
             protect: super::protect::Protection::new(config.name.as_str().into(), &config.protect),
             journal: Default::default(),
         }),
@@ -180,6 +305,22 @@ enum Role {
     /// session's calls only, contributes nothing to the catalog, and its
     /// list changes are announced to that session alone.
     Instance,
+    /// An upstream that acts as each caller and has no service identity
+    /// to connect as: it connects to nothing, and holds the upstream's
+    /// place (its state, and the `connect` tool of `mode: user`) until an
+    /// identity's session provides the lists.
+    Placeholder,
+    /// One identity's own session (`auth.mode: token_exchange` or `user`):
+    /// it serves that identity's calls only; `publishes`: its lists are the
+    /// catalog's (there is no service session to provide them).
+    Identity { publishes: bool },
+}
+
+impl Role {
+    /// Whether this supervisor's lists are the upstream's in the catalog.
+    fn publishes(self) -> bool {
+        matches!(self, Role::Shared | Role::Identity { publishes: true })
+    }
 }
 
 struct Supervisor {
@@ -196,10 +337,18 @@ struct Supervisor {
     /// The gateway's tracker, for the transport's I/O tasks.
     tasks: TaskTracker,
     role: Role,
+    /// Its bearer token (an upstream with an `auth:` section).
+    bearer: Option<Arc<TokenCell>>,
+    /// Set when it publishes lists (an identity's session that provides
+    /// them; the shared handle reads it).
+    published: Option<Arc<AtomicBool>>,
 }
 
 impl Supervisor {
     async fn run(self) {
+        if self.role == Role::Placeholder {
+            return self.hold_place().await;
+        }
         let mut attempt: u32 = 0;
         loop {
             self.handle.set_state(UpstreamState::Starting);
@@ -232,10 +381,44 @@ impl Supervisor {
                 () = self.shutdown.cancelled() => break,
             }
         }
+        self.stopped().await;
+    }
+
+    /// The end of a supervisor: stopped, and its instances or identity
+    /// sessions stopped and awaited.
+    async fn stopped(&self) {
         self.handle.set_state(UpstreamState::Stopped);
         if let Some(instances) = &self.handle.shared.instances {
             instances.stop_all().await;
         }
+        if let Some(identities) = &self.handle.shared.identities {
+            identities.stop_all().await;
+        }
+    }
+
+    /// [`Role::Placeholder`]: ready without a connection; the catalog
+    /// shows the `connect` tool of `mode: user` until an identity's
+    /// session publishes the upstream's own lists.
+    async fn hold_place(self) {
+        let connect = self
+            .handle
+            .shared
+            .credentials
+            .as_ref()
+            .is_some_and(|c| matches!(c.mode(), crate::config::AuthMode::User { .. }));
+        if connect {
+            let mut lists = UpstreamLists::default();
+            lists.tools.push(connect_tool(&self.config.name));
+            let view = UpstreamView {
+                lists,
+                instructions: None,
+            };
+            self.publish_view(Some(&view));
+        }
+        self.handle.set_state(UpstreamState::Ready);
+        self.shutdown.cancelled().await;
+        self.publish_view(None);
+        self.stopped().await;
     }
 
     /// One life of the upstream: start, handshake, serve, tear down.
@@ -266,6 +449,7 @@ impl Supervisor {
             out_rx,
             noise,
             &self.tasks,
+            self.bearer.clone(),
         ) {
             Ok(link) => link,
             Err(e) => return (e.to_string(), false),
@@ -279,9 +463,9 @@ impl Supervisor {
         let setup = async {
             let hello = self.handshake(&conn).await?;
             // An instance's lists are the shared instance's (the catalog).
-            let lists = match self.role {
-                Role::Shared => handshake::fetch_lists(&conn, &hello, timeout).await?,
-                Role::Instance => UpstreamLists::default(),
+            let lists = match self.role.publishes() {
+                true => handshake::fetch_lists(&conn, &hello, timeout).await?,
+                false => UpstreamLists::default(),
             };
             Ok::<_, UpstreamError>((hello, lists))
         };
@@ -292,6 +476,7 @@ impl Supervisor {
                     match self.role {
                         Role::Shared => tracing::info!(version = %hello.protocol_version, tools = counts[0], prompts = counts[1], resources = counts[2], templates = counts[3], "upstream ready"),
                         Role::Instance => tracing::info!(version = %hello.protocol_version, pid = child.pid(), "per-session instance ready"),
+                        Role::Identity { .. } | Role::Placeholder => tracing::info!(version = %hello.protocol_version, tools = counts[0], "per-identity session ready"),
                     }
                     let view = UpstreamView { lists, instructions: hello.instructions.clone() };
                     let hello = Arc::new(hello);
@@ -304,7 +489,7 @@ impl Supervisor {
                     match self.role {
                         Role::Shared => self.interest.restore(&name, &conn, &hello, timeout).await,
                         // Its session's subscriptions live on the shared instance.
-                        Role::Instance => self.interest.restore_level(&conn, &hello, timeout).await,
+                        _ => self.interest.restore_level(&conn, &hello, timeout).await,
                     }
                     self.publish(Some(&view));
                     self.handle.set_state(UpstreamState::Ready);
@@ -375,7 +560,7 @@ impl Supervisor {
         // Subscriptions live on the shared instance.
         let watched = || match self.role {
             Role::Shared => self.interest.watched_on(conn.upstream()),
-            Role::Instance => Vec::new(),
+            _ => Vec::new(),
         };
         let mut listen_failures: u32 = 0;
         let mut listening = match hello.modern {
@@ -467,7 +652,7 @@ impl Supervisor {
             if stale.is_empty() {
                 continue;
             }
-            if self.role == Role::Instance {
+            if !self.role.publishes() {
                 // The session lists from the catalog; it is told to look again.
                 self.events.lists_changed(&stale);
                 continue;
@@ -525,11 +710,22 @@ impl Supervisor {
     }
 
     /// Publishes this upstream's view (None: it left) and tells every
-    /// subscriber which merged lists changed.
+    /// subscriber which merged lists changed. An identity's session that
+    /// provides the lists keeps them in the catalog when it ends: the next
+    /// identity's session refreshes them, and calls still find the items.
     fn publish(&self, view: Option<&UpstreamView>) {
-        if self.role == Role::Instance {
-            return;
+        match (self.role, view) {
+            (Role::Identity { publishes: true }, Some(_)) | (Role::Shared, _) => {
+                self.publish_view(view);
+                if let Some(published) = &self.published {
+                    published.store(true, Ordering::Relaxed);
+                }
+            }
+            _ => {}
         }
+    }
+
+    fn publish_view(&self, view: Option<&UpstreamView>) {
         if let (Some(view), Some(conn)) = (view, self.handle.shared.conn.load_full()) {
             let headers = view
                 .lists
@@ -573,6 +769,25 @@ impl Health<'_> {
         }
     }
 }
+
+/// The tool of an upstream in `auth.mode: user` with no discovery
+/// credential: calling it starts the caller's authorization flow.
+fn connect_tool(upstream: &str) -> serde_json::Map<String, serde_json::Value> {
+    let tool = serde_json::json!({
+        "name": CONNECT_TOOL,
+        "title": format!("Connect your {upstream} account"),
+        "description": format!("Connect your own {upstream} account to this gateway (you sign in at {upstream}'s authorization server in your browser). Its tools appear once someone has connected."),
+        "inputSchema": { "type": "object", "properties": {} },
+        "annotations": { "readOnlyHint": true, "idempotentHint": true, "openWorldHint": false },
+    });
+    match tool {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!("a JSON object literal"),
+    }
+}
+
+/// The name of [`connect_tool`] as the upstream's own.
+pub(crate) const CONNECT_TOOL: &str = "connect";
 
 /// Adds the list kinds a notification says are out of date.
 fn collect_stale(note: &ListsChanged, out: &mut Vec<ListKind>) {

@@ -18,18 +18,18 @@ use crate::support::{
     McpClient, TestGateway, example_upstream, fixture_upstream, read_jsonl, tempdir,
 };
 
-const ISSUER: &str = "https://idp.test";
-const AUDIENCE: &str = "https://mcp.test/mcp";
+pub(crate) const ISSUER: &str = "https://idp.test";
+pub(crate) const AUDIENCE: &str = "https://mcp.test/mcp";
 const OPS_KEY: &str = "ops-key-7f3a91c2d4e5";
 
 /// A signing key and its public JWK.
-struct Signer {
+pub(crate) struct Signer {
     kid: String,
     alg: Algorithm,
     key: EncodingKey,
-    jwk: Value,
+    pub(crate) jwk: Value,
     /// The public key in PEM (SubjectPublicKeyInfo).
-    public_pem: String,
+    pub(crate) public_pem: String,
 }
 
 fn pem(label: &str, der: &[u8]) -> String {
@@ -39,7 +39,7 @@ fn pem(label: &str, der: &[u8]) -> String {
     )
 }
 
-fn rsa_signer(kid: &str) -> Signer {
+pub(crate) fn rsa_signer(kid: &str) -> Signer {
     let pair = aws_lc_rs::rsa::KeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).unwrap();
     let pkcs8 = AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(&pair).unwrap();
     let components = aws_lc_rs::rsa::PublicKeyComponents::<Vec<u8>>::from(pair.public_key());
@@ -88,7 +88,7 @@ fn now() -> i64 {
 }
 
 impl Signer {
-    fn token(&self, claims: Value) -> String {
+    pub(crate) fn token(&self, claims: Value) -> String {
         let mut header = Header::new(self.alg);
         header.kid = Some(self.kid.clone());
         encode(&header, &claims, &self.key).unwrap()
@@ -96,7 +96,7 @@ impl Signer {
 }
 
 /// Claims of a good token for `sub`, changed by `edit`.
-fn claims(sub: &str, edit: impl FnOnce(&mut Value)) -> Value {
+pub(crate) fn claims(sub: &str, edit: impl FnOnce(&mut Value)) -> Value {
     let mut claims = json!({ "iss": ISSUER, "aud": AUDIENCE, "sub": sub, "scope": "mcp:tools",
                              "iat": now(), "nbf": now() - 10, "exp": now() + 600 });
     edit(&mut claims);

@@ -29,3 +29,4 @@ mod support;
 mod tasks;
 mod telemetry;
 mod ui;
+mod upstream_auth;

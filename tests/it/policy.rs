@@ -21,10 +21,7 @@ enum Client {
 impl Client {
     /// A 2025-era session of `client` (none: authentication off).
     fn session(gw: &TestGateway, client: Option<&str>) -> Client {
-        let identity = client.map(|c| Identity {
-            client: c.into(),
-            scopes: Vec::new(),
-        });
+        let identity = client.map(|c| Identity::new(c, Vec::new()));
         Client::Session(gw.gateway().local_session(identity))
     }
 

@@ -6,6 +6,7 @@ pub mod client;
 pub mod gateway;
 pub mod interop;
 pub mod matrix;
+pub mod oauth;
 pub mod peer;
 pub mod served;
 
