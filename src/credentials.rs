@@ -147,9 +147,10 @@ impl UpstreamCredentials {
                 http,
                 client: tokio::sync::OnceCell::new(),
                 service,
-                connector,
+                connector: connector.clone(),
             }
         });
+        connector.register(&this);
         Ok(this)
     }
 
@@ -367,8 +368,7 @@ impl UpstreamCredentials {
     ) -> Result<FlowStart, CredentialError> {
         let client = self.client().await?;
         let redirect = self.connector.callback_url()?;
-        self.connector
-            .start(self.clone(), identity.clone(), &client, &redirect)
+        self.connector.start(self, identity, &client, &redirect)
     }
 
     /// Whether `identity` has a stored grant here.

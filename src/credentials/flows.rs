@@ -1,23 +1,26 @@
 //! Users connecting their own accounts (`mode: user`): the authorization
-//! flows in progress and their end at `/oauth/callback`.
+//! flows and their end at `/oauth/callback`.
 //!
 //! A flow starts when a caller who has no grant at an upstream calls it:
-//! [`Connector::start`] makes an unguessable `state`, keeps it with the
-//! caller's identity, the upstream and the PKCE verifier, and returns the
-//! authorization URL. The callback takes the `state` out (it works once),
-//! checks its age, exchanges the code (with the verifier and the RFC 8707
-//! resource) and stores the grant under the identity that started the
-//! flow, whoever's browser brings the code back: a forged, replayed or
-//! expired `state` is refused and changes nothing. Calls waiting for the
-//! user ([`Connector::wait_connected`]) are woken.
+//! [`Connector::start`] seals the caller's identity, the upstream, the
+//! PKCE verifier, the redirect URI and the time into the `state` (AES-GCM
+//! under the token store's key, so any replica sharing the key can end the
+//! flow), and returns the authorization URL. The callback opens the
+//! `state`, checks its age, claims it once in the store (a replay is
+//! refused, on every replica), exchanges the code with the verifier and
+//! the RFC 8707 resource, and stores the grant under the identity that
+//! started the flow, whoever's browser brings the code back: a forged,
+//! replayed or expired `state` is refused and changes nothing. Calls
+//! waiting for the user ([`Connector::wait_connected`]) are woken.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use reqwest::Url;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::oauth::{OAuthClient, Token};
@@ -27,10 +30,8 @@ use crate::config::Secret;
 
 /// How long a user has to finish signing in.
 pub(crate) const FLOW_LIFETIME: Duration = Duration::from_secs(10 * 60);
-/// Flows one identity may have open at once; a new one ends the oldest.
-const FLOWS_PER_IDENTITY: usize = 8;
-/// Flows open at once in the gateway; beyond it new ones are refused.
-const MAX_FLOWS: usize = 10_000;
+/// What a flow's `state` is sealed for.
+const PURPOSE: &str = "mcpmux.oauth-state";
 
 /// What the caller is told: where to sign in, and the elicitation's id.
 #[derive(Debug, Clone)]
@@ -39,13 +40,21 @@ pub(crate) struct FlowStart {
     pub elicitation_id: String,
 }
 
-/// A flow waiting for its callback.
-struct Pending {
-    credentials: Arc<UpstreamCredentials>,
-    identity: Arc<str>,
-    verifier: Secret,
-    redirect: Url,
-    started: Instant,
+/// What a `state` carries (sealed: the browser sees only ciphertext).
+#[derive(Serialize, Deserialize)]
+struct Sealed {
+    /// The upstream.
+    u: String,
+    /// The identity that started the flow.
+    i: String,
+    /// The PKCE verifier.
+    v: String,
+    /// The redirect URI the code was issued for.
+    r: String,
+    /// When the flow started, in ms since the epoch.
+    t: u64,
+    /// A random id: what is claimed once.
+    n: String,
 }
 
 /// Why a callback did not connect anything.
@@ -76,8 +85,9 @@ pub(crate) struct Connector {
     store: Option<Arc<TokenStore>>,
     /// `credentials.callback_url`, else set once the HTTP server listens.
     callback: OnceLock<Url>,
-    /// By `state`; a std mutex held for a lookup, never across an await.
-    pending: Mutex<HashMap<String, Pending>>,
+    /// The upstreams whose flows end here, by name (a reload replaces
+    /// one); a std mutex held for a lookup.
+    upstreams: Mutex<HashMap<Arc<str>, Weak<UpstreamCredentials>>>,
     /// Bumped by every flow that ended well (waiting calls re-check).
     connected: watch::Sender<u64>,
 }
@@ -91,7 +101,7 @@ impl Connector {
         Self {
             store,
             callback: cell,
-            pending: Mutex::new(HashMap::new()),
+            upstreams: Mutex::default(),
             connected: watch::Sender::new(0),
         }
     }
@@ -117,56 +127,48 @@ impl Connector {
         ))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    /// Makes `credentials` the one whose flows for its upstream end here.
+    pub(crate) fn register(&self, credentials: &Arc<UpstreamCredentials>) {
+        let mut upstreams = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
+        upstreams.retain(|_, c| c.strong_count() > 0);
+        upstreams.insert(credentials.upstream().clone(), Arc::downgrade(credentials));
+    }
+
+    fn upstream(&self, name: &str) -> Option<Arc<UpstreamCredentials>> {
+        let upstreams = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
+        upstreams.get(name).and_then(Weak::upgrade)
     }
 
     /// Starts a flow of `identity` at the upstream of `credentials`.
     pub(crate) fn start(
         &self,
-        credentials: Arc<UpstreamCredentials>,
-        identity: Arc<str>,
+        credentials: &UpstreamCredentials,
+        identity: &str,
         client: &OAuthClient,
         redirect: &Url,
     ) -> Result<FlowStart, CredentialError> {
-        let state = random_token();
-        let elicitation_id = random_token();
+        let store = self.store()?;
+        let id = random_token();
         let (url, verifier) = client.authorization_url(
             redirect,
             credentials.scopes(),
             Some(credentials.resource()),
-            &state,
+            "pending",
         )?;
-        let mut pending = self.lock();
-        pending.retain(|_, p| p.started.elapsed() < FLOW_LIFETIME);
-        let mut own: Vec<(Instant, String)> = pending
-            .iter()
-            .filter(|(_, p)| p.identity == identity)
-            .map(|(s, p)| (p.started, s.clone()))
-            .collect();
-        if own.len() >= FLOWS_PER_IDENTITY {
-            own.sort();
-            pending.remove(&own[0].1);
-        }
-        if pending.len() >= MAX_FLOWS {
-            return Err(CredentialError::Unusable(
-                "too many sign-ins are in progress; try again in a few minutes",
-            ));
-        }
-        tracing::info!(upstream = %credentials.upstream(), client = %identity, "authorization flow started");
-        pending.insert(
-            state,
-            Pending {
-                credentials,
-                identity,
-                verifier,
-                redirect: redirect.clone(),
-                started: Instant::now(),
-            },
-        );
+        let sealed = Sealed {
+            u: credentials.upstream().to_string(),
+            i: identity.to_owned(),
+            v: verifier.expose().to_owned(),
+            r: redirect.to_string(),
+            t: unix_ms(SystemTime::now()),
+            n: id.clone(),
+        };
+        let payload = serde_json::to_vec(&sealed).expect("the state serializes");
+        let state = store.seal(PURPOSE, &payload);
+        tracing::info!(upstream = %credentials.upstream(), client = identity, "authorization flow started");
         Ok(FlowStart {
-            url,
-            elicitation_id,
+            url: with_state(url, &state),
+            elicitation_id: id,
         })
     }
 
@@ -178,41 +180,58 @@ impl Connector {
         code: Option<&str>,
         error: Option<&str>,
     ) -> Result<Connected, CallbackError> {
-        let pending = self.lock().remove(state);
-        let Some(flow) = pending.filter(|p| p.started.elapsed() < FLOW_LIFETIME) else {
+        let refused = || {
             tracing::warn!(target: "mcpmux::audit", "an authorization callback with an unknown, used or expired state was refused");
-            return Err(CallbackError::UnknownState);
+            CallbackError::UnknownState
         };
-        let upstream = flow.credentials.upstream().clone();
+        let store = self.store()?;
+        let flow: Sealed = store
+            .open_sealed(PURPOSE, state)
+            .and_then(|plain| serde_json::from_slice(&plain).ok())
+            .ok_or_else(refused)?;
+        let age = unix_ms(SystemTime::now()).saturating_sub(flow.t);
+        if age > FLOW_LIFETIME.as_millis() as u64 {
+            return Err(refused());
+        }
+        let first = store
+            .claim_once(&flow.n, FLOW_LIFETIME)
+            .await
+            .map_err(|e| CredentialError::Store(e.to_string()))?;
+        if !first {
+            return Err(refused());
+        }
+        let credentials = self.upstream(&flow.u).ok_or_else(refused)?;
+        let upstream = credentials.upstream().clone();
+        let identity: Arc<str> = flow.i.into();
         if let Some(error) = error {
-            tracing::info!(target: "mcpmux::audit", %upstream, client = %flow.identity, error, "the authorization server refused the user's authorization");
+            tracing::info!(target: "mcpmux::audit", %upstream, client = %identity, error, "the authorization server refused the user's authorization");
             return Err(CallbackError::Denied(error.chars().take(200).collect()));
         }
         let code = code.ok_or(CallbackError::NoCode)?;
-        let client = flow.credentials.client().await?;
+        let redirect = Url::parse(&flow.r).map_err(|_| refused())?;
+        let client = credentials.client().await?;
         let token = client
             .exchange_code(
                 code,
-                &flow.verifier,
-                &flow.redirect,
-                Some(flow.credentials.resource()),
+                &Secret::new(flow.v),
+                &redirect,
+                Some(credentials.resource()),
             )
             .await
             .map_err(CredentialError::from)?;
-        self.store()?
-            .put(&upstream, &flow.identity, &grant_of(&token))
+        store
+            .put(&upstream, &identity, &grant_of(&token))
             .await
             .map_err(|e| CredentialError::Store(e.to_string()))?;
-        tracing::info!(target: "mcpmux::audit", %upstream, client = %flow.identity, "the user connected their account");
+        tracing::info!(target: "mcpmux::audit", %upstream, client = %identity, "the user connected their account");
         self.connected.send_modify(|n| *n += 1);
-        Ok(Connected {
-            upstream,
-            identity: flow.identity,
-        })
+        Ok(Connected { upstream, identity })
     }
 
     /// Waits (until `deadline`) for `identity` to have a grant at
-    /// `upstream`; true once it has.
+    /// `upstream`; true once it has. A grant made on another replica is
+    /// seen at the deadline's last look, or as soon as this replica ends a
+    /// flow (so waiting is for the replica that serves the callback).
     pub(crate) async fn wait_connected(
         &self,
         upstream: &str,
@@ -239,11 +258,30 @@ impl Connector {
     }
 }
 
-/// 32 random bytes in base64url: a `state` or an elicitation id.
+/// `url` with its `state` parameter set to `state`.
+fn with_state(mut url: Url, state: &str) -> Url {
+    let pairs: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(k, _)| k != "state")
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    url.query_pairs_mut()
+        .clear()
+        .extend_pairs(pairs)
+        .append_pair("state", state);
+    url
+}
+
+/// 32 random bytes in base64url: an elicitation and claim id.
 fn random_token() -> String {
     let mut bytes = [0u8; 32];
     aws_lc_rs::rand::fill(&mut bytes).expect("the system random generator works");
     URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A token as the store keeps it.
@@ -263,5 +301,24 @@ pub(crate) fn token_of(grant: Grant) -> Token {
         expires_at: grant.expires_at,
         refresh: grant.refresh,
         scope: grant.scope,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_replaces_any_other_state_parameter() {
+        let url =
+            Url::parse("https://as.test/authorize?client_id=c&state=pending&scope=a+b").unwrap();
+        let url = with_state(url, "S");
+        let states: Vec<String> = url
+            .query_pairs()
+            .filter(|(k, _)| k == "state")
+            .map(|(_, v)| v.into_owned())
+            .collect();
+        assert_eq!(states, ["S"]);
+        assert!(url.query_pairs().any(|(k, v)| k == "scope" && v == "a b"));
     }
 }

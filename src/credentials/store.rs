@@ -219,6 +219,27 @@ impl TokenStore {
         })
     }
 
+    /// `payload` sealed for `purpose` with the current key: state the
+    /// gateway hands out and takes back on any replica (a flow's `state`).
+    pub(crate) fn seal(&self, purpose: &str, payload: &[u8]) -> String {
+        self.keys.current.seal(purpose, payload)
+    }
+
+    /// The payload of a token sealed for `purpose` with any of the keys.
+    pub(crate) fn open_sealed(&self, purpose: &str, token: &str) -> Option<Vec<u8>> {
+        self.keys.open(purpose, token).map(|(plain, _)| plain)
+    }
+
+    /// Claims `id` for `ttl`: true the first time, false while it is
+    /// claimed (on any replica sharing the store). What makes a flow's
+    /// `state` work once.
+    pub(crate) async fn claim_once(&self, id: &str, ttl: Duration) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::File(f) => Ok(f.claim_once(id, ttl)),
+            Backend::Redis(r) => r.claim_once(id, ttl).await,
+        }
+    }
+
     /// The grant of `identity` at `upstream`, if there is one. One sealed
     /// with a previous key is sealed again with the current one.
     pub(crate) async fn get(

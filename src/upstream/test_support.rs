@@ -248,6 +248,9 @@ impl UpstreamHandle {
                 transport: "stdio",
                 counts: Default::default(),
                 instances: None,
+                identities: None,
+                credentials: None,
+                identity_lists: Arc::default(),
                 protect: super::protect::Protection::new(
                     name.into(),
                     &crate::config::ProtectConfig::default(),

@@ -115,6 +115,11 @@ fn required_variables(file: &Path) -> Vec<(&'static str, &'static str)> {
         ("MCPMUX_JWT_ISSUER", "https://idp.example.com"),
         ("MCPMUX_JWT_AUDIENCE", "https://mcp.example.com/mcp"),
         ("MCPMUX_JWKS_URL", "https://idp.example.com/jwks"),
+        ("MCPMUX_IDP_CLIENT_SECRET", "a-client-secret-for-the-check"),
+        (
+            "MCPMUX_TOKEN_KEY",
+            "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
+        ),
     ]
     .into_iter()
     .filter(|(name, _)| text.contains(&format!("${{{name}}}")))

@@ -37,6 +37,9 @@ pub(super) struct FileStore {
     /// The grants as last written, by (upstream, identity). Held by a
     /// changing call until its write is done.
     grants: tokio::sync::Mutex<Grants>,
+    /// Ids claimed once (see [`FileStore::claim_once`]) and until when;
+    /// one process holds the file, so memory is where they are shared.
+    claimed: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl FileStore {
@@ -71,7 +74,22 @@ impl FileStore {
         Ok(Self {
             path: path.into(),
             grants: tokio::sync::Mutex::new(grants),
+            claimed: std::sync::Mutex::default(),
         })
+    }
+
+    /// True the first time `id` is claimed within `ttl`.
+    pub(super) fn claim_once(&self, id: &str, ttl: std::time::Duration) -> bool {
+        let now = std::time::Instant::now();
+        let mut claimed = self.claimed.lock().unwrap_or_else(|e| e.into_inner());
+        claimed.retain(|_, until| *until > now);
+        match claimed.entry(id.to_owned()) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(now + ttl);
+                true
+            }
+        }
     }
 
     pub(super) async fn load(&self, upstream: &str, identity: &str) -> Option<Record> {

@@ -143,6 +143,21 @@ impl RedisStore {
         StoreError::Redis(redact(e.to_string(), &self.secrets))
     }
 
+    /// `SET mcpmux:claimed:{id} 1 NX EX ttl`: true if this call set it.
+    pub(super) async fn claim_once(&self, id: &str, ttl: Duration) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let set: Option<String> = ::redis::cmd("SET")
+            .arg(format!("mcpmux:claimed:{id}"))
+            .arg(1)
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl.as_secs().max(1))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(set.is_some())
+    }
+
     async fn get_raw(&self, key: &str) -> Result<Option<String>, StoreError> {
         let mut conn = self.conn.clone();
         ::redis::cmd("GET")
