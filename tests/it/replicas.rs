@@ -6,7 +6,7 @@
 //! one replica are their creator's on every replica.
 
 mod haproxy;
-mod redis;
+pub(crate) mod redis;
 mod tasks;
 
 use serde_json::{Value, json};
@@ -22,7 +22,7 @@ use crate::support::{tempdir, within};
 const SHARED_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// A port nothing listens on now: bound on port 0, then released.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }

@@ -20,10 +20,10 @@ const TRACE_HEADER: &str = "0af7651916cd43dd8448eb211c80319c";
 const PARENT_HEADER: &str = "b7ad6b7169203331";
 
 /// Every span the receiver got, with its service name.
-type Received = Arc<Mutex<Vec<(String, Span)>>>;
+pub(crate) type Received = Arc<Mutex<Vec<(String, Span)>>>;
 
 /// An OTLP/HTTP trace receiver on 127.0.0.1:0.
-async fn receiver() -> (String, Received) {
+pub(crate) async fn receiver() -> (String, Received) {
     let received: Received = Arc::default();
     let sink = received.clone();
     let app = axum::Router::new().route(

@@ -12,18 +12,18 @@ use crate::support::interop::run_node;
 use crate::support::oauth::{CLIENT_ID, CLIENT_SECRET, Protected, Provider, sha256_hex};
 use crate::support::{McpClient, TestGateway, tempdir, within};
 
-const ALICE_KEY: &str = "alice-key-5b0e7c19a2d3";
-const BOB_KEY: &str = "bob-key-8d41f2a6c9e0";
+pub(crate) const ALICE_KEY: &str = "alice-key-5b0e7c19a2d3";
+pub(crate) const BOB_KEY: &str = "bob-key-8d41f2a6c9e0";
 
 /// The claims `whoami` answered with.
-fn whoami(result: &Value) -> Value {
+pub(crate) fn whoami(result: &Value) -> Value {
     let text = result["result"]["content"][0]["text"]
         .as_str()
         .unwrap_or_else(|| panic!("not a whoami result: {result:#}"));
     serde_json::from_str(text).unwrap()
 }
 
-fn bearer(token: &str) -> String {
+pub(crate) fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }
 
@@ -137,7 +137,7 @@ async fn token_exchange_gives_each_caller_its_own_upstream_token_and_never_passe
 /// A gateway whose upstream `crm` acts as each user (alice and bob, by
 /// API key), with the token store in `dir`; the authorization server is
 /// discovered from the upstream's 401 (RFC 9728) and its metadata.
-fn user_mode_config(server: &Protected, dir: &std::path::Path) -> String {
+pub(crate) fn user_mode_config(server: &Protected, dir: &std::path::Path) -> String {
     format!(
         "auth:\n  mode: on\n  admin: {{ access: open }}\n  api_keys:\n    - client: alice\n      key: {ALICE_KEY}\n    - client: bob\n      key: {BOB_KEY}\ncredentials:\n  key: {key}\n  path: {path}\nupstreams:\n  crm:\n    url: {url}\n    auth:\n      mode: user\n      client_id: {CLIENT_ID}\n      client_secret: {CLIENT_SECRET}\n      scopes: [mcp:tools]\n",
         key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
@@ -147,7 +147,7 @@ fn user_mode_config(server: &Protected, dir: &std::path::Path) -> String {
 }
 
 /// The URL a -32042 error sends the user to.
-fn elicitation_url(refused: &Value) -> String {
+pub(crate) fn elicitation_url(refused: &Value) -> String {
     assert_eq!(refused["error"]["code"], -32042, "{refused:#}");
     let item = &refused["error"]["data"]["elicitations"][0];
     assert_eq!(item["mode"], "url");

@@ -20,13 +20,13 @@ use crate::support::peer::HttpPeer;
 use crate::support::{McpClient, tempdir, within};
 
 /// `redis-server` on a loopback port, no persistence; killed on drop.
-struct RedisServer {
+pub(crate) struct RedisServer {
     child: Child,
     port: u16,
 }
 
 impl RedisServer {
-    async fn start(port: u16) -> RedisServer {
+    pub(crate) async fn start(port: u16) -> RedisServer {
         let child = Command::new("/usr/bin/redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -49,7 +49,7 @@ impl RedisServer {
         server
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 

@@ -52,10 +52,19 @@ impl McpClient {
 
     /// Like [`Self::connect`], sending `extra` headers with every request.
     pub async fn connect_with(url: &str, extra: &[(&str, &str)]) -> McpClient {
+        Self::connect_declaring(url, json!({}), extra).await
+    }
+
+    /// Like [`Self::connect_with`], declaring `capabilities` in `initialize`.
+    pub async fn connect_declaring(
+        url: &str,
+        capabilities: Value,
+        extra: &[(&str, &str)],
+    ) -> McpClient {
         let http = reqwest::Client::new();
         let init = json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": { "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "it", "version": "0" } }
+            "params": { "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": { "name": "it", "version": "0" } }
         });
         let raw = post(&http, url, None, &init.to_string(), extra).await;
         assert_eq!(
