@@ -810,7 +810,12 @@ impl RawConfig {
                 path: upstream_auth::DEFAULT_TOKEN_FILE.into(),
                 ..CredentialsConfig::default()
             });
-        self.check_upstream_identity(&auth, &credentials, &mut p);
+        upstream_auth::check_identity_needs(
+            self.upstreams.as_ref().map(|m| &m.value),
+            &auth,
+            &credentials,
+            &mut p,
+        );
 
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));
@@ -844,31 +849,6 @@ impl RawConfig {
             tracing,
             credentials,
         })
-    }
-
-    /// Upstreams that act as each caller need callers with an identity,
-    /// and users' tokens need a key to be stored with.
-    fn check_upstream_identity(
-        &self,
-        auth: &Option<AuthConfig>,
-        credentials: &CredentialsConfig,
-        p: &mut Problems,
-    ) {
-        let raw = self.upstreams.as_ref().map(|m| &m.value);
-        for (name, upstream) in raw.into_iter().flatten() {
-            if let (Some(at), Some(AuthConfig::Off)) = (upstream.per_identity_at(), auth) {
-                p.at(
-                    at,
-                    format_args!("upstreams.{}.auth.mode: acting as each caller needs client authentication, but auth.mode is off", name.value.escape_debug()),
-                );
-            }
-            if let (Some(at), None) = (upstream.user_mode_at(), &credentials.key) {
-                p.at(
-                    at,
-                    format_args!("upstreams.{}.auth.mode: user needs credentials.key to encrypt the users' tokens (make one with `openssl rand -base64 32`)", name.value.escape_debug()),
-                );
-            }
-        }
     }
 }
 

@@ -726,6 +726,14 @@ impl Router {
                 feature: "resources/subscribe",
             });
         }
+        // Its sessions are per caller, and subscriptions are kept per
+        // upstream: one caller's updates would reach another's.
+        if handle.acts_as_each_caller() {
+            return Err(RouteError::NotSupported {
+                upstream,
+                feature: "resource subscriptions while it acts as each caller (auth.mode token_exchange or user)",
+            });
+        }
         let interest = self.hub.interest();
         Ok(interest
             .subscribe(subscriber, uri, &handle, original)

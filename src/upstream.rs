@@ -49,12 +49,12 @@ pub(crate) use events::{
     AskRefused, ClientAnswer, ClientAsk, InputAsk, UpstreamEvents, check_declared,
 };
 pub(crate) use handshake::ServerHello;
+pub(crate) use identities::CONNECT_TOOL;
 pub(crate) use identities::authorization_required;
 pub(crate) use interest::Interest;
 pub(crate) use interest::Subscribed;
 pub(crate) use message::Origin;
 pub(crate) use subscriptions::{SubscriberId, SubscriptionTable};
-pub(crate) use supervisor::CONNECT_TOOL;
 pub(crate) use supervisor::spawn;
 
 /// Why a request to an upstream failed.
@@ -105,14 +105,14 @@ pub(crate) enum UpstreamError {
     #[error("upstream '{upstream}' cannot be called: {error}")]
     Credential {
         upstream: String,
-        error: crate::credentials::CredentialError,
+        error: Box<crate::credentials::CredentialError>,
     },
     /// The caller must connect their account first (`auth.mode: user`):
     /// the URL to do it at.
     #[error("upstream '{upstream}' acts as each user, and you have not connected your account yet: open {} to connect it, then call again", start.url)]
     AuthorizationRequired {
         upstream: String,
-        start: crate::credentials::FlowStart,
+        start: Box<crate::credentials::FlowStart>,
     },
     /// The upstream answered with a JSON-RPC error; it is passed on as is.
     #[error("upstream '{upstream}' answered with an error")]
@@ -431,6 +431,12 @@ impl UpstreamHandle {
             }
             _ => Ok((self.connection_on_demand(deadline).await?, self.clone())),
         }
+    }
+
+    /// Whether it acts as each caller (`auth.mode: token_exchange` or
+    /// `user`): each caller's calls go to its own upstream session.
+    pub(crate) fn acts_as_each_caller(&self) -> bool {
+        self.shared.identities.is_some()
     }
 
     /// Whether it acts as each caller with no service identity: its own

@@ -477,3 +477,31 @@ impl RawCredentials {
         }
     }
 }
+
+/// Upstreams that act as each caller need callers with an identity, and
+/// users' tokens need a key to be stored with.
+pub(super) fn check_identity_needs(
+    upstreams: Option<&indexmap::IndexMap<Spanned<String>, super::RawUpstream>>,
+    auth: &Option<super::AuthConfig>,
+    credentials: &CredentialsConfig,
+    p: &mut Problems,
+) {
+    for (name, upstream) in upstreams.into_iter().flatten() {
+        let name = name.value.escape_debug();
+        if let (Some(at), Some(super::AuthConfig::Off)) = (upstream.per_identity_at(), auth) {
+            p.at(
+                at,
+                format_args!("upstreams.{name}.auth.mode: acting as each caller needs client authentication, but auth.mode is off"),
+            );
+        }
+        if let (Some(at), None) = (upstream.user_mode_at(), &credentials.key) {
+            p.at(
+                at,
+                format_args!("upstreams.{name}.auth.mode: user needs credentials.key to encrypt the users' tokens (make one with `openssl rand -base64 32`)"),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

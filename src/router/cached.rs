@@ -7,7 +7,10 @@
 //!
 //! Not cached: a call of an `isolation: per-session` upstream (its answer
 //! is one session's), a round of input (`inputResponses`, `requestState`),
-//! a task-augmented request, and a private result without an identity.
+//! a task-augmented request, and a private result without an identity. An
+//! upstream that acts as each caller (`auth.mode: token_exchange` or
+//! `user`) answers each with its own token: every result it gives is kept
+//! as private to the caller, whatever its hints say.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -39,6 +42,8 @@ pub(crate) struct Plan {
     key: String,
     item: Item,
     identity: Option<Arc<str>>,
+    /// The upstream acts as each caller: results are the caller's own.
+    per_identity: bool,
     /// The configured `cache.ttl` of a 2025-era upstream; none: the
     /// upstream's own hints decide.
     legacy_ttl: Option<Duration>,
@@ -81,7 +86,8 @@ pub(super) async fn before(
     let once = ["inputResponses", "requestState", "task"]
         .iter()
         .any(|k| call.params.raw(k).is_some());
-    if once || call.handle.instance_count().is_some() {
+    let per_identity = call.handle.acts_as_each_caller();
+    if once || (call.handle.instance_count().is_some() && !per_identity) {
         return Before::Miss(None);
     }
     let arguments = call.params.raw("arguments").map_or("", |a| a.get());
@@ -112,6 +118,7 @@ pub(super) async fn before(
         key,
         item,
         identity,
+        per_identity,
         legacy_ttl,
         max_entries: config.max_entries,
         _flight: flight,
@@ -137,7 +144,7 @@ impl Plan {
                 _ => return body,
             },
         };
-        let identity = match (private, &self.identity) {
+        let identity = match (private || self.per_identity, &self.identity) {
             (false, _) => None,
             (true, Some(identity)) => Some(identity),
             // Private to a client the gateway cannot tell apart: not kept.
@@ -154,7 +161,7 @@ impl Plan {
         });
         match (self.legacy_ttl, era, &self.item) {
             (Some(ttl), Era::Modern, Item::Resource(_)) => {
-                Cow::Owned(with_hints(&body, ttl.as_millis() as u64, false))
+                Cow::Owned(with_hints(&body, ttl.as_millis() as u64, self.per_identity))
             }
             _ => body,
         }

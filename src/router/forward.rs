@@ -182,7 +182,7 @@ pub(super) async fn run(
                 tasks,
                 parking,
             };
-            return connect::first(call, ctx, id, on, cached, upstream, start, deadline).await;
+            return connect::first(call, ctx, id, on, cached, upstream, *start, deadline).await;
         }
         Err(e) => return refused(&call, ctx, id, metrics, e, asked),
     };
@@ -651,27 +651,6 @@ impl Exchange {
                     timeout: self.timeout,
                 })
             }
-        }
-    }
-
-    /// The caller's grant at an upstream that acts as each user ended (it
-    /// was revoked, or its refresh refused): its session there closes and
-    /// the answer sends the user to connect again.
-    async fn connect_again(&self) -> Option<String> {
-        let credentials = self.handle.credentials()?;
-        let client = self.client.as_ref()?;
-        if !matches!(credentials.mode(), crate::config::AuthMode::User { .. }) {
-            return None;
-        }
-        self.handle.close_identity(client);
-        match crate::upstream::authorization_required(credentials, client).await {
-            UpstreamError::AuthorizationRequired { upstream, start } => Some(connect::refusal(
-                &self.client_id,
-                self.era,
-                &upstream,
-                &start,
-            )),
-            _ => None,
         }
     }
 

@@ -326,7 +326,7 @@ pub(crate) async fn session_for(
     let upstream = shared.name().to_string();
     let refuse = |error: CredentialError| UpstreamError::Credential {
         upstream: upstream.clone(),
-        error,
+        error: Box::new(error),
     };
     let Some(caller) = caller else {
         return Err(refuse(CredentialError::Unusable(
@@ -362,7 +362,32 @@ pub(crate) async fn authorization_required(
 ) -> UpstreamError {
     let upstream = credentials.upstream().to_string();
     match credentials.start_flow(identity).await {
-        Ok(start) => UpstreamError::AuthorizationRequired { upstream, start },
-        Err(error) => UpstreamError::Credential { upstream, error },
+        Ok(start) => UpstreamError::AuthorizationRequired {
+            upstream,
+            start: Box::new(start),
+        },
+        Err(error) => UpstreamError::Credential {
+            upstream,
+            error: Box::new(error),
+        },
     }
 }
+
+/// The tool of an upstream in `auth.mode: user` with no discovery
+/// credential: calling it starts the caller's authorization flow.
+pub(super) fn connect_tool(upstream: &str) -> serde_json::Map<String, serde_json::Value> {
+    let tool = serde_json::json!({
+        "name": CONNECT_TOOL,
+        "title": format!("Connect your {upstream} account"),
+        "description": format!("Connect your own {upstream} account to this gateway (you sign in at {upstream}'s authorization server in your browser). Its tools appear once someone has connected."),
+        "inputSchema": { "type": "object", "properties": {} },
+        "annotations": { "readOnlyHint": true, "idempotentHint": true, "openWorldHint": false },
+    });
+    match tool {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!("a JSON object literal"),
+    }
+}
+
+/// The name of [`connect_tool`] as the upstream's own.
+pub(crate) const CONNECT_TOOL: &str = "connect";

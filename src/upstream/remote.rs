@@ -85,7 +85,7 @@ impl RemoteSession {
             .await
             .map_err(|error| UpstreamError::Credential {
                 upstream: self.upstream.to_string(),
-                error,
+                error: Box::new(error),
             })?;
         headers.insert(reqwest::header::AUTHORIZATION, value.clone());
         Ok(Some(value))

@@ -66,19 +66,22 @@ pub(crate) fn spawn(
         .as_ref()
         .is_some_and(|c| c.mode().per_identity().is_some())
         && service.is_none();
+    let parts = Parts {
+        config: config.clone(),
+        catalog: catalog.clone(),
+        events: events.clone(),
+        interest: interest.clone(),
+        shutdown: shutdown.clone(),
+        tracker: tracker.clone(),
+        noise: noise.clone(),
+    };
     // Set once an identity's session has provided the lists.
     let identity_lists = Arc::new(AtomicBool::new(false));
     let identities = credentials.as_ref().and_then(|credentials| {
         let sessions = credentials.mode().per_identity()?;
         let start = identity_starter(
-            &config,
-            &catalog,
-            &events,
-            &interest,
-            &shutdown,
-            tracker,
-            &noise,
-            credentials,
+            parts.clone(),
+            credentials.clone(),
             placeholder.then(|| identity_lists.clone()),
         );
         Some(Arc::new(identities::IdentityPool::new(
@@ -91,9 +94,7 @@ pub(crate) fn spawn(
     let instances = match &config.transport {
         crate::config::Transport::Stdio(stdio) => match stdio.isolation {
             Isolation::PerSession { max_instances } => {
-                let start = instance_starter(
-                    &config, &catalog, &events, &interest, &shutdown, tracker, &noise,
-                );
+                let start = instance_starter(parts.clone());
                 Some(Arc::new(isolated::Instances::new(
                     name.clone(),
                     max_instances,
@@ -154,95 +155,85 @@ fn spawn_sweep(
     ));
 }
 
+/// What a child supervisor (a session's instance, an identity's session)
+/// shares with the upstream's own: cloned into each pool's starter.
+#[derive(Clone)]
+struct Parts {
+    config: UpstreamConfig,
+    catalog: Arc<CatalogStore>,
+    events: Arc<dyn UpstreamEvents>,
+    interest: Arc<Interest>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    noise: Arc<noise::NoiseFilter>,
+}
+
+impl Parts {
+    /// Starts a child supervisor: its stop token is a child of the
+    /// upstream's, `events` is where its announcements go, and it runs in
+    /// `span` on the tracker.
+    fn start(
+        &self,
+        events: Arc<dyn UpstreamEvents>,
+        role: Role,
+        bearer: Option<Arc<TokenCell>>,
+        published: Option<Arc<AtomicBool>>,
+        span: tracing::Span,
+    ) -> isolated::Started {
+        let handle = new_handle(&self.config, self.noise.clone(), None, None, None);
+        let stop = self.shutdown.child_token();
+        let supervisor = Supervisor {
+            handle: handle.clone(),
+            config: self.config.clone(),
+            catalog: self.catalog.clone(),
+            events,
+            interest: self.interest.clone(),
+            shutdown: stop.clone(),
+            tasks: self.tracker.clone(),
+            role,
+            bearer,
+            published,
+        };
+        let task = self
+            .tracker
+            .spawn(tracing::Instrument::instrument(supervisor.run(), span));
+        isolated::Started { handle, stop, task }
+    }
+}
+
 /// How the pool of an upstream that acts as each caller starts one
 /// identity's session: a supervisor like the shared one, with that
 /// identity's own token, whose log messages and resource updates reach no
 /// other client. `publishes` (set when the shared supervisor holds only
 /// the place): these sessions provide the catalog's lists, and say so.
-#[allow(clippy::too_many_arguments)]
 fn identity_starter(
-    config: &UpstreamConfig,
-    catalog: &Arc<CatalogStore>,
-    events: &Arc<dyn UpstreamEvents>,
-    interest: &Arc<Interest>,
-    shutdown: &CancellationToken,
-    tracker: &TaskTracker,
-    noise: &Arc<noise::NoiseFilter>,
-    credentials: &Arc<UpstreamCredentials>,
+    parts: Parts,
+    credentials: Arc<UpstreamCredentials>,
     publishes: Option<Arc<AtomicBool>>,
 ) -> identities::StartIdentity {
-    let (config, catalog, events, interest, shutdown, tracker, noise, credentials) = (
-        config.clone(),
-        catalog.clone(),
-        events.clone(),
-        interest.clone(),
-        shutdown.clone(),
-        tracker.clone(),
-        noise.clone(),
-        credentials.clone(),
-    );
     Box::new(move |identity, subject| {
-        let handle = new_handle(&config, noise.clone(), None, None, None);
-        let stop = shutdown.child_token();
-        let supervisor = Supervisor {
-            handle: handle.clone(),
-            config: config.clone(),
-            catalog: catalog.clone(),
-            events: Arc::new(identities::IdentityEvents::new(events.clone())),
-            interest: interest.clone(),
-            shutdown: stop.clone(),
-            tasks: tracker.clone(),
-            role: Role::Identity {
+        let span =
+            tracing::info_span!("upstream", upstream = %parts.config.name, client = %identity);
+        parts.start(
+            Arc::new(identities::IdentityEvents::new(parts.events.clone())),
+            Role::Identity {
                 publishes: publishes.is_some(),
             },
-            bearer: Some(credentials.identity_cell(identity, subject)),
-            published: publishes.clone(),
-        };
-        let span = tracing::info_span!("upstream", upstream = %config.name, client = %identity);
-        let task = tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
-        isolated::Started { handle, stop, task }
+            Some(credentials.identity_cell(identity, subject)),
+            publishes.clone(),
+            span,
+        )
     })
 }
 
 /// How the pool of a per-session upstream starts one session's instance:
-/// a supervisor like the shared one, whose stop token is a child of the
-/// upstream's and whose announcements reach that session alone.
-fn instance_starter(
-    config: &UpstreamConfig,
-    catalog: &Arc<CatalogStore>,
-    events: &Arc<dyn UpstreamEvents>,
-    interest: &Arc<Interest>,
-    shutdown: &CancellationToken,
-    tracker: &TaskTracker,
-    noise: &Arc<noise::NoiseFilter>,
-) -> isolated::Start {
-    let (config, catalog, events, interest, shutdown, tracker, noise) = (
-        config.clone(),
-        catalog.clone(),
-        events.clone(),
-        interest.clone(),
-        shutdown.clone(),
-        tracker.clone(),
-        noise.clone(),
-    );
+/// a supervisor like the shared one whose announcements reach that
+/// session alone.
+fn instance_starter(parts: Parts) -> isolated::Start {
     Box::new(move |session| {
-        let handle = new_handle(&config, noise.clone(), None, None, None);
-        let stop = shutdown.child_token();
-        let supervisor = Supervisor {
-            handle: handle.clone(),
-            config: config.clone(),
-            catalog: catalog.clone(),
-            events: Arc::new(isolated::SessionEvents::new(events.clone(), session)),
-            interest: interest.clone(),
-            shutdown: stop.clone(),
-            tasks: tracker.clone(),
-            role: Role::Instance,
-            bearer: None,
-            published: None,
-        };
-        let span = tracing::info_span!("upstream", upstream = %config.name, session);
-        let task = tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
-        isolated::Started { handle, stop, task }
+        let span = tracing::info_span!("upstream", upstream = %parts.config.name, session);
+        let events = Arc::new(isolated::SessionEvents::new(parts.events.clone(), session));
+        parts.start(events, Role::Instance, None, None, span)
     })
 }
 
@@ -408,7 +399,9 @@ impl Supervisor {
             .is_some_and(|c| matches!(c.mode(), crate::config::AuthMode::User { .. }));
         if connect {
             let mut lists = UpstreamLists::default();
-            lists.tools.push(connect_tool(&self.config.name));
+            lists
+                .tools
+                .push(identities::connect_tool(&self.config.name));
             let view = UpstreamView {
                 lists,
                 instructions: None,
@@ -769,25 +762,6 @@ impl Health<'_> {
         }
     }
 }
-
-/// The tool of an upstream in `auth.mode: user` with no discovery
-/// credential: calling it starts the caller's authorization flow.
-fn connect_tool(upstream: &str) -> serde_json::Map<String, serde_json::Value> {
-    let tool = serde_json::json!({
-        "name": CONNECT_TOOL,
-        "title": format!("Connect your {upstream} account"),
-        "description": format!("Connect your own {upstream} account to this gateway (you sign in at {upstream}'s authorization server in your browser). Its tools appear once someone has connected."),
-        "inputSchema": { "type": "object", "properties": {} },
-        "annotations": { "readOnlyHint": true, "idempotentHint": true, "openWorldHint": false },
-    });
-    match tool {
-        serde_json::Value::Object(map) => map,
-        _ => unreachable!("a JSON object literal"),
-    }
-}
-
-/// The name of [`connect_tool`] as the upstream's own.
-pub(crate) const CONNECT_TOOL: &str = "connect";
 
 /// Adds the list kinds a notification says are out of date.
 fn collect_stale(note: &ListsChanged, out: &mut Vec<ListKind>) {

@@ -30,6 +30,6 @@ mod tasks;
 mod telemetry;
 mod ui;
 mod upstream_auth;
-mod upstream_tokens;
 mod upstream_secrecy;
+mod upstream_tokens;
 mod upstream_users;

@@ -21,6 +21,7 @@ use super::super::{Reply, RequestContext};
 use super::{Call, Connected, Served};
 use crate::credentials::FlowStart;
 use crate::protocol::{self, Era, Method, RpcError, code};
+use crate::upstream::UpstreamError;
 use crate::upstream::UpstreamEvents as _;
 
 /// A call whose caller has not connected their account at its upstream:
@@ -268,6 +269,26 @@ pub(super) fn connected_result(upstream: &str) -> String {
         "isError": false,
     })
     .to_string()
+}
+
+impl super::Exchange {
+    /// The caller's grant at an upstream that acts as each user ended (it
+    /// was revoked, or its refresh refused): its session there closes and
+    /// the answer sends the user to connect again.
+    pub(super) async fn connect_again(&self) -> Option<String> {
+        let credentials = self.handle.credentials()?;
+        let client = self.client.as_ref()?;
+        if !matches!(credentials.mode(), crate::config::AuthMode::User { .. }) {
+            return None;
+        }
+        self.handle.close_identity(client);
+        match crate::upstream::authorization_required(credentials, client).await {
+            UpstreamError::AuthorizationRequired { upstream, start } => {
+                Some(refusal(&self.client_id, self.era, &upstream, &start))
+            }
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
