@@ -9,8 +9,10 @@
 //! server's metadata, once, on first need) and hands each link a
 //! [`cell::TokenCell`]: the service cell, or one per identity. The
 //! [`Connector`] is the gateway's one table of users' authorization flows
-//! and their stored grants (see [`flows`] and [`store`]).
+//! and their stored grants (see [`flows`] and [`store`]); [`admin`] is the
+//! operator's `mcpmux connections`.
 
+pub(crate) mod admin;
 pub(crate) mod cell;
 pub(crate) mod flows;
 pub(crate) mod oauth;
@@ -73,7 +75,7 @@ impl SubjectSlot {
         }
     }
 
-    fn get(&self) -> Option<Secret> {
+    pub(crate) fn get(&self) -> Option<Secret> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
@@ -285,14 +287,22 @@ impl UpstreamCredentials {
                             ),
                         )?;
                         let redirect = self.connector.callback_url()?;
-                        let client = oauth::register(
-                            &self.http,
-                            &registration,
-                            "mcpmux",
-                            &redirect,
-                            &self.auth.scopes,
-                        )
-                        .await?;
+                        let scopes = &self.auth.scopes;
+                        let first =
+                            oauth::register(&self.http, &registration, "mcpmux", &redirect, scopes)
+                                .await;
+                        let client = match first {
+                            // `scope` is optional (RFC 7591 §2), and some servers
+                            // register only the scopes they list themselves:
+                            // the scopes are asked for at authorization anyway.
+                            Err(OAuthError::Refused { error, .. })
+                                if error == "invalid_client_metadata" && !scopes.is_empty() =>
+                            {
+                                oauth::register(&self.http, &registration, "mcpmux", &redirect, &[])
+                                    .await?
+                            }
+                            other => other?,
+                        };
                         tracing::info!(upstream = %self.upstream, "registered the gateway at the authorization server");
                         client
                     }

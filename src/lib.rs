@@ -33,6 +33,9 @@
 //! - [`import`]: a host's MCP server config as mcpmux YAML
 //!   (`mcpmux import`); [`CONFIG_SCHEMA`]: the config's JSON Schema
 //!   (`mcpmux schema`).
+//! - [`UserConnections`]: the accounts users connected at `auth.mode: user`
+//!   upstreams, read from the token store ([`Connection`]s) and revoked
+//!   (a [`Revocation`]; [`ConnectionsError`]), as `mcpmux connections` does.
 //!
 //! # Inside
 //!
@@ -76,6 +79,7 @@ pub(crate) mod xheader;
 
 pub use auth::Identity;
 pub use config::{Config, ConfigError, DEFAULT_LISTEN, DEMO_CONFIG, Issue, Lookup};
+pub use credentials::admin::{Connection, ConnectionsError, Revocation, UserConnections};
 pub use inspect::{ResumableStreams, Stats, Upstream};
 pub use local::{LocalSession, LocalStateless};
 pub use notify::outbox::Backlog;

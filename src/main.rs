@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use mcpmux::example_server::{self, ExampleServerArgs};
-use mcpmux::{Config, ConfigError, Gateway, Lookup, logging};
+use mcpmux::{Config, ConfigError, Gateway, Lookup, UserConnections, logging};
 
 /// jemalloc hands memory that stays unused back to the system after a few
 /// seconds (a background thread purges it), so the gateway's footprint
@@ -101,6 +101,46 @@ enum Command {
     Man,
     /// Run the bundled demo MCP server on stdin/stdout.
     ExampleServer(ExampleServerArgs),
+    /// List or revoke the accounts users connected at `auth.mode: user`
+    /// upstreams, in the token store (the gateway may be running or not).
+    #[command(subcommand)]
+    Connections(Connections),
+}
+
+#[derive(Subcommand)]
+enum Connections {
+    /// Print one line per connection: upstream, client, connected at,
+    /// expires at (RFC 3339 UTC, `-` for none), refreshable (yes/no),
+    /// tab-separated. Never a token.
+    List {
+        /// The gateway's YAML config file (its `credentials` section and
+        /// `session_store` locate the store).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Only the connections at this upstream.
+        #[arg(long)]
+        upstream: Option<String>,
+        /// Only the connections of this client (identity).
+        #[arg(long)]
+        client: Option<String>,
+        /// Print a JSON array of {upstream, client, connected_at,
+        /// expires_at, refreshable} instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a user's grant at an upstream and revoke it at the upstream's
+    /// authorization server (best effort). Exit 1 when there is none.
+    Revoke {
+        /// The gateway's YAML config file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The upstream (with auth.mode: user).
+        #[arg(long)]
+        upstream: String,
+        /// The client (identity) whose grant is revoked.
+        #[arg(long)]
+        client: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -117,6 +157,7 @@ fn main() -> ExitCode {
             check(&config)
         }
         Command::Import { file } => import(&file),
+        Command::Connections(command) => connections(command),
         Command::Schema => {
             print!("{}", mcpmux::CONFIG_SCHEMA);
             ExitCode::SUCCESS
@@ -186,6 +227,73 @@ fn check(config: &std::path::Path) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => config_failure(&e),
+    }
+}
+
+/// `mcpmux connections`: 0 when done; 64 for a config with no token
+/// store, or an upstream users do not connect to; 1 when there was no
+/// grant to revoke or the store failed.
+fn connections(command: Connections) -> ExitCode {
+    let (Connections::List { config, .. } | Connections::Revoke { config, .. }) = &command;
+    let cfg = match Config::load(config, &Lookup::from_process()) {
+        Ok(cfg) => cfg,
+        Err(e) => return config_failure(&e),
+    };
+    let store = match UserConnections::open(&cfg) {
+        Ok(store) => store,
+        Err(e) => return connections_failure(&e),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts");
+    let done = runtime.block_on(async {
+        match &command {
+            Connections::List {
+                upstream,
+                client,
+                json,
+                ..
+            } => {
+                let list = store.list(upstream.as_deref(), client.as_deref()).await?;
+                if let Some(path) = store.missing_file() {
+                    eprintln!(
+                        "mcpmux: note: there is no token file at {} (yet)",
+                        path.display()
+                    );
+                }
+                if *json {
+                    let text = serde_json::to_string_pretty(&list).expect("connections serialize");
+                    println!("{text}");
+                } else {
+                    for connection in &list {
+                        println!("{connection}");
+                    }
+                }
+            }
+            Connections::Revoke {
+                upstream, client, ..
+            } => {
+                let revocation = store.revoke(upstream, client).await?;
+                if let Some(note) = revocation.note() {
+                    eprintln!("mcpmux: {note}");
+                }
+                println!("revoked {upstream} for {client}");
+            }
+        }
+        Ok(())
+    });
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => connections_failure(&e),
+    }
+}
+
+fn connections_failure(error: &mcpmux::ConnectionsError) -> ExitCode {
+    eprintln!("mcpmux: {error}");
+    match error.is_usage() {
+        true => ExitCode::from(EXIT_USAGE),
+        false => ExitCode::FAILURE,
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod render;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -62,7 +63,8 @@ pub(crate) async fn page(State(state): State<Arc<AppState>>, headers: HeaderMap)
     if let Err(refused) = admit_admin(&state, &headers).await {
         return refused;
     }
-    let html = render::page(&gather(&state));
+    let connected = connected_users(&state).await;
+    let html = render::page(&gather(&state, &connected));
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -220,8 +222,22 @@ fn reason(state: &crate::upstream::UpstreamState) -> Option<String> {
     .then(|| state.describe())
 }
 
+/// Who connected their account at each upstream (`auth.mode: user`),
+/// from the token store; never a token.
+async fn connected_users(state: &AppState) -> HashMap<String, Vec<String>> {
+    let mut by_upstream: HashMap<String, Vec<String>> = HashMap::new();
+    if let Ok(store) = state.connector.store()
+        && let Ok(connections) = store.connections(None, None).await
+    {
+        for c in connections {
+            by_upstream.entry(c.upstream).or_default().push(c.identity);
+        }
+    }
+    by_upstream
+}
+
 /// Reads everything the page shows from the live tables.
-fn gather(state: &AppState) -> render::Page {
+fn gather(state: &AppState, connected: &HashMap<String, Vec<String>>) -> render::Page {
     let catalog = state.router.catalog().load();
     let mut handles = state.router.upstreams().all();
     handles.sort_by(|a, b| a.name().cmp(b.name()));
@@ -257,6 +273,16 @@ fn gather(state: &AppState) -> render::Page {
                     .into_iter()
                     .map(|e| (e.at, e.text))
                     .collect(),
+                auth: h.credentials().map(|c| render::AuthRow {
+                    mode: c.mode().name(),
+                    connected: connected.get(&**h.name()).cloned().unwrap_or_default(),
+                    sessions: h
+                        .identities()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|i| i.to_string())
+                        .collect(),
+                }),
             }
         })
         .collect();

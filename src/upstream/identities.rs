@@ -14,7 +14,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde_json::value::RawValue;
 
@@ -391,3 +393,6 @@ pub(super) fn connect_tool(upstream: &str) -> serde_json::Map<String, serde_json
 
 /// The name of [`connect_tool`] as the upstream's own.
 pub(crate) const CONNECT_TOOL: &str = "connect";
+
+#[cfg(test)]
+mod tests;

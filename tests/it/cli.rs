@@ -231,3 +231,107 @@ async fn help_completions_and_man_page_come_from_the_cli_itself() {
     );
     assert!(man.contains("serve"), "{man}");
 }
+
+/// A config whose upstream `crm` lets users connect their accounts, with
+/// the token file in `dir` (the URL is never called by these tests).
+fn user_mode_yaml(dir: &std::path::Path) -> String {
+    format!(
+        "auth:\n  mode: on\n  api_keys:\n    - client: alice\n      key: alice-key-5b0e7c19a2d3\ncredentials:\n  key: MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n  path: {}\nupstreams:\n  crm:\n    url: http://127.0.0.1:9/mcp\n    auth:\n      mode: user\n      client_id: mcpmux\n      client_secret: s3cret\n  notes:\n    command: /nonexistent/server\n",
+        dir.join("tokens.json").display()
+    )
+}
+
+#[tokio::test]
+async fn connections_of_an_empty_store_list_nothing_and_revoke_nothing() {
+    let dir = tempdir();
+    let config = dir.join("gateway.yaml");
+    std::fs::write(&config, user_mode_yaml(&dir)).unwrap();
+    let config = config.to_str().unwrap();
+
+    // No token file yet: nothing listed, and a note that names the path.
+    let (code, stdout, stderr) = run(&["connections", "list", "--config", config]).await;
+    assert_eq!((code, stdout.as_str()), (0, ""), "{stderr}");
+    assert!(stderr.contains("tokens.json"), "{stderr}");
+    assert!(!dir.join("tokens.json").exists(), "listing creates no file");
+
+    std::fs::write(dir.join("tokens.json"), "{\"version\":1,\"grants\":[]}\n").unwrap();
+    let (code, stdout, stderr) = run(&["connections", "list", "--config", config]).await;
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "", ""));
+    let (code, stdout, stderr) = run(&[
+        "connections",
+        "list",
+        "--config",
+        config,
+        "--json",
+        "--upstream",
+        "crm",
+        "--client",
+        "alice",
+    ])
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim(), "[]");
+
+    let revoke = [
+        "connections",
+        "revoke",
+        "--config",
+        config,
+        "--upstream",
+        "crm",
+        "--client",
+        "alice",
+    ];
+    let (code, stdout, stderr) = run(&revoke).await;
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert_eq!(stdout, "");
+    assert_eq!(
+        stderr, "mcpmux: `alice` has no grant at upstream `crm`\n",
+        "one clear line"
+    );
+}
+
+#[tokio::test]
+async fn connections_need_an_upstream_users_connect_to() {
+    let dir = tempdir();
+    let config = dir.join("gateway.yaml");
+    std::fs::write(&config, user_mode_yaml(&dir)).unwrap();
+    let config = config.to_str().unwrap();
+    let wrong = [
+        (
+            vec!["revoke", "--upstream", "notes", "--client", "alice"],
+            "notes",
+        ),
+        (
+            vec!["revoke", "--upstream", "nope", "--client", "alice"],
+            "nope",
+        ),
+        (vec!["list", "--upstream", "nope"], "nope"),
+    ];
+    for (args, mention) in wrong {
+        let mut all = vec!["connections", args[0], "--config", config];
+        all.extend_from_slice(&args[1..]);
+        let (code, _, stderr) = run(&all).await;
+        assert_eq!(code, 64, "{all:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.contains(mention), "{mention} in {stderr}");
+    }
+
+    // No upstream lets users connect: there is no store to read.
+    let (code, _, stderr) = check_as(
+        "upstreams:\n  a:\n    command: /nonexistent/server\n",
+        &["connections", "list", "--config"],
+    )
+    .await;
+    assert_eq!(code, 64, "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("auth.mode: user"), "{stderr}");
+    // A config that does not load: its errors, as `check` gives them.
+    let (code, _, stderr) = check_as(
+        "upstreams:\n  a:\n    colour: x\n",
+        &["connections", "list", "--config"],
+    )
+    .await;
+    assert_eq!(code, 64, "{stderr}");
+    assert!(stderr.contains("FILE:3:5:"), "{stderr}");
+}

@@ -270,7 +270,68 @@ async fn a_user_connects_in_the_browser_and_then_acts_as_themselves() {
         .unwrap();
     assert_eq!(gone.status(), StatusCode::OK);
     let again = alice.call_tool("crm__whoami", json!({})).await;
-    elicitation_url(&again);
+    let url = elicitation_url(&again);
+
+    // She connects again; the operator lists and revokes her grant with
+    // `mcpmux connections`, on the store the gateway is using.
+    let login = run_node("oauth_login.mjs", &[&url, "alice"]).await;
+    assert_eq!(login["status"], 200, "{login:#}");
+    let me = whoami(&alice.call_tool("crm__whoami", json!({})).await);
+    assert_eq!(me["sub"], "alice", "{me:#}");
+    let config = dir.join("gateway.yaml");
+    std::fs::write(&config, user_mode_config(&server, &dir)).unwrap();
+    let config = config.to_str().unwrap();
+    let cli = |args: &'static [&'static str]| {
+        let mut all = vec!["connections"];
+        all.extend_from_slice(&args[..1]);
+        all.extend(["--config", config]);
+        all.extend_from_slice(&args[1..]);
+        async move { crate::support::run_mcpmux(&all, &[]).await }
+    };
+    let (code, listed, stderr) = cli(&["list"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(listed.starts_with("crm\talice\t"), "{listed}");
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(
+        listed.trim_end().ends_with("\tyes"),
+        "refreshable: {listed}"
+    );
+    let (code, json, _) = cli(&["list", "--json", "--client", "alice"]).await;
+    assert_eq!(code, 0);
+    let parsed: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(parsed[0]["upstream"], "crm", "{parsed:#}");
+    assert_eq!(parsed[0]["client"], "alice", "{parsed:#}");
+    assert!(!listed.contains("eyJ") && !json.contains("eyJ"), "a token");
+
+    let (code, revoked, stderr) = cli(&["revoke", "--upstream", "crm", "--client", "alice"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(revoked, "revoked crm for alice\n");
+    // The provider has a revocation endpoint and took the request.
+    assert_eq!(stderr, "", "revoked at the provider too");
+    let (code, listed, _) = cli(&["list"]).await;
+    assert_eq!(
+        (code, listed.as_str()),
+        (0, ""),
+        "alice is no longer listed"
+    );
+    let (code, _, stderr) = cli(&["revoke", "--upstream", "crm", "--client", "alice"]).await;
+    assert_eq!(code, 1, "no grant left: {stderr}");
+    // The running gateway reads the store the CLI changed: nobody is
+    // connected. (alice's open session keeps its token until it is due.)
+    let status = http
+        .get(gw.url.replace("/mcp", "/status"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(
+        status["upstreams"][0]["auth"]["connectedUsers"],
+        json!([]),
+        "{status:#}"
+    );
     gw.stop().await;
 }
 
@@ -350,4 +411,59 @@ async fn modern_call(url: &str, key: &str, tool: &str) -> Value {
     )
     .await;
     raw.json()
+}
+
+#[tokio::test]
+async fn a_service_token_is_replaced_before_it_expires_so_no_call_is_refused() {
+    // Tokens of 3 s; calls over three of their lifetimes.
+    let provider = Provider::start(3, None).await;
+    let server = Protected::start(&provider.issuer).await;
+    let yaml = format!(
+        "upstreams:\n  crm:\n    url: {}\n    auth:\n      mode: client_credentials\n      token_url: {}\n      client_id: {CLIENT_ID}\n      client_secret: {CLIENT_SECRET}\n      scopes: [mcp:tools]\n",
+        server.url(),
+        provider.token_url()
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let client = McpClient::connect(&gw.url).await;
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(8);
+    while tokio::time::Instant::now() < until {
+        let me = whoami(&client.call_tool("crm__whoami", json!({})).await);
+        assert_eq!(me["sub"], CLIENT_ID);
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    }
+    let fetched = provider
+        .log()
+        .await
+        .into_iter()
+        .filter(|e| e["grant_type"] == "client_credentials")
+        .count();
+    assert!(fetched >= 3, "replaced as it came due: {fetched} tokens");
+    let seen = server.seen().await;
+    assert!(
+        seen.iter().all(|s| s["verified"] == true),
+        "no request ever carried an expired token: {seen:#?}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn api_key_clients_act_as_the_service_identity_where_configured() {
+    let signer = rsa_signer("te-2");
+    let provider = Provider::start(600, Some(&json!({ "keys": [signer.jwk] }))).await;
+    let server = Protected::start(&provider.issuer).await;
+    let pem = serde_json::to_string(&signer.public_pem).unwrap();
+    let yaml = format!(
+        "auth:\n  mode: on\n  api_keys:\n    - client: ops\n      key: {ALICE_KEY}\n  jwt:\n    issuer: {ISSUER}\n    audience: {AUDIENCE}\n    public_keys: [{pem}]\nupstreams:\n  crm:\n    url: {}\n    auth:\n      mode: token_exchange\n      token_url: {}\n      client_id: {CLIENT_ID}\n      client_secret: {CLIENT_SECRET}\n      scopes: [mcp:tools]\n      subject_token_type: urn:ietf:params:oauth:token-type:jwt\n      api_key_clients: service\n",
+        server.url(),
+        provider.token_url()
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let ops = McpClient::connect_with(&gw.url, &[("authorization", &bearer(ALICE_KEY))]).await;
+    let me = whoami(&ops.call_tool("crm__whoami", json!({})).await);
+    assert_eq!(me["sub"], CLIENT_ID, "the service identity: {me:#}");
+    let carol_jwt = signer.token(claims("carol", |_| {}));
+    let carol = McpClient::connect_with(&gw.url, &[("authorization", &bearer(&carol_jwt))]).await;
+    let me = whoami(&carol.call_tool("crm__whoami", json!({})).await);
+    assert_eq!(me["sub"], "carol", "a JWT client is still itself: {me:#}");
+    gw.stop().await;
 }

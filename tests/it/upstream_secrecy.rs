@@ -81,6 +81,10 @@ async fn no_token_reaches_the_logs_status_ui_metrics_or_traces() {
     let status = get("/status").await;
     assert!(status.contains("\"connectedUsers\""), "{status}");
     let page = get("/ui").await;
+    assert!(
+        page.contains("<dt>Connected users</dt><dd>alice</dd>"),
+        "the page says who connected: {page}"
+    );
     let metrics = get("/metrics").await;
     let mut live = http.get(format!("{base}/ui/events")).send().await.unwrap();
     let figures = within("the operator page's figures", live.chunk())

@@ -167,14 +167,14 @@ async fn a_refused_token_is_replaced_and_only_a_safe_request_is_sent_again() {
         text(&client.call_tool("crm__write", json!({})).await),
         "tok-3"
     );
-    let mocks = mocks.lock().unwrap();
-    let writes: Vec<&str> = mocks
+    let writes: Vec<String> = mocks
+        .lock()
+        .unwrap()
         .ran
         .iter()
         .filter(|(tool, _)| tool == "write")
-        .map(|(_, token)| token.as_str())
+        .map(|(_, token)| token.clone())
         .collect();
     assert_eq!(writes, ["tok-3"], "the refused write never ran");
-    drop(mocks);
     gw.stop().await;
 }

@@ -158,3 +158,46 @@ async fn callback_catcher() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (addr, seen)
 }
+
+#[tokio::test]
+async fn without_a_client_id_the_gateway_registers_itself_and_others_hear_the_tools_arrive() {
+    let provider = Provider::start(600, None).await;
+    let server = Protected::start(&provider.issuer).await;
+    let dir = tempdir();
+    // No client_id: dynamic registration (RFC 7591) at the discovered server.
+    let yaml = user_mode_config(&server, &dir)
+        .replace("      client_id: mcpmux-gateway\n", "")
+        .replace("      client_secret: gateway-secret\n", "");
+    assert!(!yaml.contains("client_id"), "{yaml}");
+    let gw = TestGateway::start(&yaml).await;
+    let bob = McpClient::connect_with(
+        &gw.url,
+        &[("authorization", &bearer(crate::upstream_auth::BOB_KEY))],
+    )
+    .await;
+    let mut bobs_stream = bob.listen(None).await;
+    let alice = McpClient::connect_with(&gw.url, &[("authorization", &bearer(ALICE_KEY))]).await;
+    let url = elicitation_url(&alice.call_tool("crm__connect", json!({})).await);
+    assert!(
+        !url.contains("client_id=mcpmux-gateway"),
+        "a registered client: {url}"
+    );
+    let login = run_node("oauth_login.mjs", &[&url, "alice"]).await;
+    assert_eq!(login["status"], 200, "{login:#}");
+    let me = whoami(&alice.call_tool("crm__whoami", json!({})).await);
+    assert_eq!(me["sub"], "alice", "{me:#}");
+    assert_ne!(me["client_id"], "mcpmux-gateway", "{me:#}");
+
+    // Bob's view changed (connect gave way to the upstream's tools): told so.
+    let changed = within("bob's tools/list_changed", async {
+        loop {
+            let message = bobs_stream.next().await.expect("the stream stays open");
+            if message["method"] == "notifications/tools/list_changed" {
+                return message;
+            }
+        }
+    })
+    .await;
+    assert_eq!(changed["method"], "notifications/tools/list_changed");
+    gw.stop().await;
+}

@@ -15,7 +15,9 @@ fn parse(text: &str) -> Result<Config, ConfigError> {
 
 /// The problems of `text`, one line each.
 fn problems(text: &str) -> Vec<String> {
-    parse(text).expect_err("the config should be refused").lines()
+    parse(text)
+        .expect_err("the config should be refused")
+        .lines()
 }
 
 fn auth_of(config: &Config) -> &UpstreamAuth {
@@ -25,7 +27,8 @@ fn auth_of(config: &Config) -> &UpstreamAuth {
     }
 }
 
-const ON: &str = "auth:\n  mode: on\n  api_keys:\n    - client: alice\n      key: alice-key-0123456789\n";
+const ON: &str =
+    "auth:\n  mode: on\n  api_keys:\n    - client: alice\n      key: alice-key-0123456789\n";
 
 #[test]
 fn the_three_modes_parse_with_their_defaults() {
@@ -37,7 +40,10 @@ fn the_three_modes_parse_with_their_defaults() {
     assert_eq!(auth.mode, AuthMode::ClientCredentials);
     assert_eq!(auth.resource, "https://crm.test/mcp", "the upstream's url");
     assert_eq!(auth.scopes, ["a", "b"]);
-    assert!(!format!("{cc:?}").contains("s3cret-value"), "the secret is masked");
+    assert!(
+        !format!("{cc:?}").contains("s3cret-value"),
+        "the secret is masked"
+    );
 
     let te = parse(&format!(
         "{ON}upstreams:\n  crm:\n    url: https://crm.test/mcp\n    auth:\n      mode: token_exchange\n      token_url: https://idp.test/token\n      client_id: gw\n      api_key_clients: service\n      max_identities: 5\n      idle_timeout: 1m\n"
@@ -99,11 +105,15 @@ fn mistakes_are_refused_with_their_line_and_column() {
             "acting as each caller needs client authentication, but auth.mode is off",
         ),
         (
-            &format!("{ON}upstreams:\n  crm:\n    url: https://crm.test/mcp\n    auth: {{ mode: user }}\n"),
+            &format!(
+                "{ON}upstreams:\n  crm:\n    url: https://crm.test/mcp\n    auth: {{ mode: user }}\n"
+            ),
             "upstreams.crm.auth.mode: user needs credentials.key",
         ),
         (
-            &format!("{ON}credentials:\n  key: short\nupstreams:\n  crm:\n    url: https://crm.test/mcp\n    auth: {{ mode: user }}\n"),
+            &format!(
+                "{ON}credentials:\n  key: short\nupstreams:\n  crm:\n    url: https://crm.test/mcp\n    auth: {{ mode: user }}\n"
+            ),
             "credentials.key: is not base64",
         ),
         (

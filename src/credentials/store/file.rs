@@ -2,12 +2,17 @@
 //! `{"version":1,"grants":[{upstream, identity, connected_at_ms,
 //! expires_at_ms, refreshable, sealed}]}`.
 //!
-//! The file is read once, when the store opens, and kept in memory. Every
-//! change writes the whole document again atomically (a temp file with
-//! mode 0600 in the same directory, fsync, rename, fsync of the
-//! directory) on the blocking pool, while the calling task holds the
-//! store's mutex: writes never interleave, and memory never runs ahead of
-//! the disk. Two gateways must not share one file (replicas use Redis).
+//! The file is read when the store opens and kept in memory; it is read
+//! again when another process (`mcpmux connections revoke`) has replaced
+//! it since, which a read notices by the file's inode, size and mtime.
+//! Every change holds the store's mutex and, on the blocking pool, an
+//! advisory lock (`flock`) on the file's directory: it reads a file
+//! replaced meanwhile first, then writes the whole document again
+//! atomically (a temp file with mode 0600 in the same directory, fsync,
+//! rename, fsync of the directory). So writes never interleave, one
+//! process never writes back what another removed, and memory never runs
+//! ahead of the disk. Two gateways must not share one file (replicas use
+//! Redis: a flow's `state` is claimed in this process's memory).
 
 use std::collections::BTreeMap;
 use std::fs::{DirBuilder, File, OpenOptions};
@@ -16,6 +21,7 @@ use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
@@ -32,11 +38,43 @@ struct Document {
 
 type Grants = BTreeMap<(String, String), Record>;
 
+/// Which version of the file was read or written: a replaced file (every
+/// writer renames a new one into place) has another inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl Stamp {
+    /// The file's stamp; none when it is missing or cannot be read.
+    fn of(path: &Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        })
+    }
+}
+
+/// The grants as last read or written, and the file's stamp then.
+#[derive(Clone)]
+struct Loaded {
+    grants: Grants,
+    stamp: Option<Stamp>,
+}
+
 pub(super) struct FileStore {
     path: Arc<Path>,
-    /// The grants as last written, by (upstream, identity). Held by a
-    /// changing call until its write is done.
-    grants: tokio::sync::Mutex<Grants>,
+    /// The grants by (upstream, identity). Held by a changing call until
+    /// its write is done, and by a reading call while it catches up with
+    /// a file another process replaced.
+    loaded: tokio::sync::Mutex<Loaded>,
     /// Ids claimed once (see [`FileStore::claim_once`]) and until when;
     /// one process holds the file, so memory is where they are shared.
     claimed: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
@@ -73,7 +111,10 @@ impl FileStore {
         };
         Ok(Self {
             path: path.into(),
-            grants: tokio::sync::Mutex::new(grants),
+            loaded: tokio::sync::Mutex::new(Loaded {
+                grants,
+                stamp: Stamp::of(path),
+            }),
             claimed: std::sync::Mutex::default(),
         })
     }
@@ -93,24 +134,24 @@ impl FileStore {
     }
 
     pub(super) async fn load(&self, upstream: &str, identity: &str) -> Option<Record> {
-        let grants = self.grants.lock().await;
-        grants
+        let loaded = self.current().await;
+        loaded
+            .grants
             .get(&(upstream.to_owned(), identity.to_owned()))
             .cloned()
     }
 
     /// Stores `record`, keeping the `connected_at_ms` of the one it replaces.
     pub(super) async fn put(&self, mut record: Record) -> Result<(), StoreError> {
-        let mut grants = self.grants.lock().await;
-        let at = (record.upstream.clone(), record.identity.clone());
-        if let Some(old) = grants.get(&at) {
-            record.connected_at_ms = old.connected_at_ms;
-        }
-        let mut next = grants.clone();
-        next.insert(at, record);
-        self.write(&next).await?;
-        *grants = next;
-        Ok(())
+        self.change(move |grants| {
+            let at = (record.upstream.clone(), record.identity.clone());
+            if let Some(old) = grants.get(&at) {
+                record.connected_at_ms = old.connected_at_ms;
+            }
+            grants.insert(at, record);
+            (true, ())
+        })
+        .await
     }
 
     /// Replaces the record's sealed grant if it is still `old`; whether it was.
@@ -121,16 +162,16 @@ impl FileStore {
         old: &str,
         sealed: String,
     ) -> Result<bool, StoreError> {
-        let mut grants = self.grants.lock().await;
         let at = (upstream.to_owned(), identity.to_owned());
-        let mut next = grants.clone();
-        match next.get_mut(&at) {
-            Some(record) if record.sealed == old => record.sealed = sealed,
-            _ => return Ok(false),
-        }
-        self.write(&next).await?;
-        *grants = next;
-        Ok(true)
+        let old = old.to_owned();
+        self.change(move |grants| match grants.get_mut(&at) {
+            Some(record) if record.sealed == old => {
+                record.sealed = sealed;
+                (true, true)
+            }
+            _ => (false, false),
+        })
+        .await
     }
 
     /// Removes the record and returns it.
@@ -139,16 +180,12 @@ impl FileStore {
         upstream: &str,
         identity: &str,
     ) -> Result<Option<Record>, StoreError> {
-        let mut grants = self.grants.lock().await;
         let at = (upstream.to_owned(), identity.to_owned());
-        if !grants.contains_key(&at) {
-            return Ok(None);
-        }
-        let mut next = grants.clone();
-        let record = next.remove(&at);
-        self.write(&next).await?;
-        *grants = next;
-        Ok(record)
+        self.change(move |grants| {
+            let record = grants.remove(&at);
+            (record.is_some(), record)
+        })
+        .await
     }
 
     pub(super) async fn list(
@@ -156,22 +193,90 @@ impl FileStore {
         identity: Option<&str>,
         upstream: Option<&str>,
     ) -> Vec<Connected> {
-        let grants = self.grants.lock().await;
-        grants
+        let loaded = self.current().await;
+        loaded
+            .grants
             .values()
             .filter(|r| r.matches(identity, upstream))
             .map(Record::connected)
             .collect()
     }
 
-    /// Writes `grants` as the file, on the blocking pool.
-    async fn write(&self, grants: &Grants) -> Result<(), StoreError> {
-        let bytes = render(grants);
+    /// The grants, read again first if another process replaced the file
+    /// (a missing file holds none). A file that cannot be read then is
+    /// logged once, and the grants as last known are kept.
+    async fn current(&self) -> tokio::sync::MutexGuard<'_, Loaded> {
+        let mut loaded = self.loaded.lock().await;
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || write_atomic(&path, &bytes))
-            .await
-            .map_err(|_| io(&self.path, std::io::Error::other("the writing task failed")))?
+        let known = loaded.stamp;
+        let caught_up = tokio::task::spawn_blocking(move || catch_up(&path, known)).await;
+        match caught_up {
+            Ok(Ok(Some(fresh))) => *loaded = fresh,
+            Ok(Ok(None)) | Err(_) => {}
+            Ok(Err((e, stamp))) => {
+                tracing::warn!(error = %e, "token store: the file was changed by another process and cannot be read; keeping the grants as last read");
+                loaded.stamp = stamp;
+            }
+        }
+        loaded
     }
+
+    /// Applies `edit` to the grants as on disk, and writes them when it
+    /// says it changed them; returns what `edit` returned.
+    async fn change<T: Send + 'static>(
+        &self,
+        edit: impl FnOnce(&mut Grants) -> (bool, T) + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let mut loaded = self.loaded.lock().await;
+        let path = self.path.clone();
+        let known = loaded.clone();
+        let (next, value) = tokio::task::spawn_blocking(move || change_locked(&path, known, edit))
+            .await
+            .map_err(|_| io(&self.path, std::io::Error::other("the writing task failed")))??;
+        *loaded = next;
+        Ok(value)
+    }
+}
+
+/// The grants in the file at `path` when its stamp is no longer `known`;
+/// none when it is. On error, the stamp that was seen.
+fn catch_up(
+    path: &Path,
+    known: Option<Stamp>,
+) -> Result<Option<Loaded>, (StoreError, Option<Stamp>)> {
+    let stamp = Stamp::of(path);
+    if stamp == known {
+        return Ok(None);
+    }
+    let grants = match std::fs::read(path) {
+        Ok(bytes) => parse(path, &bytes).map_err(|e| (e, stamp))?,
+        Err(e) if e.kind() == ErrorKind::NotFound => Grants::new(),
+        Err(source) => return Err((io(path, source), stamp)),
+    };
+    Ok(Some(Loaded { grants, stamp }))
+}
+
+/// [`FileStore::change`] on the blocking pool, under the directory's lock:
+/// catches up with the file, edits, writes. A file replaced by another
+/// process that cannot be read is an error, never overwritten.
+fn change_locked<T>(
+    path: &Path,
+    known: Loaded,
+    edit: impl FnOnce(&mut Grants) -> (bool, T),
+) -> Result<(Loaded, T), StoreError> {
+    let dir = File::open(parent(path).unwrap_or(Path::new("."))).map_err(|e| io(path, e))?;
+    dir.lock().map_err(|e| io(path, e))?;
+    let mut current = match catch_up(path, known.stamp) {
+        Ok(fresh) => fresh.unwrap_or(known),
+        Err((e, _)) => return Err(e),
+    };
+    let (changed, value) = edit(&mut current.grants);
+    if changed {
+        write_atomic(path, &render(&current.grants))?;
+        current.stamp = Stamp::of(path);
+    }
+    // Dropping `dir` releases the lock.
+    Ok((current, value))
 }
 
 fn io(path: &Path, source: std::io::Error) -> StoreError {

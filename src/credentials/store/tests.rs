@@ -250,6 +250,48 @@ async fn remove_returns_the_grant_and_forgets_it() {
 }
 
 #[tokio::test]
+async fn a_change_made_by_another_process_is_seen_and_kept() {
+    // Two stores on one file: the gateway and `mcpmux connections revoke`.
+    let dir = TempDir::new("two-processes");
+    let gateway = TokenStore::file(&dir.file(), &key(1), &[]).unwrap();
+    gateway
+        .put("github", "alice", &grant(ACCESS))
+        .await
+        .unwrap();
+    gateway.put("github", "bob", &grant("bobs")).await.unwrap();
+    let cli = TokenStore::file(&dir.file(), &key(1), &[]).unwrap();
+    assert_eq!(
+        cli.remove("github", "alice").await.unwrap(),
+        Some(grant(ACCESS))
+    );
+
+    // The gateway reads the file again: alice is gone ...
+    assert_eq!(gateway.get("github", "alice").await.unwrap(), None);
+    let left = gateway.connections(None, None).await.unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    // ... and its next write does not bring her back.
+    gateway
+        .put("linear", "carol", &grant("carols"))
+        .await
+        .unwrap();
+    let on_disk = TokenStore::file(&dir.file(), &key(1), &[]).unwrap();
+    let who: Vec<_> = on_disk
+        .connections(None, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.identity)
+        .collect();
+    assert_eq!(who, ["bob", "carol"]);
+    // A grant the CLI's store added meanwhile is read too.
+    cli.put("github", "dave", &grant("daves")).await.unwrap();
+    assert_eq!(
+        gateway.get("github", "dave").await.unwrap(),
+        Some(grant("daves"))
+    );
+}
+
+#[tokio::test]
 async fn tokens_never_reach_the_file_or_debug_output() {
     let dir = TempDir::new("plaintext");
     let store = TokenStore::file(&dir.file(), &key(1), &[]).unwrap();

@@ -27,6 +27,16 @@ pub(crate) struct UpstreamRow {
     /// Tools, prompts, resources and templates, by exposed name or URI.
     pub items: [Vec<String>; 4],
     pub errors: Vec<(SystemTime, String)>,
+    /// With an `auth:` section: its mode, who connected their account,
+    /// and who has an upstream session of their own now (no token).
+    pub auth: Option<AuthRow>,
+}
+
+/// How an upstream with an `auth:` section acts upstream.
+pub(crate) struct AuthRow {
+    pub mode: &'static str,
+    pub connected: Vec<String>,
+    pub sessions: Vec<String>,
 }
 
 /// One session or listen stream.
@@ -176,6 +186,19 @@ fn upstreams(out: &mut String, rows: &[UpstreamRow]) {
             uptime = or_dash(u.uptime.map(duration)),
             pid = or_dash(u.pid),
         );
+        if let Some(auth) = &u.auth {
+            let names = |list: &[String]| match list.is_empty() {
+                true => "–".to_owned(),
+                false => text(&list.join(", ")).into_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "<dl class=\"auth\"><dt>Acts upstream as</dt><dd>{mode}</dd><dt>Connected users</dt><dd>{connected}</dd><dt>Identity sessions</dt><dd>{sessions}</dd></dl>",
+                mode = auth.mode,
+                connected = names(&auth.connected),
+                sessions = names(&auth.sessions),
+            );
+        }
         for (kind, items) in KINDS.iter().zip(&u.items) {
             if items.is_empty() {
                 continue;
@@ -356,6 +379,11 @@ mod tests {
             pid: None,
             items: [vec![item.into()], vec![], vec![], vec![]],
             errors: vec![(SystemTime::UNIX_EPOCH, "x<y".into())],
+            auth: Some(AuthRow {
+                mode: "user",
+                connected: vec!["<alice>".into()],
+                sessions: vec![],
+            }),
         }
     }
 
@@ -395,5 +423,9 @@ mod tests {
         assert!(!html.contains("<b>boom"));
         assert!(html.contains("&lt;script&gt;"));
         assert!(html.contains("data-state=\"down\""));
+        assert!(
+            html.contains("<dt>Connected users</dt><dd>&lt;alice&gt;</dd>"),
+            "who connected, escaped: {html}"
+        );
     }
 }
