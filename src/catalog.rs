@@ -11,6 +11,7 @@
 //! version of its list, a digest of its content, so a change to that list
 //! invalidates it and another replica with the same catalog accepts it.
 
+pub(crate) mod apps;
 pub(crate) mod naming;
 mod page;
 pub(crate) use page::Page;
@@ -184,6 +185,8 @@ pub(crate) struct Catalog {
     hidden_resources: Vec<Arc<str>>,
     /// Pages of the whole lists, built once for this snapshot and shared.
     shared_pages: page::SharedPages,
+    /// Tools by their servers' names, and which tools show each app.
+    apps: apps::AppIndex,
 }
 
 /// Why a cursor was refused.
@@ -199,6 +202,11 @@ pub(crate) enum CursorError {
 impl Catalog {
     pub(crate) fn tool(&self, exposed: &str) -> Option<&Target> {
         self.tools.get(exposed)
+    }
+
+    /// Tools by their servers' own names, and the tools of app resources.
+    pub(crate) fn apps(&self) -> &apps::AppIndex {
+        &self.apps
     }
 
     /// The configured upstream whose prefix an exposed tool or prompt name
@@ -227,7 +235,7 @@ impl Catalog {
         &self,
         uri: &'u str,
         is_upstream: impl Fn(&str) -> bool,
-    ) -> Option<(Arc<str>, &'u str)> {
+    ) -> Option<(Arc<str>, std::borrow::Cow<'u, str>)> {
         let hidden = |upstream: &str| self.hidden_resources.iter().any(|h| &**h == upstream);
         if let Some((upstream, original)) = naming::split_uri(uri)
             && is_upstream(upstream)
@@ -237,12 +245,12 @@ impl Catalog {
             return Some((upstream.into(), original));
         }
         if let Some(upstream) = self.plain_uris.get(uri) {
-            return Some((upstream.clone(), uri));
+            return Some((upstream.clone(), uri.into()));
         }
         self.plain_upstreams
             .iter()
             .find(|upstream| !hidden(upstream))
-            .map(|upstream| (upstream.clone(), uri))
+            .map(|upstream| (upstream.clone(), uri.into()))
     }
 
     /// The `x-mcp-header` parameters of an exposed tool.
@@ -557,6 +565,11 @@ fn build(order: &IndexMap<Arc<str>, SourceEntry>) -> Catalog {
                         };
                         let exposed = unique_name(names, &entry.prefix, name, &shown, kind);
                         item.insert("name".into(), Value::String(exposed.clone()));
+                        if kind == ListKind::Tools {
+                            let app =
+                                apps::namespace_tool_meta(&mut item, name, entry.namespace_uris);
+                            catalog.apps.add_tool(&exposed, &original, app);
+                        }
                         if !header_params.is_empty() {
                             catalog
                                 .tool_headers

@@ -364,16 +364,22 @@ impl NotifyHub {
     /// An upstream resource changed: tell exactly its subscribers (only
     /// subscriber `only`, when set).
     pub(crate) fn resource_updated(&self, upstream: &str, original_uri: &str) {
-        self.resource_updated_to(None, upstream, original_uri);
+        // An upstream that acts as each caller announces updates on each
+        // identity's session (`resource_updated_as`); what its shared
+        // session says is nobody's.
+        if self.interest.acts_as_each_caller(upstream) {
+            return;
+        }
+        self.resource_updated_to(Audience::All, upstream, original_uri);
     }
 
-    fn resource_updated_to(&self, only: Option<SubscriberId>, upstream: &str, original_uri: &str) {
+    fn resource_updated_to(&self, to: Audience<'_>, upstream: &str, original_uri: &str) {
         let uri = self.interest.exposed_uri(upstream, original_uri);
         // Serialized once, shared by every untagged outbox of the URI.
         let mut frame: Option<Arc<str>> = None;
         for id in self.interest.table().subscribers(&uri) {
-            if only.is_none_or(|o| o == id)
-                && let Some(subscriber) = self.subscribers.get(&id)
+            if let Some(subscriber) = self.subscribers.get(&id)
+                && to.includes(id, &subscriber)
                 && self.may_see(&subscriber, &uri)
             {
                 let shared = match subscriber.outbox.is_tagged() {
@@ -518,6 +524,25 @@ impl NotifyHub {
     }
 }
 
+/// Which of a URI's subscribers hear of an update.
+enum Audience<'a> {
+    All,
+    /// One session (its own per-session instance sent it).
+    Session(SubscriberId),
+    /// The subscribers of one identity (its own upstream session sent it).
+    Identity(&'a str),
+}
+
+impl Audience<'_> {
+    fn includes(&self, id: SubscriberId, subscriber: &Subscriber) -> bool {
+        match self {
+            Audience::All => true,
+            Audience::Session(only) => *only == id,
+            Audience::Identity(who) => subscriber.identity().is_some_and(|i| &*i.client == *who),
+        }
+    }
+}
+
 /// What upstreams announce reaches subscribers through the hub.
 impl UpstreamEvents for NotifyHub {
     fn resource_updated(&self, upstream: &str, original_uri: &str) {
@@ -585,8 +610,13 @@ impl UpstreamEvents for NotifyHub {
         self.subscribers.contains_key(&session)
     }
 
+    fn resource_updated_as(&self, identity: &str, upstream: &str, original_uri: &str) {
+        self.results.resource_updated(upstream, original_uri);
+        self.resource_updated_to(Audience::Identity(identity), upstream, original_uri);
+    }
+
     fn resource_updated_for(&self, session: u64, upstream: &str, original_uri: &str) {
-        self.resource_updated_to(Some(session), upstream, original_uri);
+        self.resource_updated_to(Audience::Session(session), upstream, original_uri);
     }
 
     fn log_message_for(&self, session: u64, upstream: &str, params: Option<&RawValue>) {

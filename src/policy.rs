@@ -214,6 +214,17 @@ impl Grant {
         self.default_allows || rules.any(|r| r.allow.is_match(key))
     }
 
+    /// Whether the client may see and use `key` of `catalog`: an app
+    /// resource (a tool's `_meta.ui.resourceUri`) follows the tools that
+    /// show it, so the app of a hidden tool is hidden too, and allowing a
+    /// tool allows its app.
+    pub(crate) fn allows_in(&self, catalog: &Catalog, key: &str) -> bool {
+        match catalog.apps().shown_by(key) {
+            Some(tools) => tools.iter().any(|tool| self.allows(tool)),
+            None => self.allows(key),
+        }
+    }
+
     /// This grant's view of one list of `catalog`, derived on first use per
     /// list version and shared by every caller until the list changes.
     pub(crate) fn list(&self, kind: ListKind, catalog: &Catalog) -> Arc<ListView> {
@@ -246,7 +257,7 @@ impl Grant {
         let mut upstreams: Vec<Arc<str>> = Vec::new();
         let mut digest = std::hash::DefaultHasher::new();
         for (i, key) in catalog.keys(kind).iter().enumerate() {
-            if !self.allows(key) {
+            if !self.allows_in(catalog, key) {
                 continue;
             }
             let (item, owner) = catalog.item(kind, i);
@@ -349,7 +360,8 @@ impl Views {
 
     /// Whether `identity` may see and use the item named `key`.
     pub(crate) fn allows(&self, identity: Option<&Identity>, key: &str) -> bool {
-        self.grant(identity).is_none_or(|g| g.allows(key))
+        self.grant(identity)
+            .is_none_or(|g| g.allows_in(&self.catalog.load(), key))
     }
 
     /// Whether `identity` sees any item of `upstream`.

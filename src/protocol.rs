@@ -47,6 +47,10 @@ pub(crate) mod meta {
     pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
     /// The 2026-07-28 tasks extension's id (a capability key, not `_meta`).
     pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+    /// MCP Apps: interactive tool UIs (`ui://` resources).
+    pub(crate) const UI_EXTENSION: &str = "io.modelcontextprotocol/ui";
+    /// The MIME type of an MCP App's HTML.
+    pub(crate) const APP_MIME_TYPE: &str = "text/html;profile=mcp-app";
 }
 
 /// Standard JSON-RPC and MCP error codes the gateway produces itself.

@@ -176,6 +176,12 @@ pub(crate) enum RouteError {
     UnknownTool(String),
     #[error("unknown prompt: {0}")]
     UnknownPrompt(String),
+    /// A server-side tool name (an app's call) that several upstreams have.
+    #[error("tool name {name:?} is ambiguous: the tools {} have it as their own name; call one of them by its exposed name", candidates.join(", "))]
+    AmbiguousTool {
+        name: String,
+        candidates: Vec<String>,
+    },
     #[error("resource not found: {0}")]
     ResourceNotFound(String),
     #[error(transparent)]
@@ -221,6 +227,11 @@ impl RouteError {
             Self::InvalidParams(_) | Self::Cursor(_) => (
                 Fault::Downstream,
                 RpcError::new(code::INVALID_PARAMS, message),
+            ),
+            Self::AmbiguousTool { name, candidates } => (
+                Fault::Downstream,
+                RpcError::new(code::INVALID_PARAMS, message)
+                    .with_data(json!({ "name": name, "candidates": candidates })),
             ),
             Self::UnknownTool(name) | Self::UnknownPrompt(name) => (
                 Fault::Downstream,
@@ -331,6 +342,14 @@ pub(crate) fn capabilities() -> Value {
     })
 }
 
+/// Adds extension `name` with `settings` to `capabilities.extensions`.
+pub(crate) fn declare_extension(capabilities: &mut Value, name: &str, settings: Value) {
+    if !capabilities["extensions"].is_object() {
+        capabilities["extensions"] = json!({});
+    }
+    capabilities["extensions"][name] = settings;
+}
+
 /// How long a modern client may cache a merged list page. The gateway
 /// announces every change with `list_changed`, so the TTL only bounds how
 /// stale a client without a listen stream can be.
@@ -439,6 +458,14 @@ impl Router {
     pub(crate) fn capabilities_for(&self, era: Era) -> Value {
         let mut capabilities = capabilities();
         tasks::declare(&mut capabilities, &self.upstreams, era);
+        // MCP Apps, once an upstream offers one (a tool with an app).
+        if self.catalog.load().apps().any() {
+            declare_extension(
+                &mut capabilities,
+                protocol::meta::UI_EXTENSION,
+                json!({ "mimeTypes": [protocol::meta::APP_MIME_TYPE] }),
+            );
+        }
         capabilities
     }
 
@@ -726,17 +753,10 @@ impl Router {
                 feature: "resources/subscribe",
             });
         }
-        // Its sessions are per caller, and subscriptions are kept per
-        // upstream: one caller's updates would reach another's.
-        if handle.acts_as_each_caller() {
-            return Err(RouteError::NotSupported {
-                upstream,
-                feature: "resource subscriptions while it acts as each caller (auth.mode token_exchange or user)",
-            });
-        }
         let interest = self.hub.interest();
+        let identity = self.hub.identity_of(subscriber);
         Ok(interest
-            .subscribe(subscriber, uri, &handle, original)
+            .subscribe(subscriber, uri, &handle, &original, identity.as_deref())
             .await?)
     }
 
@@ -800,11 +820,11 @@ impl Router {
         let params = Params::parse(raw).map_err(RouteError::InvalidParams)?;
         let catalog = self.catalog.load();
         // What the client named, for the audit line.
-        let item = ["name", "uri"]
+        let mut item = ["name", "uri"]
             .iter()
             .find_map(|key| params.optional_string(key).ok().flatten());
         let hidden = |key: &str| {
-            let hidden = grant.is_some_and(|g| !g.allows(key));
+            let hidden = grant.is_some_and(|g| !g.allows_in(&catalog, key));
             if let (true, Some(identity)) = (hidden, identity) {
                 // Answered like an unknown name; counted as what it is.
                 self.metrics.denied(&identity.client, "policy");
@@ -816,10 +836,16 @@ impl Router {
         let mut tool_marked = false;
         let (upstream, key, value) = match method {
             Method::ToolsCall => {
-                let name = params.string("name").map_err(RouteError::InvalidParams)?;
+                let asked = params.string("name").map_err(RouteError::InvalidParams)?;
+                // An app calls its server's tools by their own names.
+                let name = match catalog.tool(&asked) {
+                    Some(_) => asked,
+                    None => by_server_name(&catalog, asked, grant)?,
+                };
                 if hidden(&name) {
                     return Err(RouteError::UnknownTool(name));
                 }
+                item = Some(name.clone());
                 // A call that creates a task is never repeatable.
                 tool_marked = catalog.tool_repeatable(&name) && params.raw("task").is_none();
                 let tool = catalog.tool(&name).ok_or(RouteError::UnknownTool(name))?;
@@ -853,8 +879,8 @@ impl Router {
                 let (upstream, original) = self
                     .split_uri(&uri)
                     .ok_or(RouteError::ResourceNotFound(uri.clone()))?;
-                target = Some(Arc::from(original));
-                (upstream, "uri", json_string(original))
+                target = Some(Arc::from(&*original));
+                (upstream, "uri", json_string(&original))
             }
             _ => {
                 let mut reference = params.object("ref").map_err(RouteError::InvalidParams)?;
@@ -885,8 +911,7 @@ impl Router {
                         let (upstream, original) = self
                             .split_uri(uri)
                             .ok_or_else(|| RouteError::ResourceNotFound(uri.to_owned()))?;
-                        let original = original.to_owned();
-                        reference.insert("uri".into(), Value::from(original));
+                        reference.insert("uri".into(), Value::from(original.into_owned()));
                         upstream
                     }
                     other => {
@@ -910,9 +935,34 @@ impl Router {
     }
 
     /// Splits a namespaced URI whose prefix is a configured upstream.
-    fn split_uri<'u>(&self, uri: &'u str) -> Option<(String, &'u str)> {
+    fn split_uri<'u>(&self, uri: &'u str) -> Option<(String, std::borrow::Cow<'u, str>)> {
         let catalog = self.catalog.load();
         let (upstream, original) = catalog.route_uri(uri, |u| self.upstreams.get(u).is_some())?;
         Some((upstream.to_string(), original))
+    }
+}
+
+/// The exposed tool an app means by `name`, its server's own name for it:
+/// the one such tool this client may see. Hidden ones do not count (they
+/// answer like unknown ones); several visible ones are refused, naming them.
+fn by_server_name(
+    catalog: &crate::catalog::Catalog,
+    name: String,
+    grant: Option<&Grant>,
+) -> Result<String, RouteError> {
+    let visible: Vec<&str> = catalog
+        .apps()
+        .tools_named(&name)
+        .iter()
+        .map(|t| &**t)
+        .filter(|exposed| grant.is_none_or(|g| g.allows(exposed)))
+        .collect();
+    match visible.as_slice() {
+        [] => Err(RouteError::UnknownTool(name)),
+        [one] => Ok((*one).to_owned()),
+        several => Err(RouteError::AmbiguousTool {
+            name,
+            candidates: several.iter().map(|s| (*s).to_owned()).collect(),
+        }),
     }
 }

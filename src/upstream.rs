@@ -485,6 +485,11 @@ impl UpstreamHandle {
         self.shared.identities.as_ref().map(|p| p.identities())
     }
 
+    /// `identity`'s own session here, if it has one now.
+    pub(crate) fn identity_session(&self, identity: &str) -> Option<UpstreamHandle> {
+        self.shared.identities.as_ref()?.existing(identity)
+    }
+
     /// Closes `identity`'s own session here (it disconnected).
     pub(crate) fn close_identity(&self, identity: &str) -> bool {
         self.shared

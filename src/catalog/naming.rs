@@ -5,7 +5,12 @@
 //! map to `_`, and over-long names are cut and given a short hash suffix, so
 //! the result is deterministic. Resource URIs and templates become
 //! `{upstream}+{original}`, still a valid RFC 3986 URI because `+` is legal in
-//! a scheme. The original name or URI is what reaches the upstream.
+//! a scheme. An MCP Apps resource (`ui://…`) stays `ui://`, because hosts
+//! accept nothing else there: `ui://{host}/{path}` becomes
+//! `ui://{upstream}/{host}/{path}`. The original name or URI is what
+//! reaches the upstream.
+
+use std::borrow::Cow;
 
 /// The longest name hosts accept.
 pub(crate) const MAX_NAME_LEN: usize = 64;
@@ -73,19 +78,38 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     hash
 }
 
-/// `{upstream}+{uri}`
+/// The scheme of MCP Apps resources, kept when they are namespaced.
+pub(crate) const UI_SCHEME: &str = "ui://";
+
+/// `{upstream}+{uri}`, or `ui://{upstream}/{rest}` for `ui://{rest}`.
 pub(crate) fn namespaced_uri(upstream: &str, uri: &str) -> String {
-    let mut out = String::with_capacity(upstream.len() + 1 + uri.len());
-    out.push_str(upstream);
-    out.push(URI_SEPARATOR);
-    out.push_str(uri);
+    let mut out = String::with_capacity(upstream.len() + 2 + uri.len());
+    match uri.strip_prefix(UI_SCHEME) {
+        Some(rest) => {
+            out.push_str(UI_SCHEME);
+            out.push_str(upstream);
+            out.push('/');
+            out.push_str(rest);
+        }
+        None => {
+            out.push_str(upstream);
+            out.push(URI_SEPARATOR);
+            out.push_str(uri);
+        }
+    }
     out
 }
 
-/// Splits `{upstream}+{uri}` into its parts. Upstream names cannot contain
-/// `+`, so the first `+` is the separator.
-pub(crate) fn split_uri(namespaced: &str) -> Option<(&str, &str)> {
-    namespaced.split_once(URI_SEPARATOR)
+/// Splits a namespaced URI into the upstream and the URI it knows:
+/// `{upstream}+{uri}` (upstream names cannot contain `+`, so the first `+`
+/// is the separator), or `ui://{upstream}/{rest}` into `ui://{rest}`.
+pub(crate) fn split_uri(namespaced: &str) -> Option<(&str, Cow<'_, str>)> {
+    if let Some(rest) = namespaced.strip_prefix(UI_SCHEME) {
+        let (upstream, original) = rest.split_once('/')?;
+        return Some((upstream, Cow::Owned(format!("{UI_SCHEME}{original}"))));
+    }
+    let (upstream, original) = namespaced.split_once(URI_SEPARATOR)?;
+    Some((upstream, Cow::Borrowed(original)))
 }
 
 #[cfg(test)]
@@ -127,7 +151,24 @@ mod tests {
     fn uris_round_trip() {
         let uri = namespaced_uri("docs", "file:///a+b.txt");
         assert_eq!(uri, "docs+file:///a+b.txt");
-        assert_eq!(split_uri(&uri), Some(("docs", "file:///a+b.txt")));
+        assert_eq!(split_uri(&uri), Some(("docs", "file:///a+b.txt".into())));
         assert_eq!(split_uri("nouri"), None);
+    }
+
+    #[test]
+    fn app_uris_stay_ui_and_round_trip() {
+        let uri = namespaced_uri("apps", "ui://get-time/mcp-app.html");
+        assert_eq!(uri, "ui://apps/get-time/mcp-app.html");
+        assert_eq!(
+            split_uri(&uri),
+            Some(("apps", "ui://get-time/mcp-app.html".into()))
+        );
+        // An empty authority, and one with a `+`, round-trip too.
+        for original in ["ui:///app.html", "ui://a+b/c", "ui://x"] {
+            let namespaced = namespaced_uri("up", original);
+            assert!(namespaced.starts_with("ui://up/"), "{namespaced}");
+            assert_eq!(split_uri(&namespaced), Some(("up", original.into())));
+        }
+        assert_eq!(split_uri("ui://no-slash"), None);
     }
 }

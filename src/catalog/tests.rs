@@ -202,16 +202,16 @@ fn plain_uri_upstreams_expose_and_route_uris_unchanged() {
     let known = |u: &str| u == "alpha" || u == "plain";
     assert_eq!(
         catalog.route_uri("alpha+file:///a", known),
-        Some(("alpha".into(), "file:///a"))
+        Some(("alpha".into(), "file:///a".into()))
     );
     assert_eq!(
         catalog.route_uri("file:///a", known),
-        Some(("plain".into(), "file:///a"))
+        Some(("plain".into(), "file:///a".into()))
     );
     // Not listed anywhere: the first plain upstream gets it (it may be a template expansion).
     assert_eq!(
         catalog.route_uri("test://template/7", known),
-        Some(("plain".into(), "test://template/7"))
+        Some(("plain".into(), "test://template/7".into()))
     );
     assert!(!catalog.namespaces_uris("plain"));
 }

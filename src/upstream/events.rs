@@ -130,4 +130,8 @@ pub(crate) trait UpstreamEvents: Send + Sync {
 
     /// Like [`Self::lists_changed`], for session `session` alone.
     fn lists_changed_for(&self, session: u64, kinds: &[ListKind]);
+
+    /// Like [`Self::resource_updated`], for the subscribers that are
+    /// `identity` (an identity's own session sent it).
+    fn resource_updated_as(&self, _identity: &str, _upstream: &str, _original_uri: &str) {}
 }

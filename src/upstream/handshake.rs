@@ -66,11 +66,7 @@ pub(crate) async fn initialize(
     let params = serde_json::json!({
         "protocolVersion": LATEST_VERSION,
         // Relayed to the client whose call caused them (see `connection::ask`).
-        "capabilities": {
-            "sampling": {},
-            "elicitation": { "form": {}, "url": {} },
-            "roots": {},
-        },
+        "capabilities": client_capabilities(),
         "clientInfo": { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
     })
     .to_string();
@@ -104,11 +100,31 @@ pub(crate) async fn initialize(
     })
 }
 
+/// What the gateway declares in `initialize`: the requests it relays to
+/// the client whose call caused them (see `connection::ask`), and MCP Apps,
+/// so servers that check it offer their UI tools (hosts that render no
+/// apps ignore a tool's `_meta.ui`).
+fn client_capabilities() -> Value {
+    serde_json::json!({
+        "sampling": {},
+        "elicitation": { "form": {}, "url": {} },
+        "roots": {},
+        "extensions": ui_extension(),
+    })
+}
+
+/// `{"io.modelcontextprotocol/ui": {"mimeTypes": [...]}}`.
+fn ui_extension() -> Value {
+    serde_json::json!({
+        protocol::meta::UI_EXTENSION: { "mimeTypes": [protocol::meta::APP_MIME_TYPE] },
+    })
+}
+
 /// The `_meta` the gateway sends on every request to a modern upstream.
 pub(crate) fn modern_meta() -> Map<String, Value> {
     let meta = serde_json::json!({
         protocol::meta::PROTOCOL_VERSION: protocol::MODERN_VERSION,
-        protocol::meta::CLIENT_CAPABILITIES: {},
+        protocol::meta::CLIENT_CAPABILITIES: { "extensions": ui_extension() },
         protocol::meta::CLIENT_INFO: { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
     });
     match meta {

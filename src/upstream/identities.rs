@@ -161,6 +161,14 @@ impl IdentityPool {
         idle.len()
     }
 
+    /// `identity`'s session, if it has one now (none is started).
+    pub(crate) fn existing(&self, identity: &str) -> Option<UpstreamHandle> {
+        self.lock()
+            .members
+            .get(identity)
+            .map(|m| m.started.handle.clone())
+    }
+
     /// Whether `identity` has a session now.
     pub(crate) fn has(&self, identity: &str) -> bool {
         self.lock().members.contains_key(identity)
@@ -228,26 +236,25 @@ impl Member {
 }
 
 /// What an identity's session announces: list changes as usual (the
-/// catalog is shared), but its log messages and resource updates were
-/// meant for that identity and reach no one else, so they are not passed
-/// on to every client.
+/// catalog is shared), its resource updates to that identity's
+/// subscribers alone, and its log messages to no one (they were meant for
+/// that identity, and log levels are not kept per identity).
 pub(crate) struct IdentityEvents {
     inner: Arc<dyn UpstreamEvents>,
+    identity: Arc<str>,
 }
 
 impl IdentityEvents {
-    pub(crate) fn new(inner: Arc<dyn UpstreamEvents>) -> Self {
-        Self { inner }
+    pub(crate) fn new(inner: Arc<dyn UpstreamEvents>, identity: Arc<str>) -> Self {
+        Self { inner, identity }
     }
 }
 
 impl UpstreamEvents for IdentityEvents {
     fn resource_updated(&self, upstream: &str, original_uri: &str) {
-        tracing::debug!(
-            upstream,
-            uri = original_uri,
-            "a per-identity session's resource update is not fanned out"
-        );
+        // To this identity's subscribers of the URI, and no one else.
+        self.inner
+            .resource_updated_as(&self.identity, upstream, original_uri);
     }
 
     fn log_message(&self, upstream: &str, _params: Option<&RawValue>) {

@@ -19,9 +19,16 @@ use super::{Connection, ServerHello, UpstreamError, UpstreamHandle, UpstreamSet}
 use crate::catalog::naming;
 use crate::protocol::{LogLevel, Method};
 
+mod identity;
+
+use identity::{IdentityWatches, Watch};
+
 /// Subscriptions and the log level, for every upstream.
 pub(crate) struct Interest {
     table: SubscriptionTable,
+    /// The upstream side of subscriptions to upstreams that act as each
+    /// caller: per identity's session (see [`identity`]).
+    identities: IdentityWatches,
     upstreams: Arc<UpstreamSet>,
     /// The level last asked of session-based upstreams; read and changed
     /// only under this lock, so concurrent changes apply in order.
@@ -49,6 +56,7 @@ impl Interest {
     pub(crate) fn new(upstreams: Arc<UpstreamSet>) -> Self {
         Self {
             table: SubscriptionTable::default(),
+            identities: IdentityWatches::default(),
             upstreams,
             level: Mutex::new(None),
         }
@@ -81,7 +89,13 @@ impl Interest {
         uri: &str,
         handle: &UpstreamHandle,
         original: &str,
+        identity: Option<&crate::auth::Identity>,
     ) -> Result<Subscribed, UpstreamError> {
+        if handle.acts_as_each_caller() {
+            return self
+                .subscribe_as(subscriber, uri, handle, original, identity)
+                .await;
+        }
         let first = self
             .table
             .subscribe(subscriber, uri, handle.name(), original)
@@ -105,10 +119,72 @@ impl Interest {
         Ok(Subscribed::Done)
     }
 
+    /// [`Self::subscribe`] at an upstream that acts as each caller: the
+    /// first watcher of a URI among an identity's subscribers subscribes it
+    /// on that identity's own session (started if need be).
+    async fn subscribe_as(
+        &self,
+        subscriber: SubscriberId,
+        uri: &str,
+        handle: &UpstreamHandle,
+        original: &str,
+        identity: Option<&crate::auth::Identity>,
+    ) -> Result<Subscribed, UpstreamError> {
+        let refused = |why: &'static str| UpstreamError::Credential {
+            upstream: handle.name().to_string(),
+            error: Box::new(crate::credentials::CredentialError::Unusable(why)),
+        };
+        let identity = identity.ok_or_else(|| {
+            refused("it acts as each caller, and this subscription has no authenticated client")
+        })?;
+        // The identity's session first: one started now restores the
+        // watches it already has, and this one is added after.
+        let deadline = tokio::time::Instant::now() + handle.timeout();
+        let (conn, session) = handle
+            .connection_for(None, Some(identity), deadline)
+            .await?;
+        if session.acts_as_each_caller() {
+            // The service identity's session: its updates are nobody's.
+            return Err(refused(
+                "a client acting as the service identity cannot subscribe to resources of an upstream that acts as each caller",
+            ));
+        }
+        self.table
+            .subscribe(subscriber, uri, handle.name(), original);
+        let watch = Watch {
+            upstream: handle.name().clone(),
+            identity: identity.client.clone(),
+            original: original.into(),
+        };
+        if !self.identities.add(subscriber, uri, watch) {
+            return Ok(Subscribed::Done);
+        }
+        let subscribed = async {
+            if session.is_modern() {
+                return Ok(Subscribed::WatchSetChanged(session));
+            }
+            let params = json!({ "uri": original }).to_string();
+            conn.request(Method::Subscribe, Some(&params), handle.timeout())
+                .await
+                .map(|_| Subscribed::Done)
+        };
+        match subscribed.await {
+            Ok(done) => Ok(done),
+            Err(e) => {
+                self.table.unsubscribe(subscriber, uri);
+                self.identities.remove(subscriber, uri);
+                Err(e)
+            }
+        }
+    }
+
     /// Removes `subscriber` from `uri`; the last one out unsubscribes upstream.
     pub(crate) fn unsubscribe(&self, subscriber: SubscriberId, uri: &str) {
         if let Some(last) = self.table.unsubscribe(subscriber, uri) {
             self.release(&last);
+        }
+        if let Some(watch) = self.identities.remove(subscriber, uri) {
+            self.release_as(&watch);
         }
     }
 
@@ -122,6 +198,33 @@ impl Interest {
         for last in self.table.remove_subscriber(subscriber) {
             self.release(&last);
         }
+        for watch in self.identities.remove_subscriber(subscriber) {
+            self.release_as(&watch);
+        }
+    }
+
+    /// The URIs `identity`'s own session at `upstream` must watch.
+    pub(crate) fn watched_as(&self, upstream: &str, identity: &str) -> Vec<Arc<str>> {
+        self.identities.originals(upstream, identity)
+    }
+
+    /// Tells an identity's session that its last watcher of a URI left.
+    fn release_as(&self, watch: &Watch) {
+        let Some(session) = self
+            .upstreams
+            .get(&watch.upstream)
+            .and_then(|h| h.identity_session(&watch.identity))
+        else {
+            return;
+        };
+        if session.is_modern() {
+            session.watch_set_changed();
+            return;
+        }
+        if let Ok(conn) = session.connection() {
+            let params = json!({ "uri": &*watch.original }).to_string();
+            conn.send_detached(Method::Unsubscribe, Some(&params));
+        }
     }
 
     /// The URIs `upstream` must watch (as it knows them), for its listen stream.
@@ -130,8 +233,13 @@ impl Interest {
     }
 
     /// Tells the upstream that nobody watches a URI any more (best effort).
+    /// Per-identity sessions are told by [`Self::release_as`].
     fn release(&self, change: &UpstreamChange) {
-        let Some(handle) = self.upstreams.get(&change.upstream) else {
+        let Some(handle) = self
+            .upstreams
+            .get(&change.upstream)
+            .filter(|h| !h.acts_as_each_caller())
+        else {
             return;
         };
         if handle.is_modern() {
@@ -211,6 +319,39 @@ impl Interest {
             }
         }
         self.restore_level(conn, hello, timeout).await;
+    }
+
+    /// Re-establishes on an identity's freshly (re)connected session what
+    /// that identity's clients hold there: its subscribed URIs, and the
+    /// log level.
+    pub(crate) async fn restore_as(
+        &self,
+        upstream: &str,
+        identity: &str,
+        conn: &Connection,
+        hello: &ServerHello,
+        timeout: Duration,
+    ) {
+        if !hello.modern && hello.can_subscribe() {
+            for uri in self.identities.originals(upstream, identity) {
+                let params = json!({ "uri": &*uri }).to_string();
+                if let Err(e) = conn
+                    .request(Method::Subscribe, Some(&params), timeout)
+                    .await
+                {
+                    tracing::warn!(uri = %uri, error = %e, "could not re-subscribe after reconnect");
+                }
+            }
+        }
+        self.restore_level(conn, hello, timeout).await;
+    }
+
+    /// Whether `upstream` acts as each caller: what its shared session
+    /// announces about resources is nobody's.
+    pub(crate) fn acts_as_each_caller(&self, upstream: &str) -> bool {
+        self.upstreams
+            .get(upstream)
+            .is_some_and(|h| h.acts_as_each_caller())
     }
 
     /// Asks a freshly (re)connected session-based upstream (or per-session

@@ -127,6 +127,7 @@ pub(crate) fn spawn(
         },
         bearer: service,
         published: None,
+        identity: None,
     };
     let span = tracing::info_span!("upstream", upstream = %name);
     let task = tracker.spawn(tracing::Instrument::instrument(supervisor.run(), span));
@@ -178,6 +179,7 @@ impl Parts {
         role: Role,
         bearer: Option<Arc<TokenCell>>,
         published: Option<Arc<AtomicBool>>,
+        identity: Option<Arc<str>>,
         span: tracing::Span,
     ) -> isolated::Started {
         let handle = new_handle(&self.config, self.noise.clone(), None, None, None);
@@ -193,6 +195,7 @@ impl Parts {
             role,
             bearer,
             published,
+            identity,
         };
         let task = self
             .tracker
@@ -214,13 +217,15 @@ fn identity_starter(
     Box::new(move |identity, subject| {
         let span =
             tracing::info_span!("upstream", upstream = %parts.config.name, client = %identity);
+        let events = identities::IdentityEvents::new(parts.events.clone(), identity.clone());
         parts.start(
-            Arc::new(identities::IdentityEvents::new(parts.events.clone())),
+            Arc::new(events),
             Role::Identity {
                 publishes: publishes.is_some(),
             },
             Some(credentials.identity_cell(identity, subject)),
             publishes.clone(),
+            Some(identity.clone()),
             span,
         )
     })
@@ -233,7 +238,7 @@ fn instance_starter(parts: Parts) -> isolated::Start {
     Box::new(move |session| {
         let span = tracing::info_span!("upstream", upstream = %parts.config.name, session);
         let events = Arc::new(isolated::SessionEvents::new(parts.events.clone(), session));
-        parts.start(events, Role::Instance, None, None, span)
+        parts.start(events, Role::Instance, None, None, None, span)
     })
 }
 
@@ -333,6 +338,8 @@ struct Supervisor {
     /// Set when it publishes lists (an identity's session that provides
     /// them; the shared handle reads it).
     published: Option<Arc<AtomicBool>>,
+    /// The identity whose own session this is (`Role::Identity`).
+    identity: Option<Arc<str>>,
 }
 
 impl Supervisor {
@@ -479,8 +486,11 @@ impl Supervisor {
                     // the upstream counts as ready. The connection is visible
                     // first, so a subscription made meanwhile goes straight to
                     // it rather than into a gap.
-                    match self.role {
-                        Role::Shared => self.interest.restore(&name, &conn, &hello, timeout).await,
+                    match (self.role, &self.identity) {
+                        (Role::Shared, _) => self.interest.restore(&name, &conn, &hello, timeout).await,
+                        (Role::Identity { .. }, Some(identity)) => {
+                            self.interest.restore_as(&name, identity, &conn, &hello, timeout).await
+                        }
                         // Its session's subscriptions live on the shared instance.
                         _ => self.interest.restore_level(&conn, &hello, timeout).await,
                     }
@@ -551,8 +561,11 @@ impl Supervisor {
         notes: &mut mpsc::Receiver<ListsChanged>,
     ) -> String {
         // Subscriptions live on the shared instance.
-        let watched = || match self.role {
-            Role::Shared => self.interest.watched_on(conn.upstream()),
+        let watched = || match (self.role, &self.identity) {
+            (Role::Shared, _) => self.interest.watched_on(conn.upstream()),
+            (Role::Identity { .. }, Some(identity)) => {
+                self.interest.watched_as(conn.upstream(), identity)
+            }
             _ => Vec::new(),
         };
         let mut listen_failures: u32 = 0;

@@ -6,11 +6,24 @@
 // Serves RFC 9728 metadata at /.well-known/oauth-protected-resource[/mcp].
 // Sessions (stateful unless --stateless) are bound to the sub that created
 // them (another sub gets 403). Tools: whoami (the claims of the token that
-// authorized this very request) and echo. Every /mcp request is logged as
-// one JSON line on stderr and listed at GET /test/seen (no auth), rejected
-// ones included: [{verified, status, sub, aud, method, authorization_prefix,
-// token_sha256, jti, session}] (every JWT starts "eyJhbGciOiJS", so compare
-// token_sha256 = hex SHA-256 of the raw bearer token to tell tokens apart).
+// authorized this very request), echo and touch (below). Every /mcp request
+// is logged as one JSON line on stderr and listed at GET /test/seen (no
+// auth), rejected ones included: [{verified, status, sub, aud, method,
+// authorization_prefix, token_sha256, jti, session}] (every JWT starts
+// "eyJhbGciOiJS", so compare token_sha256 = hex SHA-256 of the raw bearer
+// token to tell tokens apart).
+//
+// Per-user resource subscriptions (capability resources {subscribe: true,
+// listChanged: false}): one resource mine://notes (text/plain) whose read
+// answers "notes of <sub> v<N>" for the sub of the token of that very request
+// and that user's version N (starts at 1). resources/subscribe and
+// resources/unsubscribe of mine://notes mark the session (un)subscribed (any
+// other URI: -32602); each one is listed at GET /test/subscriptions (no auth):
+// [{sub, session, uri, action: "subscribe"|"unsubscribe"}] in order. Tool
+// touch bumps the caller's version, sends notifications/resources/updated
+// {uri: mine://notes} to every subscribed session of that same sub (outside
+// any request, so on the session's standalone GET SSE stream) and answers
+// "touched <sub> v<N>".
 //
 // Prints "LISTENING <port>" on stdout once listening.
 //
@@ -22,6 +35,12 @@ import * as jose from "jose";
 import { z } from "zod";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import {
+  ErrorCode,
+  McpError,
+  SubscribeRequestSchema,
+  UnsubscribeRequestSchema,
+} from "@modelcontextprotocol/sdk/types.js";
 
 const { values: opts } = parseArgs({
   options: { issuer: { type: "string" }, stateless: { type: "boolean", default: false } },
@@ -60,7 +79,12 @@ async function keySet() {
 }
 
 const seen = []; // every /mcp request, rejected ones included
-const sessions = new Map(); // session id -> {transport, sub}
+const sessions = new Map(); // session id -> {transport, sub, mcp, subscribed}
+const NOTES_URI = "mine://notes";
+const versions = new Map(); // sub -> version of that user's notes (absent = 1)
+const subscriptionLog = []; // [{sub, session, uri, action}] in order
+const versionOf = (sub) => versions.get(sub) ?? 1;
+const requestSub = (extra) => extra.authInfo?.extra?.claims?.sub ?? null;
 
 function sendJson(res, status, body, headers = {}) {
   res.writeHead(status, { "content-type": "application/json", ...headers });
@@ -80,7 +104,9 @@ function rpcMethod(req, body) {
   return messages.map((m) => m?.method ?? (m && "result" in m ? "(response)" : "(invalid)")).join(",");
 }
 
-function newMcpServer() {
+// `state` is this connection's {sub, subscribed}; in the sessions map once the
+// session is initialized (stateful mode).
+function newMcpServer(state) {
   const mcp = new McpServer({ name: "protected-server", version: "1.0.0" });
   mcp.registerTool("whoami", {
     description: "The identity in the access token that authorized this request",
@@ -100,6 +126,45 @@ function newMcpServer() {
     description: "Echoes the message back",
     inputSchema: { message: z.string() },
   }, async ({ message }) => ({ content: [{ type: "text", text: message }] }));
+
+  mcp.registerResource("notes", NOTES_URI, {
+    description: "The calling user's notes",
+    mimeType: "text/plain",
+  }, async (uri, extra) => {
+    const sub = requestSub(extra);
+    return { contents: [{ uri: uri.href, mimeType: "text/plain", text: `notes of ${sub} v${versionOf(sub)}` }] };
+  });
+  mcp.registerTool("touch", {
+    description: "Bumps the version of the caller's notes and notifies the caller's subscribed sessions",
+  }, async (extra) => {
+    const sub = requestSub(extra);
+    const version = versionOf(sub) + 1;
+    versions.set(sub, version);
+    const notified = [];
+    for (const [id, session] of sessions) {
+      if (session.sub !== sub || !session.subscribed) continue;
+      try {
+        // No relatedRequestId: the transport writes it to the standalone GET SSE stream.
+        await session.mcp.server.sendResourceUpdated({ uri: NOTES_URI });
+        notified.push(id);
+      } catch (err) {
+        console.error(`protected_server: resources/updated to session ${id} failed: ${err?.message ?? err}`);
+      }
+    }
+    console.error(JSON.stringify({ touched: sub, version, notified }));
+    return { content: [{ type: "text", text: `touched ${sub} v${version}` }] };
+  });
+  // registerResource declared resources {listChanged: true}; this list never changes.
+  mcp.server.registerCapabilities({ resources: { subscribe: true, listChanged: false } });
+  const subscription = (action) => async (request, extra) => {
+    const { uri } = request.params;
+    if (uri !== NOTES_URI) throw new McpError(ErrorCode.InvalidParams, `Resource ${uri} not found`);
+    state.subscribed = action === "subscribe";
+    subscriptionLog.push({ sub: state.sub, session: extra.sessionId ?? null, uri, action });
+    return {};
+  };
+  mcp.server.setRequestHandler(SubscribeRequestSchema, subscription("subscribe"));
+  mcp.server.setRequestHandler(UnsubscribeRequestSchema, subscription("unsubscribe"));
   return mcp;
 }
 
@@ -123,6 +188,7 @@ async function handle(req, res) {
     return sendJson(res, 200, metadata);
   }
   if (req.method === "GET" && url.pathname === "/test/seen") return sendJson(res, 200, seen);
+  if (req.method === "GET" && url.pathname === "/test/subscriptions") return sendJson(res, 200, subscriptionLog);
   if (url.pathname !== "/mcp") return sendJson(res, 404, { error: "not_found" });
 
   const body = req.method === "POST" ? await readBody(req).catch(() => null) : undefined;
@@ -170,7 +236,7 @@ async function handle(req, res) {
   };
 
   if (opts.stateless) {
-    const mcp = newMcpServer();
+    const mcp = newMcpServer({ sub: claims.sub, subscribed: false });
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
     res.on("close", () => { transport.close(); mcp.close(); });
     await mcp.connect(transport);
@@ -197,10 +263,11 @@ async function handle(req, res) {
   }
 
   // No session yet: only an initialize request may create one, bound to this sub.
-  const mcp = newMcpServer();
+  const state = { sub: claims.sub, subscribed: false };
+  const mcp = newMcpServer(state);
   const transport = new StreamableHTTPServerTransport({
     sessionIdGenerator: () => randomUUID(),
-    onsessioninitialized: (id) => { sessions.set(id, { transport, sub: claims.sub }); },
+    onsessioninitialized: (id) => { sessions.set(id, Object.assign(state, { transport, mcp })); },
   });
   transport.onclose = () => {
     if (transport.sessionId) sessions.delete(transport.sessionId);

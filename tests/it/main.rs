@@ -1,6 +1,7 @@
 //! The integration test binary: real sockets on port 0, real child
 //! processes, and third-party MCP peers (see `support::interop`).
 
+mod apps;
 mod asking;
 mod auth;
 mod bad_input;

@@ -467,3 +467,100 @@ async fn api_key_clients_act_as_the_service_identity_where_configured() {
     assert_eq!(me["sub"], "carol", "a JWT client is still itself: {me:#}");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn resource_subscriptions_are_kept_per_identity_upstream() {
+    let signer = rsa_signer("te-3");
+    let provider = Provider::start(600, Some(&json!({ "keys": [signer.jwk] }))).await;
+    let server = Protected::start(&provider.issuer).await;
+    let pem = serde_json::to_string(&signer.public_pem).unwrap();
+    let yaml = format!(
+        "auth:\n  mode: on\n  jwt:\n    issuer: {ISSUER}\n    audience: {AUDIENCE}\n    public_keys: [{pem}]\nupstreams:\n  crm:\n    url: {}\n    auth:\n      mode: token_exchange\n      token_url: {}\n      client_id: {CLIENT_ID}\n      client_secret: {CLIENT_SECRET}\n      scopes: [mcp:tools]\n      subject_token_type: urn:ietf:params:oauth:token-type:jwt\n      discovery: client_credentials\n",
+        server.url(),
+        provider.token_url()
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let alice_jwt = signer.token(claims("alice", |_| {}));
+    let bob_jwt = signer.token(claims("bob", |_| {}));
+    let alice = McpClient::connect_with(&gw.url, &[("authorization", &bearer(&alice_jwt))]).await;
+    let bob = McpClient::connect_with(&gw.url, &[("authorization", &bearer(&bob_jwt))]).await;
+    let uri = "crm+mine://notes";
+    let mut alices_stream = alice.listen(None).await;
+    alice.subscribe(uri).await;
+    bob.subscribe(uri).await;
+
+    // Each identity subscribed on its own upstream session.
+    let subscriptions = || async {
+        let log: Vec<Value> = reqwest::get(server.url().replace("/mcp", "/test/subscriptions"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .map(|t| serde_json::from_str(&t).unwrap())
+            .unwrap();
+        log
+    };
+    let log = subscriptions().await;
+    let subscribed: Vec<&str> = log
+        .iter()
+        .filter(|e| e["action"] == "subscribe")
+        .filter_map(|e| e["sub"].as_str())
+        .collect();
+    assert_eq!(subscribed.len(), 2, "{log:#?}");
+    assert!(
+        subscribed.contains(&"alice") && subscribed.contains(&"bob"),
+        "{log:#?}"
+    );
+
+    // alice's change reaches alice, and never bob (his outbox stays as it was).
+    let pending = || {
+        gw.gateway()
+            .stats()
+            .backlogs
+            .iter()
+            .map(|b| b.pending)
+            .sum::<usize>()
+    };
+    let before = pending();
+    let touched = alice.call_tool("crm__touch", json!({})).await;
+    assert!(
+        touched["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("touched alice"),
+        "{touched:#}"
+    );
+    let update = within("alice's update", async {
+        loop {
+            let message = alices_stream.next().await.unwrap();
+            if message["method"] == "notifications/resources/updated" {
+                return message;
+            }
+        }
+    })
+    .await;
+    assert_eq!(update["params"]["uri"], uri);
+    assert_eq!(pending(), before, "nothing was queued for bob");
+    let read = bob.result("resources/read", json!({ "uri": uri })).await;
+    assert_eq!(read["contents"][0]["text"], "notes of bob v1", "{read:#}");
+
+    // bob's last watcher leaving unsubscribes on bob's session alone.
+    bob.delete().await;
+    let log = within("bob's unsubscribe", async {
+        loop {
+            let log = subscriptions().await;
+            if log.iter().any(|e| e["action"] == "unsubscribe") {
+                return log;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let unsubscribed: Vec<&str> = log
+        .iter()
+        .filter(|e| e["action"] == "unsubscribe")
+        .filter_map(|e| e["sub"].as_str())
+        .collect();
+    assert_eq!(unsubscribed, ["bob"], "{log:#?}");
+    gw.stop().await;
+}

@@ -43,6 +43,20 @@ pub fn everything_js() -> PathBuf {
     require(dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
 }
 
+/// The entry script of the ext-apps example server
+/// `@modelcontextprotocol/server-basic-vanillajs` (one tool, `get-time`,
+/// with an app at `ui://get-time/mcp-app.html`).
+pub fn apps_js() -> PathBuf {
+    require(dir().join("node_modules/@modelcontextprotocol/server-basic-vanillajs/dist/index.js"))
+}
+
+/// YAML for the ext-apps example server as a stdio upstream called `name`.
+pub fn apps_upstream(name: &str) -> String {
+    let node = serde_json::to_string(&node().display().to_string()).unwrap();
+    let script = serde_json::to_string(&apps_js().display().to_string()).unwrap();
+    format!("  {name}:\n    command: {node}\n    args: [{script}, \"--stdio\"]\n")
+}
+
 /// YAML for a server-everything stdio upstream called `name`.
 pub fn everything_upstream(name: &str) -> String {
     let node = serde_json::to_string(&node().display().to_string()).unwrap();

@@ -41,6 +41,25 @@ impl HttpPeer {
         HttpPeer { child, port }
     }
 
+    /// The ext-apps example server over Streamable HTTP (on loopback).
+    pub async fn apps() -> HttpPeer {
+        let mut child = Command::new(interop::node())
+            .arg("-r")
+            .arg(interop::dir().join("listen-loopback.cjs"))
+            .arg("-r")
+            .arg(interop::dir().join("report-port.cjs"))
+            .arg(interop::apps_js())
+            .env("PORT", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let port = read_port(child.stderr.take().unwrap(), "LISTENING_PORT=").await;
+        HttpPeer { child, port }
+    }
+
     /// The Python `mcp` SDK server (`tests/interop/py_http_server.py`) in
     /// `transport` ("streamable-http" or "sse") on `port` (0 for any).
     pub async fn python(transport: &str, port: u16) -> HttpPeer {
