@@ -225,16 +225,6 @@ async fn a_2026_client_reads_the_app_and_calls_by_the_server_side_name_over_http
     gw.stop().await;
 }
 
-/// Where the screenshot goes: the cargo target directory.
-fn screenshot_path() -> std::path::PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
-        std::path::PathBuf::from,
-    );
-    std::fs::create_dir_all(&target).unwrap();
-    target.join("apps-screenshot.png")
-}
-
 #[tokio::test]
 async fn the_app_renders_in_chromium_and_its_own_call_comes_back_through_the_gateway() {
     let server = HttpPeer::apps().await;
@@ -251,7 +241,7 @@ async fn the_app_renders_in_chromium_and_its_own_call_comes_back_through_the_gat
         "  clock-stdio:\n    tools: { deny: [\"get-time\"] }\n",
     );
     let gw = TestGateway::start(&yaml).await;
-    let shot = screenshot_path();
+    let shot = crate::support::artifact_path("apps-screenshot.png");
     let _ = std::fs::remove_file(&shot);
     let seen = run_node(
         "apps_host.mjs",

@@ -29,6 +29,24 @@ pub fn fixture_exe() -> &'static str {
     env!("CARGO_BIN_EXE_mcpmux-fixture")
 }
 
+/// Where a test leaves a file for people to look at (a screenshot): the
+/// cargo target directory.
+pub fn artifact_path(name: &str) -> std::path::PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
+        std::path::PathBuf::from,
+    );
+    std::fs::create_dir_all(&target).unwrap();
+    target.join(name)
+}
+
+/// `GET url`, its body parsed as JSON.
+pub async fn get_json(url: &str) -> serde_json::Value {
+    let response = within(url, reqwest::get(url)).await.unwrap();
+    let text = response.text().await.unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{url}: not JSON ({e}): {text}"))
+}
+
 /// Runs `fut` with the test-wide deadline.
 pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
     match tokio::time::timeout(WAIT, fut).await {

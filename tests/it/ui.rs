@@ -9,16 +9,6 @@ use serde_json::{Value, json};
 use crate::support::interop::run_node;
 use crate::support::{McpClient, TestGateway, fixture_upstream, within};
 
-/// Where the screenshot goes: the cargo target directory.
-fn screenshot_path() -> std::path::PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
-        std::path::PathBuf::from,
-    );
-    std::fs::create_dir_all(&target).unwrap();
-    target.join("ui-screenshot.png")
-}
-
 #[tokio::test]
 async fn the_page_shows_states_sessions_subscriptions_and_live_figures_in_chromium() {
     let yaml = format!(
@@ -46,7 +36,7 @@ async fn the_page_shows_states_sessions_subscriptions_and_live_figures_in_chromi
         .expect("the fixture's readme");
     client.subscribe(&readme).await;
 
-    let screenshot = screenshot_path();
+    let screenshot = crate::support::artifact_path("ui-screenshot.png");
     let _ = std::fs::remove_file(&screenshot);
     let seen: Value = run_node(
         "ui_browser.mjs",

@@ -31,11 +31,7 @@ pub(crate) fn bearer(token: &str) -> String {
 async fn client_credentials_give_the_upstream_the_gateway_s_service_token_once() {
     let provider = Provider::start(600, None).await;
     let server = Protected::start(&provider.issuer).await;
-    let yaml = format!(
-        "upstreams:\n  crm:\n    url: {}\n    auth:\n      mode: client_credentials\n      token_url: {}\n      client_id: {CLIENT_ID}\n      client_secret: {CLIENT_SECRET}\n      scopes: [mcp:tools]\n",
-        server.url(),
-        provider.token_url()
-    );
+    let yaml = service_config(&server, &provider);
     let gw = TestGateway::start(&yaml).await;
     let client = McpClient::connect(&gw.url).await;
     for _ in 0..3 {
@@ -65,11 +61,7 @@ async fn token_exchange_gives_each_caller_its_own_upstream_token_and_never_passe
     let provider = Provider::start(600, Some(&json!({ "keys": [signer.jwk] }))).await;
     let server = Protected::start(&provider.issuer).await;
     let pem = serde_json::to_string(&signer.public_pem).unwrap();
-    let yaml = format!(
-        "auth:\n  mode: on\n  admin: {{ access: open }}\n  api_keys:\n    - client: ops\n      key: {ALICE_KEY}\n  jwt:\n    issuer: {ISSUER}\n    audience: {AUDIENCE}\n    public_keys: [{pem}]\nupstreams:\n  crm:\n    url: {}\n    auth:\n      mode: token_exchange\n      token_url: {}\n      client_id: {CLIENT_ID}\n      client_secret: {CLIENT_SECRET}\n      scopes: [mcp:tools]\n      subject_token_type: urn:ietf:params:oauth:token-type:jwt\n",
-        server.url(),
-        provider.token_url()
-    );
+    let yaml = exchange_config(&server, &provider, &pem, "");
     let gw = TestGateway::start(&yaml).await;
     let alice_jwt = signer.token(claims("alice", |_| {}));
     let bob_jwt = signer.token(claims("bob", |_| {}));
@@ -132,6 +124,27 @@ async fn token_exchange_gives_each_caller_its_own_upstream_token_and_never_passe
     assert_eq!(crm["auth"]["identitySessions"], json!(["alice", "bob"]));
     assert!(!status.contains("eyJ"), "no token in /status: {status}");
     gw.stop().await;
+}
+
+/// A gateway with no client authentication whose upstream `crm` gets the
+/// gateway's service token (client credentials).
+fn service_config(server: &Protected, provider: &Provider) -> String {
+    format!(
+        "upstreams:\n  crm:\n    url: {}\n    auth:\n      mode: client_credentials\n      token_url: {}\n      client_id: {CLIENT_ID}\n      client_secret: {CLIENT_SECRET}\n      scopes: [mcp:tools]\n",
+        server.url(),
+        provider.token_url()
+    )
+}
+
+/// A gateway whose clients are JWTs signed by the key of `pem` (and the
+/// API key client `ops`), and whose upstream `crm` exchanges each caller's
+/// JWT (RFC 8693); `extra` adds lines to its `auth` section.
+fn exchange_config(server: &Protected, provider: &Provider, pem: &str, extra: &str) -> String {
+    format!(
+        "auth:\n  mode: on\n  admin: {{ access: open }}\n  api_keys:\n    - client: ops\n      key: {ALICE_KEY}\n  jwt:\n    issuer: {ISSUER}\n    audience: {AUDIENCE}\n    public_keys: [{pem}]\nupstreams:\n  crm:\n    url: {}\n    auth:\n      mode: token_exchange\n      token_url: {}\n      client_id: {CLIENT_ID}\n      client_secret: {CLIENT_SECRET}\n      scopes: [mcp:tools]\n      subject_token_type: urn:ietf:params:oauth:token-type:jwt\n{extra}",
+        server.url(),
+        provider.token_url()
+    )
 }
 
 /// A gateway whose upstream `crm` acts as each user (alice and bob, by
@@ -418,11 +431,7 @@ async fn a_service_token_is_replaced_before_it_expires_so_no_call_is_refused() {
     // Tokens of 3 s; calls over three of their lifetimes.
     let provider = Provider::start(3, None).await;
     let server = Protected::start(&provider.issuer).await;
-    let yaml = format!(
-        "upstreams:\n  crm:\n    url: {}\n    auth:\n      mode: client_credentials\n      token_url: {}\n      client_id: {CLIENT_ID}\n      client_secret: {CLIENT_SECRET}\n      scopes: [mcp:tools]\n",
-        server.url(),
-        provider.token_url()
-    );
+    let yaml = service_config(&server, &provider);
     let gw = TestGateway::start(&yaml).await;
     let client = McpClient::connect(&gw.url).await;
     let until = tokio::time::Instant::now() + std::time::Duration::from_secs(8);
@@ -452,11 +461,7 @@ async fn api_key_clients_act_as_the_service_identity_where_configured() {
     let provider = Provider::start(600, Some(&json!({ "keys": [signer.jwk] }))).await;
     let server = Protected::start(&provider.issuer).await;
     let pem = serde_json::to_string(&signer.public_pem).unwrap();
-    let yaml = format!(
-        "auth:\n  mode: on\n  api_keys:\n    - client: ops\n      key: {ALICE_KEY}\n  jwt:\n    issuer: {ISSUER}\n    audience: {AUDIENCE}\n    public_keys: [{pem}]\nupstreams:\n  crm:\n    url: {}\n    auth:\n      mode: token_exchange\n      token_url: {}\n      client_id: {CLIENT_ID}\n      client_secret: {CLIENT_SECRET}\n      scopes: [mcp:tools]\n      subject_token_type: urn:ietf:params:oauth:token-type:jwt\n      api_key_clients: service\n",
-        server.url(),
-        provider.token_url()
-    );
+    let yaml = exchange_config(&server, &provider, &pem, "      api_key_clients: service\n");
     let gw = TestGateway::start(&yaml).await;
     let ops = McpClient::connect_with(&gw.url, &[("authorization", &bearer(ALICE_KEY))]).await;
     let me = whoami(&ops.call_tool("crm__whoami", json!({})).await);
@@ -474,10 +479,11 @@ async fn resource_subscriptions_are_kept_per_identity_upstream() {
     let provider = Provider::start(600, Some(&json!({ "keys": [signer.jwk] }))).await;
     let server = Protected::start(&provider.issuer).await;
     let pem = serde_json::to_string(&signer.public_pem).unwrap();
-    let yaml = format!(
-        "auth:\n  mode: on\n  jwt:\n    issuer: {ISSUER}\n    audience: {AUDIENCE}\n    public_keys: [{pem}]\nupstreams:\n  crm:\n    url: {}\n    auth:\n      mode: token_exchange\n      token_url: {}\n      client_id: {CLIENT_ID}\n      client_secret: {CLIENT_SECRET}\n      scopes: [mcp:tools]\n      subject_token_type: urn:ietf:params:oauth:token-type:jwt\n      discovery: client_credentials\n",
-        server.url(),
-        provider.token_url()
+    let yaml = exchange_config(
+        &server,
+        &provider,
+        &pem,
+        "      discovery: client_credentials\n",
     );
     let gw = TestGateway::start(&yaml).await;
     let alice_jwt = signer.token(claims("alice", |_| {}));
@@ -490,17 +496,7 @@ async fn resource_subscriptions_are_kept_per_identity_upstream() {
     bob.subscribe(uri).await;
 
     // Each identity subscribed on its own upstream session.
-    let subscriptions = || async {
-        let log: Vec<Value> = reqwest::get(server.url().replace("/mcp", "/test/subscriptions"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .map(|t| serde_json::from_str(&t).unwrap())
-            .unwrap();
-        log
-    };
-    let log = subscriptions().await;
+    let log = server.subscriptions().await;
     let subscribed: Vec<&str> = log
         .iter()
         .filter(|e| e["action"] == "subscribe")
@@ -548,7 +544,7 @@ async fn resource_subscriptions_are_kept_per_identity_upstream() {
     bob.delete().await;
     let log = within("bob's unsubscribe", async {
         loop {
-            let log = subscriptions().await;
+            let log = server.subscriptions().await;
             if log.iter().any(|e| e["action"] == "unsubscribe") {
                 return log;
             }

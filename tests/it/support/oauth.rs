@@ -8,11 +8,9 @@
 use std::process::Stdio;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
 use super::interop;
-use super::within;
 
 /// `oidc-provider` with the gateway's client `mcpmux-gateway`.
 pub struct Provider {
@@ -47,7 +45,7 @@ impl Provider {
             .spawn()
             .unwrap();
         let stdin = child.stdin.take().unwrap();
-        let issuer = first_word_after(child.stdout.take().unwrap(), "ISSUER ").await;
+        let issuer = super::peer::read_line_after(child.stdout.take().unwrap(), "ISSUER ").await;
         Provider {
             _child: child,
             _stdin: stdin,
@@ -74,15 +72,7 @@ impl Provider {
 
     /// What the token endpoint issued: `[{grant_type, sub, aud, client_id, ...}]`.
     pub async fn log(&self) -> Vec<Value> {
-        reqwest::Client::new()
-            .get(format!("{}/test/log", self.issuer))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .map(|t| serde_json::from_str(&t).unwrap())
-            .unwrap()
+        list(super::get_json(&format!("{}/test/log", self.issuer)).await)
     }
 }
 
@@ -103,7 +93,7 @@ impl Protected {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let port = first_word_after(child.stdout.take().unwrap(), "LISTENING ").await;
+        let port = super::peer::read_line_after(child.stdout.take().unwrap(), "LISTENING ").await;
         Protected {
             _child: child,
             port: port.parse().unwrap(),
@@ -117,40 +107,27 @@ impl Protected {
 
     /// Every request it got: `[{verified, status, sub, aud, token_sha256, ...}]`.
     pub async fn seen(&self) -> Vec<Value> {
-        reqwest::Client::new()
-            .get(format!("http://127.0.0.1:{}/test/seen", self.port))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .map(|t| serde_json::from_str(&t).unwrap())
-            .unwrap()
+        list(super::get_json(&format!("http://127.0.0.1:{}/test/seen", self.port)).await)
+    }
+
+    /// Its log of resource (un)subscriptions: `[{sub, session, uri, action}]`.
+    pub async fn subscriptions(&self) -> Vec<Value> {
+        list(
+            super::get_json(&format!(
+                "http://127.0.0.1:{}/test/subscriptions",
+                self.port
+            ))
+            .await,
+        )
     }
 }
 
-/// Reads lines until one starts with `prefix`; returns the rest of it and
-/// keeps draining the pipe so the peer never blocks on it.
-async fn first_word_after(
-    pipe: impl tokio::io::AsyncRead + Unpin + Send + 'static,
-    prefix: &str,
-) -> String {
-    let mut lines = BufReader::new(pipe).lines();
-    let found = within("the peer to say where it listens", async {
-        loop {
-            let line = lines
-                .next_line()
-                .await
-                .unwrap()
-                .expect("peer exited before listening");
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.trim().to_owned();
-            }
-        }
-    })
-    .await;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    found
+/// A JSON array's items.
+fn list(value: Value) -> Vec<Value> {
+    match value {
+        Value::Array(items) => items,
+        other => panic!("not a list: {other}"),
+    }
 }
 
 /// The hex SHA-256 of `text` (the protected server reports tokens so).

@@ -92,23 +92,31 @@ impl HttpPeer {
     }
 }
 
-/// Reads lines until one starts with `prefix` followed by the port, then
-/// keeps draining the pipe so the peer never blocks on it.
+/// Reads lines until one starts with `prefix` followed by the port.
 async fn read_port(pipe: impl tokio::io::AsyncRead + Unpin + Send + 'static, prefix: &str) -> u16 {
+    read_line_after(pipe, prefix).await.parse().unwrap()
+}
+
+/// Reads lines until one starts with `prefix`, returns the rest of it
+/// (trimmed), then keeps draining the pipe so the peer never blocks on it.
+pub async fn read_line_after(
+    pipe: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    prefix: &str,
+) -> String {
     let mut lines = BufReader::new(pipe).lines();
-    let port = within("the peer to report its port", async {
+    let found = within("the peer to say where it listens", async {
         loop {
             let line = lines
                 .next_line()
                 .await
                 .unwrap()
                 .expect("peer exited before listening");
-            if let Some(port) = line.strip_prefix(prefix) {
-                return port.trim().parse::<u16>().unwrap();
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_owned();
             }
         }
     })
     .await;
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    port
+    found
 }
