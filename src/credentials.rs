@@ -28,6 +28,13 @@ use oauth::{ClientAuth, Endpoints, OAuthClient, OAuthError, Token};
 
 pub(crate) use flows::{Connector, FlowStart};
 
+/// How long one refresh of a refresh token is claimed for.
+const REFRESH_CLAIM: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a task waits for a refresh another one is making ...
+const REFRESH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// ... looking at the store this often.
+const REFRESH_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Why no token could be had.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -246,6 +253,22 @@ impl UpstreamCredentials {
                 }
             };
         };
+        // One refresh per refresh token, across replicas sharing the store:
+        // a rotated refresh token used twice ends the grant at many servers.
+        let claim = format!(
+            "refresh:{}",
+            crate::config::sha256(refresh.expose().as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let first = store
+            .claim_once(&claim, REFRESH_CLAIM)
+            .await
+            .map_err(|e| CredentialError::Store(e.to_string()))?;
+        if !first {
+            return self.refreshed_elsewhere(identity, &token).await;
+        }
         let client = self.client().await?;
         match client
             .refresh(&refresh, &self.auth.scopes, Some(&self.auth.resource))
@@ -265,6 +288,35 @@ impl UpstreamCredentials {
                 Err(CredentialError::NotConnected)
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Waits (a bounded while) for the refresh another task or replica is
+    /// making of `identity`'s token, and takes its result from the store.
+    async fn refreshed_elsewhere(
+        &self,
+        identity: &str,
+        stale: &Token,
+    ) -> Result<Token, CredentialError> {
+        let store = self.connector.store()?;
+        let until = tokio::time::Instant::now() + REFRESH_WAIT;
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(REFRESH_POLL).await;
+            match store.get(&self.upstream, identity).await {
+                Ok(Some(grant)) if grant.access.expose() != stale.access.expose() => {
+                    return Ok(flows::token_of(grant));
+                }
+                // The refresh was refused and the grant removed.
+                Ok(None) => return Err(CredentialError::NotConnected),
+                _ => {}
+            }
+        }
+        // Not done in time; the current token still serves while it lasts.
+        match stale.fresh_for(std::time::Duration::ZERO) {
+            true => Ok(stale.clone()),
+            false => Err(CredentialError::Unusable(
+                "the user's token is being refreshed elsewhere; try again",
+            )),
         }
     }
 

@@ -201,3 +201,46 @@ async fn without_a_client_id_the_gateway_registers_itself_and_others_hear_the_to
     assert_eq!(changed["method"], "notifications/tools/list_changed");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn two_replicas_refresh_a_users_rotating_token_once_between_them() {
+    // Tokens of 4 s with rotating refresh tokens: a refresh token used
+    // twice ends the grant, so the replicas must not both refresh.
+    let redis = RedisServer::start(free_port()).await;
+    let provider = Provider::start(4, None).await;
+    let server = Protected::start(&provider.issuer).await;
+    let dir = tempdir();
+    let yaml = format!(
+        "{}session_store: {}\n",
+        user_mode_config(&server, &dir),
+        redis.url()
+    );
+    let a = TestGateway::start(&yaml).await;
+    let b = TestGateway::start(&yaml).await;
+    let on_a = McpClient::connect_with(&a.url, &[("authorization", &bearer(ALICE_KEY))]).await;
+    let on_b = McpClient::connect_with(&b.url, &[("authorization", &bearer(ALICE_KEY))]).await;
+    let url = elicitation_url(&on_a.call_tool("crm__connect", json!({})).await);
+    let login = run_node("oauth_login.mjs", &[&url, "alice"]).await;
+    assert_eq!(login["status"], 200, "{login:#}");
+
+    // Both replicas call, together, across three token lifetimes.
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while tokio::time::Instant::now() < until {
+        let (from_a, from_b) = tokio::join!(
+            on_a.call_tool("crm__whoami", json!({})),
+            on_b.call_tool("crm__whoami", json!({}))
+        );
+        assert_eq!(whoami(&from_a)["sub"], "alice", "{from_a:#}");
+        assert_eq!(whoami(&from_b)["sub"], "alice", "{from_b:#}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let refreshes = provider
+        .log()
+        .await
+        .into_iter()
+        .filter(|e| e["grant_type"] == "refresh_token")
+        .count();
+    assert!(refreshes >= 2, "refreshed as it came due: {refreshes}");
+    a.stop().await;
+    b.stop().await;
+}
