@@ -8,6 +8,7 @@
 //! restored on the way back; `notifications/cancelled` reaches the one
 //! upstream that owns the request.
 
+mod apps;
 mod cached;
 mod forward;
 mod observe;
@@ -342,14 +343,6 @@ pub(crate) fn capabilities() -> Value {
     })
 }
 
-/// Adds extension `name` with `settings` to `capabilities.extensions`.
-pub(crate) fn declare_extension(capabilities: &mut Value, name: &str, settings: Value) {
-    if !capabilities["extensions"].is_object() {
-        capabilities["extensions"] = json!({});
-    }
-    capabilities["extensions"][name] = settings;
-}
-
 /// How long a modern client may cache a merged list page. The gateway
 /// announces every change with `list_changed`, so the TTL only bounds how
 /// stale a client without a listen stream can be.
@@ -460,7 +453,7 @@ impl Router {
         tasks::declare(&mut capabilities, &self.upstreams, era);
         // MCP Apps, once an upstream offers one (a tool with an app).
         if self.catalog.load().apps().any() {
-            declare_extension(
+            apps::declare_extension(
                 &mut capabilities,
                 protocol::meta::UI_EXTENSION,
                 json!({ "mimeTypes": [protocol::meta::APP_MIME_TYPE] }),
@@ -840,7 +833,7 @@ impl Router {
                 // An app calls its server's tools by their own names.
                 let name = match catalog.tool(&asked) {
                     Some(_) => asked,
-                    None => by_server_name(&catalog, asked, grant)?,
+                    None => apps::by_server_name(&catalog, asked, grant)?,
                 };
                 if hidden(&name) {
                     return Err(RouteError::UnknownTool(name));
@@ -939,30 +932,5 @@ impl Router {
         let catalog = self.catalog.load();
         let (upstream, original) = catalog.route_uri(uri, |u| self.upstreams.get(u).is_some())?;
         Some((upstream.to_string(), original))
-    }
-}
-
-/// The exposed tool an app means by `name`, its server's own name for it:
-/// the one such tool this client may see. Hidden ones do not count (they
-/// answer like unknown ones); several visible ones are refused, naming them.
-fn by_server_name(
-    catalog: &crate::catalog::Catalog,
-    name: String,
-    grant: Option<&Grant>,
-) -> Result<String, RouteError> {
-    let visible: Vec<&str> = catalog
-        .apps()
-        .tools_named(&name)
-        .iter()
-        .map(|t| &**t)
-        .filter(|exposed| grant.is_none_or(|g| g.allows(exposed)))
-        .collect();
-    match visible.as_slice() {
-        [] => Err(RouteError::UnknownTool(name)),
-        [one] => Ok((*one).to_owned()),
-        several => Err(RouteError::AmbiguousTool {
-            name,
-            candidates: several.iter().map(|s| (*s).to_owned()).collect(),
-        }),
     }
 }

@@ -197,7 +197,7 @@ pub(super) fn declare(capabilities: &mut Value, upstreams: &UpstreamSet, era: Er
         return;
     }
     match era {
-        Era::Modern => super::declare_extension(capabilities, EXTENSION, json!({})),
+        Era::Modern => super::apps::declare_extension(capabilities, EXTENSION, json!({})),
         Era::Legacy => {
             capabilities["tasks"] =
                 json!({ "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } });

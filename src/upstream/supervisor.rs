@@ -28,6 +28,10 @@ use crate::credentials::UpstreamCredentials;
 use crate::credentials::cell::TokenCell;
 use crate::protocol::Method;
 
+mod children;
+
+use children::{Parts, identity_starter, instance_starter};
+
 /// Notifications queued from one upstream to its supervisor. When full,
 /// further notifications are dropped with a warning (list changes are
 /// idempotent: any later one triggers the same refresh).
@@ -154,92 +158,6 @@ fn spawn_sweep(
         sweep,
         tracing::Span::current(),
     ));
-}
-
-/// What a child supervisor (a session's instance, an identity's session)
-/// shares with the upstream's own: cloned into each pool's starter.
-#[derive(Clone)]
-struct Parts {
-    config: UpstreamConfig,
-    catalog: Arc<CatalogStore>,
-    events: Arc<dyn UpstreamEvents>,
-    interest: Arc<Interest>,
-    shutdown: CancellationToken,
-    tracker: TaskTracker,
-    noise: Arc<noise::NoiseFilter>,
-}
-
-impl Parts {
-    /// Starts a child supervisor: its stop token is a child of the
-    /// upstream's, `events` is where its announcements go, and it runs in
-    /// `span` on the tracker.
-    fn start(
-        &self,
-        events: Arc<dyn UpstreamEvents>,
-        role: Role,
-        bearer: Option<Arc<TokenCell>>,
-        published: Option<Arc<AtomicBool>>,
-        identity: Option<Arc<str>>,
-        span: tracing::Span,
-    ) -> isolated::Started {
-        let handle = new_handle(&self.config, self.noise.clone(), None, None, None);
-        let stop = self.shutdown.child_token();
-        let supervisor = Supervisor {
-            handle: handle.clone(),
-            config: self.config.clone(),
-            catalog: self.catalog.clone(),
-            events,
-            interest: self.interest.clone(),
-            shutdown: stop.clone(),
-            tasks: self.tracker.clone(),
-            role,
-            bearer,
-            published,
-            identity,
-        };
-        let task = self
-            .tracker
-            .spawn(tracing::Instrument::instrument(supervisor.run(), span));
-        isolated::Started { handle, stop, task }
-    }
-}
-
-/// How the pool of an upstream that acts as each caller starts one
-/// identity's session: a supervisor like the shared one, with that
-/// identity's own token, whose log messages and resource updates reach no
-/// other client. `publishes` (set when the shared supervisor holds only
-/// the place): these sessions provide the catalog's lists, and say so.
-fn identity_starter(
-    parts: Parts,
-    credentials: Arc<UpstreamCredentials>,
-    publishes: Option<Arc<AtomicBool>>,
-) -> identities::StartIdentity {
-    Box::new(move |identity, subject| {
-        let span =
-            tracing::info_span!("upstream", upstream = %parts.config.name, client = %identity);
-        let events = identities::IdentityEvents::new(parts.events.clone(), identity.clone());
-        parts.start(
-            Arc::new(events),
-            Role::Identity {
-                publishes: publishes.is_some(),
-            },
-            Some(credentials.identity_cell(identity, subject)),
-            publishes.clone(),
-            Some(identity.clone()),
-            span,
-        )
-    })
-}
-
-/// How the pool of a per-session upstream starts one session's instance:
-/// a supervisor like the shared one whose announcements reach that
-/// session alone.
-fn instance_starter(parts: Parts) -> isolated::Start {
-    Box::new(move |session| {
-        let span = tracing::info_span!("upstream", upstream = %parts.config.name, session);
-        let events = Arc::new(isolated::SessionEvents::new(parts.events.clone(), session));
-        parts.start(events, Role::Instance, None, None, None, span)
-    })
 }
 
 /// A fresh handle for one supervisor (shared or a session's instance).
