@@ -192,7 +192,7 @@ impl UpstreamCredentials {
     ) -> Arc<TokenCell> {
         let weak = Arc::downgrade(self);
         let identity = identity.clone();
-        let fetch: Fetch = Arc::new(move |_previous| {
+        let fetch: Fetch = Arc::new(move |refused| {
             let (weak, identity, subject) = (weak.clone(), identity.clone(), subject.clone());
             Box::pin(async move {
                 let this = weak
@@ -218,7 +218,7 @@ impl UpstreamCredentials {
                         tracing::info!(upstream = %this.upstream, client = %identity, "exchanged the caller's token for an upstream token");
                         Ok(token)
                     }
-                    AuthMode::User { .. } => this.user_token(&identity).await,
+                    AuthMode::User { .. } => this.user_token(&identity, refused.as_ref()).await,
                     AuthMode::ClientCredentials => Err(CredentialError::Unusable(
                         "this upstream has one service identity",
                     )),
@@ -231,7 +231,11 @@ impl UpstreamCredentials {
     /// A user's token from the store: as stored while it is fresh, else
     /// refreshed (and stored again). A refused refresh removes the grant:
     /// the user connects again, and nobody else's token is ever used.
-    async fn user_token(&self, identity: &str) -> Result<Token, CredentialError> {
+    async fn user_token(
+        &self,
+        identity: &str,
+        refused: Option<&Token>,
+    ) -> Result<Token, CredentialError> {
         let store = self.connector.store()?;
         let grant = store
             .get(&self.upstream, identity)
@@ -239,13 +243,15 @@ impl UpstreamCredentials {
             .map_err(|e| CredentialError::Store(e.to_string()))?
             .ok_or(CredentialError::NotConnected)?;
         let token = flows::token_of(grant);
-        if token.fresh_for(std::time::Duration::from_secs(30)) {
+        // The token the upstream refused is not fresh, whatever its expiry.
+        let refused_it = refused.is_some_and(|r| r.access.expose() == token.access.expose());
+        if !refused_it && token.fresh_for(std::time::Duration::from_secs(30)) {
             return Ok(token);
         }
         let Some(refresh) = token.refresh.clone() else {
             // Still usable for a moment, or not at all: either way the user
             // must connect again once it has expired.
-            return match token.fresh_for(std::time::Duration::ZERO) {
+            return match !refused_it && token.fresh_for(std::time::Duration::ZERO) {
                 true => Ok(token),
                 false => {
                     let _ = store.remove(&self.upstream, identity).await;

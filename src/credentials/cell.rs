@@ -18,8 +18,8 @@ use reqwest::header::HeaderValue;
 use super::CredentialError;
 use super::oauth::Token;
 
-/// How a cell gets a token: given the one it holds (none at first, or
-/// after a rejection), a new one.
+/// How a cell gets a token: given the one the upstream refused (after a
+/// 401), if that is why, a new one.
 pub(crate) type Fetch =
     Arc<dyn Fn(Option<Token>) -> BoxFuture<'static, Result<Token, CredentialError>> + Send + Sync>;
 
@@ -42,6 +42,8 @@ struct Current {
     token: Token,
     /// When to fetch a new one (none: it does not expire).
     refresh_at: Option<SystemTime>,
+    /// The upstream answered 401 to it.
+    rejected: bool,
 }
 
 impl std::fmt::Debug for TokenCell {
@@ -71,14 +73,18 @@ impl TokenCell {
             return Ok(current.header.clone());
         }
         let previous = self.current.load_full();
-        match (self.fetch)(previous.as_ref().map(|c| c.token.clone())).await {
+        let refused = previous
+            .as_ref()
+            .filter(|c| c.rejected)
+            .map(|c| c.token.clone());
+        match (self.fetch)(refused).await {
             Ok(token) => {
                 let current = Arc::new(Current::of(token)?);
                 self.current.store(Some(current.clone()));
                 Ok(current.header.clone())
             }
             // A failed early refresh leaves a token that still works in use.
-            Err(e) if !e.is_final() => match previous.filter(|c| c.unexpired()) {
+            Err(e) if !e.is_final() => match previous.filter(|c| c.unexpired() && !c.rejected) {
                 Some(previous) => {
                     tracing::warn!(error = %e, "could not refresh an upstream token early; using the current one until it expires");
                     Ok(previous.header.clone())
@@ -92,20 +98,26 @@ impl TokenCell {
         }
     }
 
-    /// The upstream refused `used` (HTTP 401): it is dropped, unless a
-    /// newer token replaced it already.
+    /// The upstream refused `used` (HTTP 401): it is not used again, and
+    /// the next fetch is told which token was refused; unless a newer
+    /// token replaced it already.
     pub(crate) fn rejected(&self, used: &HeaderValue) {
-        let current = self.current.load();
-        if current.as_ref().is_some_and(|c| c.header == used) {
-            self.current.store(None);
+        let current = self.current.load_full();
+        if let Some(current) = current.filter(|c| c.header == used && !c.rejected) {
+            self.current.store(Some(Arc::new(Current {
+                header: current.header.clone(),
+                token: current.token.clone(),
+                refresh_at: current.refresh_at,
+                rejected: true,
+            })));
         }
     }
 
-    /// The held token while it is not yet due.
+    /// The held token while it is not yet due (nor refused).
     fn usable(&self) -> Option<Arc<Current>> {
         self.current
             .load_full()
-            .filter(|c| c.refresh_at.is_none_or(|at| SystemTime::now() < at))
+            .filter(|c| !c.rejected && c.refresh_at.is_none_or(|at| SystemTime::now() < at))
     }
 }
 
@@ -124,6 +136,7 @@ impl Current {
             header,
             token,
             refresh_at,
+            rejected: false,
         })
     }
 
@@ -246,6 +259,34 @@ mod tests {
             Err(CredentialError::NotConnected)
         ));
         assert!(cell.current.load().is_none());
+    }
+
+    #[tokio::test]
+    async fn the_fetch_is_told_which_token_the_upstream_refused() {
+        let told: Arc<std::sync::Mutex<Vec<Option<String>>>> = Arc::default();
+        let seen = told.clone();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let fetch: Fetch = Arc::new(move |refused: Option<Token>| {
+            seen.lock()
+                .unwrap()
+                .push(refused.map(|t| t.access.expose().to_owned()));
+            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            Box::pin(async move { Ok(token(&format!("t{n}"), Some(Duration::ZERO))) })
+        });
+        let cell = TokenCell::new(fetch);
+        let first = cell.header().await.unwrap();
+        // Due at once (no lifetime left): an early refresh, nothing refused.
+        let second = cell.header().await.unwrap();
+        cell.rejected(&second);
+        let third = cell.header().await.unwrap();
+        assert_eq!(
+            (first, third),
+            (
+                "Bearer t1".try_into().unwrap(),
+                "Bearer t3".try_into().unwrap()
+            )
+        );
+        assert_eq!(*told.lock().unwrap(), [None, None, Some("t2".to_owned())]);
     }
 
     #[test]
