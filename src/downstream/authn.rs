@@ -92,6 +92,12 @@ fn refuse(state: &AppState, headers: &HeaderMap, error: &AuthError) -> Response 
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, value);
     }
+    // Refused before its body was read: the connection is not reused (a
+    // client that sent its next request on it would see it closed under
+    // it), and saying so lets the client open a new one.
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
