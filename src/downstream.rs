@@ -376,6 +376,7 @@ async fn metrics(
         return refused;
     }
     let hub = state.router.hub();
+    let connected = ui::connected_users(&state).await;
     let snapshot = crate::metrics::Snapshot {
         upstreams: state
             .router
@@ -388,6 +389,10 @@ async fn metrics(
                 restarts: h.restarts(),
                 suppressed_lines: h.suppressed_lines(),
                 instances: h.instance_count(),
+                connected_users: h
+                    .credentials()
+                    .filter(|c| matches!(c.mode(), crate::config::AuthMode::User { .. }))
+                    .map(|_| connected.get(&**h.name()).map_or(0, Vec::len)),
                 protection: h.protection().counts(),
             })
             .collect(),

@@ -105,8 +105,11 @@ pub(crate) struct UpstreamSnapshot {
     pub restarts: u64,
     /// Stderr and stray stdout lines dropped by the log rate limit.
     pub suppressed_lines: u64,
-    /// Per-session instances running (`isolation: per-session` only).
+    /// Per-session instances, or per-identity sessions, running
+    /// (`isolation: per-session`, or an `auth.mode` that acts as each caller).
     pub instances: Option<usize>,
+    /// Users who connected their account here (`auth.mode: user` only).
+    pub connected_users: Option<usize>,
     /// Its concurrency cap, circuit breaker and retries.
     pub protection: ProtectionCounts,
 }
@@ -127,6 +130,7 @@ pub(crate) struct Metrics {
     upstream_up: Family<UpstreamLabels, Gauge>,
     upstream_restarts: Family<UpstreamLabels, Counter>,
     upstream_instances: Family<UpstreamLabels, Gauge>,
+    upstream_connected_users: Family<UpstreamLabels, Gauge>,
     sessions: Family<EraLabels, Gauge>,
     subscription_entries: Gauge,
     subscribed_uris: Gauge,
@@ -166,6 +170,7 @@ impl Metrics {
             upstream_up: Family::default(),
             upstream_restarts: Family::default(),
             upstream_instances: Family::default(),
+            upstream_connected_users: Family::default(),
             sessions: Family::default(),
             subscription_entries: Gauge::default(),
             subscribed_uris: Gauge::default(),
@@ -203,8 +208,13 @@ impl Metrics {
             );
             r.register(
                 "mcpmux_upstream_instances",
-                "Per-session instances (child processes) running, for upstreams with isolation: per-session",
+                "Per-session instances (child processes) of upstreams with isolation: per-session, or per-identity upstream sessions of upstreams that act as each caller",
                 metrics.upstream_instances.clone(),
+            );
+            r.register(
+                "mcpmux_upstream_connected_users",
+                "Users who connected their own account at an upstream with auth.mode: user",
+                metrics.upstream_connected_users.clone(),
             );
             r.register(
                 "mcpmux_sessions",
@@ -311,6 +321,11 @@ impl Metrics {
             self.protection.update(&upstream.name, &upstream.protection);
             if let Some(n) = upstream.instances {
                 self.upstream_instances
+                    .get_or_create(&labels)
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+            if let Some(n) = upstream.connected_users {
+                self.upstream_connected_users
                     .get_or_create(&labels)
                     .set(i64::try_from(n).unwrap_or(i64::MAX));
             }

@@ -224,7 +224,7 @@ fn reason(state: &crate::upstream::UpstreamState) -> Option<String> {
 
 /// Who connected their account at each upstream (`auth.mode: user`),
 /// from the token store; never a token.
-async fn connected_users(state: &AppState) -> HashMap<String, Vec<String>> {
+pub(crate) async fn connected_users(state: &AppState) -> HashMap<String, Vec<String>> {
     let mut by_upstream: HashMap<String, Vec<String>> = HashMap::new();
     if let Ok(store) = state.connector.store()
         && let Ok(connections) = store.connections(None, None).await

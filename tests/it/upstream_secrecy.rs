@@ -86,6 +86,14 @@ async fn no_token_reaches_the_logs_status_ui_metrics_or_traces() {
         "the page says who connected: {page}"
     );
     let metrics = get("/metrics").await;
+    assert!(
+        metrics.contains("mcpmux_upstream_connected_users{upstream=\"usr\"} 1"),
+        "who connected, counted: {metrics}"
+    );
+    assert!(
+        metrics.contains("mcpmux_upstream_instances{upstream=\"te\"} 1"),
+        "bob's own session at te: {metrics}"
+    );
     let mut live = http.get(format!("{base}/ui/events")).send().await.unwrap();
     let figures = within("the operator page's figures", live.chunk())
         .await
