@@ -16,6 +16,7 @@ pub(crate) mod admin;
 pub(crate) mod cell;
 pub(crate) mod flows;
 pub(crate) mod oauth;
+pub(crate) mod own;
 pub(crate) mod store;
 
 use std::sync::{Arc, Mutex};

@@ -80,6 +80,7 @@ pub(crate) mod xheader;
 pub use auth::Identity;
 pub use config::{Config, ConfigError, DEFAULT_LISTEN, DEMO_CONFIG, Issue, Lookup};
 pub use credentials::admin::{Connection, ConnectionsError, Revocation, UserConnections};
+pub use credentials::own::{DisconnectError, disconnect as disconnect_own};
 pub use inspect::{ResumableStreams, Stats, Upstream};
 pub use local::{LocalSession, LocalStateless};
 pub use notify::outbox::Backlog;

@@ -128,6 +128,17 @@ enum Connections {
         #[arg(long)]
         json: bool,
     },
+    /// Disconnect your own account at an upstream through a running
+    /// gateway, authenticated with your key or token from the environment
+    /// variable MCPMUX_BEARER. Exit 1 when you had no connection there.
+    Disconnect {
+        /// The gateway's URL (its base, or its /mcp endpoint).
+        #[arg(long)]
+        gateway: String,
+        /// The upstream (with auth.mode: user).
+        #[arg(long)]
+        upstream: String,
+    },
     /// Remove a user's grant at an upstream and revoke it at the upstream's
     /// authorization server (best effort). Exit 1 when there is none.
     Revoke {
@@ -234,7 +245,12 @@ fn check(config: &std::path::Path) -> ExitCode {
 /// store, or an upstream users do not connect to; 1 when there was no
 /// grant to revoke or the store failed.
 fn connections(command: Connections) -> ExitCode {
-    let (Connections::List { config, .. } | Connections::Revoke { config, .. }) = &command;
+    if let Connections::Disconnect { gateway, upstream } = &command {
+        return disconnect(gateway, upstream);
+    }
+    let (Connections::List { config, .. } | Connections::Revoke { config, .. }) = &command else {
+        unreachable!("handled above");
+    };
     let cfg = match Config::load(config, &Lookup::from_process()) {
         Ok(cfg) => cfg,
         Err(e) => return config_failure(&e),
@@ -280,12 +296,36 @@ fn connections(command: Connections) -> ExitCode {
                 }
                 println!("revoked {upstream} for {client}");
             }
+            Connections::Disconnect { .. } => unreachable!("handled above"),
         }
         Ok(())
     });
     match done {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => connections_failure(&e),
+    }
+}
+
+/// `mcpmux connections disconnect`: 0 when done, 1 when there was no
+/// connection or the gateway refused, 64 without MCPMUX_BEARER.
+fn disconnect(gateway: &str, upstream: &str) -> ExitCode {
+    let bearer = std::env::var("MCPMUX_BEARER").unwrap_or_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts");
+    match runtime.block_on(mcpmux::disconnect_own(gateway, &bearer, upstream)) {
+        Ok(()) => {
+            println!("disconnected from {upstream}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mcpmux: {e}");
+            match e.is_usage() {
+                true => ExitCode::from(EXIT_USAGE),
+                false => ExitCode::FAILURE,
+            }
+        }
     }
 }
 

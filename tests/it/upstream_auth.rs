@@ -274,14 +274,40 @@ async fn a_user_connects_in_the_browser_and_then_acts_as_themselves() {
     );
     assert!(!status.contains("eyJ"));
 
-    // alice disconnects: she is sent to connect again.
-    let gone = http
-        .delete(gw.url.replace("/mcp", "/oauth/connections/crm"))
-        .header("authorization", bearer(ALICE_KEY))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(gone.status(), StatusCode::OK);
+    // alice sees her own connection, and bob none of his.
+    let mine = |key: &str| {
+        http.get(gw.url.replace("/mcp", "/oauth/connections"))
+            .header("authorization", bearer(key))
+            .send()
+    };
+    let listed: Value =
+        serde_json::from_str(&mine(ALICE_KEY).await.unwrap().text().await.unwrap()).unwrap();
+    assert_eq!(listed["connections"][0]["upstream"], "crm", "{listed:#}");
+    assert!(!listed.to_string().contains("eyJ"));
+    let bobs: Value =
+        serde_json::from_str(&mine(BOB_KEY).await.unwrap().text().await.unwrap()).unwrap();
+    assert_eq!(bobs["connections"], json!([]));
+
+    // alice disconnects with the CLI (through the HTTP route, with her own
+    // key): she is sent to connect again; a second time there is nothing.
+    let disconnect = [
+        "connections",
+        "disconnect",
+        "--gateway",
+        &gw.url,
+        "--upstream",
+        "crm",
+    ];
+    let (code, out, err) =
+        crate::support::run_mcpmux(&disconnect, &[("MCPMUX_BEARER", ALICE_KEY)]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("disconnected from crm"), "{out}");
+    let (code, _, err) =
+        crate::support::run_mcpmux(&disconnect, &[("MCPMUX_BEARER", ALICE_KEY)]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no connection at upstream \"crm\""), "{err}");
+    let (code, _, err) = crate::support::run_mcpmux(&disconnect, &[("MCPMUX_BEARER", "")]).await;
+    assert_eq!(code, 64, "{err}");
     let again = alice.call_tool("crm__whoami", json!({})).await;
     let url = elicitation_url(&again);
 
