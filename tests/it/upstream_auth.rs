@@ -454,13 +454,14 @@ async fn modern_call(url: &str, key: &str, tool: &str) -> Value {
 
 #[tokio::test]
 async fn a_service_token_is_replaced_before_it_expires_so_no_call_is_refused() {
-    // Tokens of 3 s; calls over three of their lifetimes.
-    let provider = Provider::start(3, None).await;
+    // Tokens of 6 s, replaced with a quarter (1.5 s) left; calls over
+    // more than two of their lifetimes.
+    let provider = Provider::start(6, None).await;
     let server = Protected::start(&provider.issuer).await;
     let yaml = service_config(&server, &provider);
     let gw = TestGateway::start(&yaml).await;
     let client = McpClient::connect(&gw.url).await;
-    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(8);
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(13);
     while tokio::time::Instant::now() < until {
         let me = whoami(&client.call_tool("crm__whoami", json!({})).await);
         assert_eq!(me["sub"], CLIENT_ID);
