@@ -25,31 +25,32 @@ impl HttpPeer {
     /// server-everything in `mode` on `port` (0 for any): a server
     /// restarted on the port of one that was killed.
     pub async fn everything_on(mode: &str, port: u16) -> HttpPeer {
-        let mut child = Command::new(interop::node())
-            .arg("-r")
-            .arg(interop::dir().join("report-port.cjs"))
-            .arg(interop::everything_js())
-            .arg(mode)
-            .env("PORT", port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let port = read_port(child.stderr.take().unwrap(), "LISTENING_PORT=").await;
-        HttpPeer { child, port }
+        Self::node(&[], &interop::everything_js(), &[mode], port).await
     }
 
-    /// The ext-apps example server over Streamable HTTP (on loopback).
+    /// The ext-apps example server over Streamable HTTP, made to bind
+    /// loopback (it listens on every interface otherwise).
     pub async fn apps() -> HttpPeer {
-        let mut child = Command::new(interop::node())
-            .arg("-r")
-            .arg(interop::dir().join("listen-loopback.cjs"))
-            .arg("-r")
-            .arg(interop::dir().join("report-port.cjs"))
-            .arg(interop::apps_js())
-            .env("PORT", "0")
+        Self::node(&["listen-loopback.cjs"], &interop::apps_js(), &[], 0).await
+    }
+
+    /// A Node server `script` with `args` on `PORT=port`, with the
+    /// `preloads` of `tests/interop/` and `report-port.cjs`, which says the
+    /// port it bound.
+    async fn node(
+        preloads: &[&str],
+        script: &std::path::Path,
+        args: &[&str],
+        port: u16,
+    ) -> HttpPeer {
+        let mut command = Command::new(interop::node());
+        for preload in preloads.iter().chain(&["report-port.cjs"]) {
+            command.arg("-r").arg(interop::dir().join(preload));
+        }
+        let mut child = command
+            .arg(script)
+            .args(args)
+            .env("PORT", port.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
