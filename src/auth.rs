@@ -100,10 +100,25 @@ impl AuthError {
     }
 }
 
+/// The tokens the gateway's own authorization server issues
+/// (`auth.oauth_server`), accepted next to the provider's JWTs and API keys.
+pub(crate) trait OwnTokens: Send + Sync {
+    /// Whether `kid` names one of the server's signing keys.
+    fn issued_by_me(&self, kid: &str) -> bool;
+
+    /// The identity of `token`, checked for `resource` (its audience).
+    fn verify<'a>(
+        &'a self,
+        token: &'a str,
+        resource: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Identity, AuthError>> + Send + 'a>>;
+}
+
 /// Checks credentials against the configured API keys and JWT issuer.
 pub(crate) struct Authenticator {
     settings: AuthSettings,
     jwt: Option<jwt::JwtVerifier>,
+    own: Option<Arc<dyn OwnTokens>>,
 }
 
 impl Authenticator {
@@ -117,7 +132,14 @@ impl Authenticator {
         Ok(Authenticator {
             settings: settings.clone(),
             jwt,
+            own: None,
         })
+    }
+
+    /// Also accepts the tokens of the gateway's own authorization server.
+    pub(crate) fn with_own_tokens(mut self, own: Option<Arc<dyn OwnTokens>>) -> Authenticator {
+        self.own = own;
+        self
     }
 
     /// The authenticator for `auth`, its JWKS refresh running until
@@ -125,6 +147,7 @@ impl Authenticator {
     /// when authentication is off.
     pub(crate) fn start(
         auth: &AuthConfig,
+        own: Option<Arc<dyn OwnTokens>>,
         shutdown: &CancellationToken,
         tasks: &TaskTracker,
     ) -> Option<Arc<Authenticator>> {
@@ -144,10 +167,11 @@ impl Authenticator {
                         ..(**settings).clone()
                     },
                     jwt: None,
+                    own: None,
                 }
             }
         };
-        let authenticator = Arc::new(authenticator);
+        let authenticator = Arc::new(authenticator.with_own_tokens(own));
         authenticator.spawn_refresh(shutdown.clone(), tasks);
         Some(authenticator)
     }
@@ -186,26 +210,36 @@ impl Authenticator {
         tasks.spawn(tracing::Instrument::instrument(refresh, span));
     }
 
-    /// The client behind an `Authorization` header value.
+    /// The client behind an `Authorization` header value, for a request
+    /// to `resource` (the audience the gateway's own tokens must name).
     pub(crate) async fn authenticate(
         &self,
         authorization: Option<&str>,
+        resource: &str,
     ) -> Result<Arc<Identity>, AuthError> {
         let token = bearer(authorization)?;
         if let Some(client) = self.api_key_client(token) {
             return Ok(Arc::new(Identity::new(client, Vec::new())));
         }
-        let Some(jwt) = self.jwt.as_ref().filter(|_| token.split('.').count() == 3) else {
+        if token.split('.').count() != 3 {
             return Err(AuthError::invalid("unknown API key"));
+        }
+        let identity = match (&self.jwt, &self.own) {
+            (_, Some(own)) if self.jwt.is_none() || own_kid(token, own.as_ref()) => {
+                own.verify(token, resource).await?
+            }
+            (Some(jwt), own) => match jwt.verify(token).await {
+                // Another replica may have rotated the gateway's own key.
+                Err(AuthError::UnknownKey) if own.is_some() => {
+                    own.as_ref().expect("checked").verify(token, resource).await?
+                }
+                Err(AuthError::UnknownKey) => {
+                    return Err(AuthError::invalid("no key with the token's key id"));
+                }
+                other => other?.with_subject(token),
+            },
+            (None, _) => return Err(AuthError::invalid("unknown API key")),
         };
-        let identity = jwt
-            .verify(token)
-            .await
-            .map_err(|e| match e {
-                AuthError::UnknownKey => AuthError::invalid("no key with the token's key id"),
-                other => other,
-            })?
-            .with_subject(token);
         if let Some(missing) = self
             .settings
             .required_scopes
@@ -231,10 +265,14 @@ impl Authenticator {
     }
 
     /// Whether `authorization` may read `/status` and `/metrics`.
-    pub(crate) async fn admits_admin(&self, authorization: Option<&str>) -> Result<(), AuthError> {
+    pub(crate) async fn admits_admin(
+        &self,
+        authorization: Option<&str>,
+        resource: &str,
+    ) -> Result<(), AuthError> {
         match &self.settings.admin {
             AdminAccess::Open => Ok(()),
-            AdminAccess::Clients => self.authenticate(authorization).await.map(|_| ()),
+            AdminAccess::Clients => self.authenticate(authorization, resource).await.map(|_| ()),
             AdminAccess::Key(digest) => {
                 let token = bearer(authorization)?;
                 match bool::from(digest.ct_eq(&sha256(token.as_bytes()))) {
@@ -244,6 +282,14 @@ impl Authenticator {
             }
         }
     }
+}
+
+/// Whether `token`'s header names a key of the gateway's own server.
+fn own_kid(token: &str, own: &dyn OwnTokens) -> bool {
+    jsonwebtoken::decode_header(token)
+        .ok()
+        .and_then(|h| h.kid)
+        .is_some_and(|kid| own.issued_by_me(&kid))
 }
 
 /// The token of an `Authorization: Bearer <token>` value.

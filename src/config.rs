@@ -8,6 +8,7 @@
 //! whose `Debug` prints a mask.
 
 mod auth;
+mod oauth_server;
 mod expand;
 mod pages;
 mod policy;
@@ -21,6 +22,9 @@ mod upstream_auth;
 #[cfg(test)]
 pub(crate) use auth::ApiKey;
 pub(crate) use auth::{AdminAccess, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
+pub(crate) use oauth_server::{
+    ClaimNames, Consent, OAuthServerConfig, ProviderConfig, Registration, signing_algorithm,
+};
 pub(crate) use telemetry::TracingConfig;
 use upstream::RawUpstream;
 pub(crate) use upstream_auth::{
@@ -816,6 +820,18 @@ impl RawConfig {
             &credentials,
             &mut p,
         );
+        // A generated signing key is kept sealed with `credentials.key`.
+        if let (Some(AuthConfig::On(settings)), Some(raw)) = (&auth, &self.auth)
+            && let Some(server) = &settings.oauth_server
+            && server.signing_keys.is_empty()
+            && credentials.key.is_none()
+            && let Some(at) = raw.oauth_server_at()
+        {
+            p.at(
+                at,
+                "auth.oauth_server: give signing_keys, or set credentials.key so the generated signing key can be stored sealed",
+            );
+        }
 
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));

@@ -13,6 +13,7 @@
 //! `listener` and `wire` sit at the bottom.
 
 pub(crate) mod authn;
+pub(crate) mod authorize;
 pub(crate) mod dispatch;
 pub(crate) mod http;
 pub(crate) mod legacy_sse;
@@ -43,6 +44,34 @@ use crate::router::Router;
 use crate::upstream::UpstreamState;
 use session::SessionTable;
 
+/// The authorization server for `config` (none when `auth.oauth_server` is
+/// off): `current` when it was built from the same settings, else a new
+/// one. A server that cannot start is logged and left off, so its routes
+/// answer 404 and its tokens are refused.
+pub(crate) fn start_oauth_server(
+    config: &crate::config::Config,
+    current: Option<Arc<crate::oauth_server::OAuthServer>>,
+    shutdown: &tokio_util::sync::CancellationToken,
+    tasks: &tokio_util::task::TaskTracker,
+) -> Option<Arc<crate::oauth_server::OAuthServer>> {
+    let crate::config::AuthConfig::On(settings) = &config.auth else {
+        return None;
+    };
+    if let Some(current) = current.filter(|s| s.built_from(settings)) {
+        return Some(current);
+    }
+    crate::oauth_server::OAuthServer::start(
+        settings,
+        &config.credentials,
+        config.session_store.as_ref(),
+        shutdown,
+        tasks,
+    )
+    .inspect_err(|e| tracing::error!(error = %e, "auth.oauth_server cannot start; it is off"))
+    .ok()
+    .flatten()
+}
+
 /// Everything a request handler needs, shared by all connections.
 pub(crate) struct AppState {
     pub router: Router,
@@ -64,6 +93,11 @@ pub(crate) struct AppState {
     pub throttle: arc_swap::ArcSwapOption<throttle::Throttle>,
     /// The HTTP listener's connection counters, once it serves.
     pub connections: std::sync::OnceLock<Arc<listener::ConnectionCounts>>,
+    /// Where the HTTP server listens, once it does.
+    pub listen_addr: std::sync::OnceLock<std::net::SocketAddr>,
+    /// The gateway's own authorization server (`auth.oauth_server`), if
+    /// on; replaced by a reload only when its settings change.
+    pub oauth_server: arc_swap::ArcSwapOption<crate::oauth_server::OAuthServer>,
     /// Users' authorization flows (`/oauth/callback`) and their token store.
     pub connector: Arc<crate::credentials::Connector>,
     /// The gateway's task tracker: tasks a request leaves running (a
@@ -87,8 +121,15 @@ impl AppState {
         config: &crate::config::Config,
         shutdown: &tokio_util::sync::CancellationToken,
     ) {
+        let current = self.oauth_server.load_full();
+        let server = start_oauth_server(config, current, shutdown, &self.tracker);
+        if let (Some(server), Some(addr)) = (&server, self.listen_addr.get().copied()) {
+            server.listening_on(addr);
+        }
+        self.oauth_server.store(server.clone());
         self.auth.store(crate::auth::Authenticator::start(
             &config.auth,
+            server.map(|s| s as Arc<dyn crate::auth::OwnTokens>),
             shutdown,
             &self.tracker,
         ));
@@ -225,6 +266,27 @@ pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
         .route(
             "/oauth/connections/{upstream}",
             axum::routing::delete(oauth::disconnect),
+        )
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(authorize::metadata),
+        )
+        .route("/authorize", get(authorize::authorize))
+        .route(
+            crate::oauth_server::LOGIN_CALLBACK,
+            get(authorize::login_callback),
+        )
+        .route(
+            crate::oauth_server::CONSENT,
+            axum::routing::post(authorize::consent),
+        )
+        .route("/token", axum::routing::post(authorize::token))
+        .route("/register", axum::routing::post(authorize::register))
+        .route("/revoke", axum::routing::post(authorize::revoke))
+        .route("/jwks.json", get(authorize::jwks))
+        .route(
+            "/oauth/grants",
+            get(authorize::list_grants).delete(authorize::revoke_grants),
         )
         .route("/ui", get(ui::page))
         .route("/ui/events", get(ui::events))

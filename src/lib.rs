@@ -64,6 +64,7 @@ mod local;
 pub mod logging;
 pub(crate) mod metrics;
 pub(crate) mod notify;
+pub(crate) mod oauth_server;
 pub(crate) mod pattern;
 pub(crate) mod policy;
 pub(crate) mod protocol;
@@ -199,6 +200,7 @@ impl Gateway {
         }
         let sessions = Arc::new(sessions);
         sessions.spawn_sweeper(upstream_shutdown.clone(), &tracker);
+        let oauth_server = downstream::start_oauth_server(&config, None, &upstream_shutdown, &tracker);
 
         let state = Arc::new(AppState {
             router: {
@@ -221,9 +223,14 @@ impl Gateway {
             loopback_listener: std::sync::atomic::AtomicBool::new(false),
             auth: arc_swap::ArcSwapOption::from(auth::Authenticator::start(
                 &config.auth,
+                oauth_server
+                    .clone()
+                    .map(|s| s as Arc<dyn auth::OwnTokens>),
                 &upstream_shutdown,
                 &tracker,
             )),
+            oauth_server: arc_swap::ArcSwapOption::from(oauth_server),
+            listen_addr: std::sync::OnceLock::new(),
             throttle: arc_swap::ArcSwapOption::from(
                 config
                     .rate_limit
@@ -275,6 +282,10 @@ impl Gateway {
         )?;
         let _ = self.state.connections.set(counts);
         self.state.connector.listening_on(addr);
+        let _ = self.state.listen_addr.set(addr);
+        if let Some(server) = self.state.oauth_server.load_full() {
+            server.listening_on(addr);
+        }
         let app = downstream::app(self.state.clone())
             .into_make_service_with_connect_info::<downstream::listener::Peer>();
         let stop = self.http_shutdown.clone();

@@ -3,6 +3,9 @@
 use super::*;
 use crate::config::{ApiKey, AuthSettings, JwtConfig, JwtKeys};
 
+/// The resource the requests are for (only the gateway's own tokens check it).
+const RESOURCE: &str = "http://127.0.0.1/mcp";
+
 /// Settings with a JWT issuer of `keys` and `algorithms`, and no API keys.
 fn with_jwt(keys: JwtKeys, algorithms: &[&str]) -> AuthSettings {
     AuthSettings {
@@ -23,6 +26,7 @@ fn with_jwt(keys: JwtKeys, algorithms: &[&str]) -> AuthSettings {
         scopes_supported: Vec::new(),
         required_scopes: Vec::new(),
         admin: AdminAccess::Clients,
+        oauth_server: None,
     }
 }
 
@@ -64,6 +68,7 @@ fn with_keys(keys: &[(&str, &str)]) -> Authenticator {
         scopes_supported: Vec::new(),
         required_scopes: Vec::new(),
         admin: AdminAccess::Key(sha256(b"admin-key-0123456789")),
+        oauth_server: None,
     })
     .unwrap()
 }
@@ -85,12 +90,12 @@ fn bearer_needs_the_scheme_and_a_token() {
 async fn api_keys_name_their_client_and_nothing_else_passes() {
     let auth = with_keys(&[("ops", "ops-key-0123456789"), ("ci", "ci-key-0123456789ab")]);
     let ops = auth
-        .authenticate(Some("Bearer ops-key-0123456789"))
+        .authenticate(Some("Bearer ops-key-0123456789"), RESOURCE)
         .await
         .unwrap();
     assert_eq!(&*ops.client, "ops");
     let ci = auth
-        .authenticate(Some("Bearer ci-key-0123456789ab"))
+        .authenticate(Some("Bearer ci-key-0123456789ab"), RESOURCE)
         .await
         .unwrap();
     assert_eq!(&*ci.client, "ci");
@@ -101,27 +106,27 @@ async fn api_keys_name_their_client_and_nothing_else_passes() {
     ] {
         assert!(
             matches!(
-                auth.authenticate(Some(bad)).await,
+                auth.authenticate(Some(bad), RESOURCE).await,
                 Err(AuthError::Invalid(_))
             ),
             "{bad}"
         );
     }
-    assert_eq!(auth.authenticate(None).await, Err(AuthError::Missing));
+    assert_eq!(auth.authenticate(None, RESOURCE).await, Err(AuthError::Missing));
 }
 
 #[tokio::test]
 async fn the_admin_key_is_separate_from_client_keys() {
     let auth = with_keys(&[("ops", "ops-key-0123456789")]);
     assert!(
-        auth.admits_admin(Some("Bearer admin-key-0123456789"))
+        auth.admits_admin(Some("Bearer admin-key-0123456789"), RESOURCE)
             .await
             .is_ok()
     );
     assert!(
-        auth.admits_admin(Some("Bearer ops-key-0123456789"))
+        auth.admits_admin(Some("Bearer ops-key-0123456789"), RESOURCE)
             .await
             .is_err()
     );
-    assert_eq!(auth.admits_admin(None).await, Err(AuthError::Missing));
+    assert_eq!(auth.admits_admin(None, RESOURCE).await, Err(AuthError::Missing));
 }

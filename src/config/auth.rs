@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+use super::oauth_server::{OAuthServerConfig, RawOAuthServer};
 use super::{Lookup, Problems};
 
 /// How clients authenticate.
@@ -33,6 +34,8 @@ pub(crate) struct AuthSettings {
     pub required_scopes: Vec<String>,
     /// Who may read `/status` and `/metrics`.
     pub admin: AdminAccess,
+    /// The gateway's own authorization server, if on.
+    pub oauth_server: Option<OAuthServerConfig>,
 }
 
 /// One API key: its client's name and the SHA-256 of the key.
@@ -123,6 +126,8 @@ pub(super) struct RawAuth {
     required_scopes: Vec<Spanned<String>>,
     #[serde(default)]
     admin: Option<RawAdmin>,
+    #[serde(default)]
+    oauth_server: Option<RawOAuthServer>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -170,6 +175,11 @@ struct RawAdmin {
 const MIN_KEY_LEN: usize = 16;
 
 impl RawAuth {
+    /// Where `auth.oauth_server` starts, when it is there.
+    pub(super) fn oauth_server_at(&self) -> Option<serde_saphyr::Location> {
+        self.oauth_server.as_ref().map(RawOAuthServer::location)
+    }
+
     pub(super) fn validate(&self, lookup: &Lookup, p: &mut Problems) -> Option<AuthConfig> {
         let before = p.issues.len();
         let mode = p.expand(&self.mode, "auth.mode", lookup)?;
@@ -190,10 +200,14 @@ impl RawAuth {
             .filter_map(|k| k.validate(lookup, p))
             .collect();
         let jwt = self.jwt.as_ref().and_then(|j| j.value.validate(lookup, p));
-        if self.api_keys.is_empty() && self.jwt.is_none() {
+        let oauth_server = self
+            .oauth_server
+            .as_ref()
+            .and_then(|raw| raw.validate(lookup, p));
+        if self.api_keys.is_empty() && self.jwt.is_none() && self.oauth_server.is_none() {
             p.at(
                 self.mode.referenced,
-                "auth: mode on needs api_keys or jwt (or write mode: off to serve without authentication)",
+                "auth: mode on needs api_keys, jwt or oauth_server (or write mode: off to serve without authentication)",
             );
         }
         let list = |p: &mut Problems, values: &[Spanned<String>], what: &str| -> Vec<String> {
@@ -225,6 +239,7 @@ impl RawAuth {
             scopes_supported,
             required_scopes,
             admin: admin?,
+            oauth_server,
         })))
     }
 }

@@ -467,7 +467,7 @@ fn token_error(
 }
 
 /// Sends `request` and reads at most `limit` bytes of the answer.
-async fn fetch(
+pub(crate) async fn fetch(
     http: &reqwest::Client,
     request: HttpRequest,
     what: &str,

@@ -16,6 +16,8 @@
 mod file;
 mod redis;
 
+pub(crate) use redis::{redact as redact_redis, secrets_of as redis_secrets};
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

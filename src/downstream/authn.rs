@@ -27,7 +27,10 @@ pub(crate) async fn identify(
     let Some(auth) = state.auth() else {
         return Ok(None);
     };
-    match auth.authenticate(authorization(headers)).await {
+    match auth
+        .authenticate(authorization(headers), &resource_uri(state, headers))
+        .await
+    {
         Ok(identity) => Ok(Some(identity)),
         Err(e) => Err(refuse(state, headers, &e)),
     }
@@ -146,9 +149,17 @@ pub(crate) async fn protected_resource(
         );
     };
     let settings = auth.settings();
+    // The gateway's own authorization server comes first.
+    let mut servers: Vec<String> = state
+        .oauth_server
+        .load_full()
+        .map(|s| s.issuer())
+        .into_iter()
+        .collect();
+    servers.extend(settings.authorization_servers.iter().cloned());
     let document = json!({
         "resource": resource_uri(&state, &headers),
-        "authorization_servers": settings.authorization_servers,
+        "authorization_servers": servers,
         "scopes_supported": settings.scopes_supported,
         "bearer_methods_supported": ["header"],
         "resource_name": "mcpmux",
@@ -166,7 +177,7 @@ pub(crate) async fn admit_admin(state: &AppState, headers: &HeaderMap) -> Result
     let Some(auth) = state.auth() else {
         return Ok(());
     };
-    auth.admits_admin(authorization(headers))
+    auth.admits_admin(authorization(headers), &resource_uri(state, headers))
         .await
         .map_err(|e| refuse(state, headers, &e))
 }

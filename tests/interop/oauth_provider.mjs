@@ -6,7 +6,20 @@
 // RFC 7591 open dynamic registration, revocation, introspection, and
 // resource indicators: any http://127.0.0.1:*/ or http://localhost:*/
 // resource gets a JWT access token whose aud is that resource.
-// Static client: mcpmux-gateway / gateway-secret (client_secret_basic).
+// Static clients: mcpmux-gateway / gateway-secret (client_secret_basic), the
+// gateway as an OAuth client of its upstreams; and mcpmux-login / login-secret
+// (client_secret_basic, authorization code + refresh token, native, redirect
+// URI http://127.0.0.1/oauth/login/callback on any port), the gateway's own
+// authorization server delegating user login here (OpenID Connect).
+// Accounts: any login name is an account whose id (sub) is that name, with
+// claims name and preferred_username (the login name), email
+// (LOGIN@example.test) and groups (from --groups, [] when not listed). Scopes
+// openid, offline_access, profile (name, preferred_username), email (email)
+// and groups (groups); the ID token itself carries the claims of the granted
+// scopes (conformIdTokenClaims off) and echoes nonce. PKCE S256 is required.
+// The login page shows when the browser has no session here; the consent
+// page shows on every authorization of a native client (oidc-provider's
+// native_client_prompt check), so also on a second login of mcpmux-login.
 // Metadata at /.well-known/openid-configuration and (same document)
 // /.well-known/oauth-authorization-server.
 // Test-only routes: POST /test/revoke?sub=LOGIN -> {"revoked": N} and
@@ -16,6 +29,7 @@
 // listening (all logging goes to stderr); exits when stdin closes.
 //
 // Usage: node oauth_provider.mjs [--access-ttl SECONDS] [--subject-jwks FILE]
+//          [--groups LOGIN=GROUP+GROUP,LOGIN=GROUP...]
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createServer } from "node:http";
@@ -31,10 +45,18 @@ const { values: opts } = parseArgs({
   options: {
     "access-ttl": { type: "string", default: "60" },
     "subject-jwks": { type: "string" },
+    groups: { type: "string", default: "" },
   },
 });
 const accessTtl = Number.parseInt(opts["access-ttl"], 10);
 if (!(accessTtl > 0)) throw new Error("--access-ttl must be a positive number of seconds");
+// --groups alice=ops+dev,bob=readers: the groups claim of each login name.
+const groupsOf = new Map();
+for (const entry of opts.groups.split(",").map((e) => e.trim()).filter(Boolean)) {
+  const at = entry.indexOf("=");
+  if (at <= 0) throw new Error(`--groups: expected LOGIN=GROUP+GROUP, got ${entry}`);
+  groupsOf.set(entry.slice(0, at), entry.slice(at + 1).split("+").filter(Boolean));
+}
 const subjectJwks = opts["subject-jwks"]
   ? jose.createLocalJWKSet(JSON.parse(readFileSync(opts["subject-jwks"], "utf8")))
   : null;
@@ -46,7 +68,7 @@ const SUBJECT_TOKEN_TYPES = new Set([
   TT_ACCESS_TOKEN,
   "urn:ietf:params:oauth:token-type:id_token",
 ]);
-const OIDC_SCOPES = new Set(["openid", "offline_access", "profile", "email"]);
+const OIDC_SCOPES = new Set(["openid", "offline_access", "profile", "email", "groups"]);
 const RESOURCE_SCOPES = ["mcp:tools", "mcp:read", "mcp:write"];
 const DAY = 24 * 60 * 60;
 
@@ -130,15 +152,34 @@ const provider = new Provider(issuer, {
     response_types: ["code"],
     application_type: "native",
     redirect_uris: ["http://127.0.0.1/oauth/callback"],
+  }, {
+    // A native client's loopback redirect URI matches on any port (RFC 8252 7.3).
+    client_id: "mcpmux-login",
+    client_secret: "login-secret",
+    token_endpoint_auth_method: "client_secret_basic",
+    grant_types: ["authorization_code", "refresh_token"],
+    response_types: ["code"],
+    application_type: "native",
+    redirect_uris: ["http://127.0.0.1/oauth/login/callback"],
   }],
   async findAccount(_ctx, sub) {
     return {
       accountId: sub,
-      async claims() { return { sub, name: sub, email: `${sub}@example.test` }; },
+      async claims() {
+        return {
+          sub,
+          name: sub,
+          preferred_username: sub,
+          email: `${sub}@example.test`,
+          groups: [...(groupsOf.get(sub) ?? [])],
+        };
+      },
     };
   },
-  claims: { openid: ["sub"], profile: ["name"], email: ["email"] },
-  scopes: ["openid", "offline_access", "profile", "email"],
+  claims: { openid: ["sub"], profile: ["name", "preferred_username"], email: ["email"], groups: ["groups"] },
+  scopes: ["openid", "offline_access", "profile", "email", "groups"],
+  // The ID token carries the claims of the granted scopes, not only sub.
+  conformIdTokenClaims: false,
   responseTypes: ["code"],
   pkce: { required: () => true },
   features: {
@@ -282,4 +323,4 @@ process.stdin.on("end", () => process.exit(0));
 process.stdin.on("close", () => process.exit(0));
 process.stdin.resume();
 process.stdout.write(`ISSUER ${issuer}\n`);
-log("ready", issuer, `access-ttl=${accessTtl}s`, subjectJwks ? "token exchange on" : "token exchange off (no --subject-jwks)");
+log("ready", issuer, `access-ttl=${accessTtl}s`, `groups=${JSON.stringify(Object.fromEntries(groupsOf))}`, subjectJwks ? "token exchange on" : "token exchange off (no --subject-jwks)");

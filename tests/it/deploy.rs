@@ -115,6 +115,8 @@ fn required_variables(file: &Path) -> Vec<(&'static str, &'static str)> {
         ("MCPMUX_JWT_ISSUER", "https://idp.example.com"),
         ("MCPMUX_JWT_AUDIENCE", "https://mcp.example.com/mcp"),
         ("MCPMUX_JWKS_URL", "https://idp.example.com/jwks"),
+        ("MCPMUX_IDP_ISSUER", "https://idp.example.com"),
+        ("MCPMUX_IDP_CLIENT_ID", "mcpmux"),
         ("MCPMUX_IDP_CLIENT_SECRET", "a-client-secret-for-the-check"),
         (
             "MCPMUX_TOKEN_KEY",

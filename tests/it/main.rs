@@ -17,6 +17,7 @@ mod hardening;
 mod input_rounds;
 mod isolation;
 mod live;
+mod login;
 mod modern;
 mod onboarding;
 mod ops;

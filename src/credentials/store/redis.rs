@@ -95,7 +95,7 @@ fn decode(part: &str) -> Option<String> {
 
 /// The parts of `url` that must not be shown: the password of its user
 /// info and a `password`/`pass` query parameter, as written and decoded.
-fn secrets_of(url: &str) -> Vec<String> {
+pub(crate) fn secrets_of(url: &str) -> Vec<String> {
     let mut found = Vec::new();
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
@@ -119,7 +119,7 @@ fn secrets_of(url: &str) -> Vec<String> {
     found
 }
 
-fn redact(message: String, secrets: &[String]) -> String {
+pub(crate) fn redact(message: String, secrets: &[String]) -> String {
     secrets
         .iter()
         .fold(message, |m, secret| m.replace(secret.as_str(), "***"))

@@ -23,15 +23,29 @@ pub struct Provider {
 /// The gateway's client at the provider.
 pub const CLIENT_ID: &str = "mcpmux-gateway";
 pub const CLIENT_SECRET: &str = "gateway-secret";
+/// The gateway's login client (`auth.oauth_server.provider`).
+pub const LOGIN_CLIENT_ID: &str = "mcpmux-login";
+pub const LOGIN_CLIENT_SECRET: &str = "login-secret";
 
 impl Provider {
     /// Access tokens live `access_ttl` seconds; a token exchange trusts
     /// subject tokens signed by the keys in `subject_jwks` (a JWK set).
     pub async fn start(access_ttl: u64, subject_jwks: Option<&Value>) -> Provider {
+        Self::start_with(access_ttl, subject_jwks, &[]).await
+    }
+
+    /// With people in groups: `groups` is `alice=ops+dev,bob=readers`
+    /// (the ID token of the login client `mcpmux-login` carries them).
+    pub async fn with_groups(groups: &str) -> Provider {
+        Self::start_with(600, None, &["--groups", groups]).await
+    }
+
+    async fn start_with(access_ttl: u64, subject_jwks: Option<&Value>, extra: &[&str]) -> Provider {
         let mut command = Command::new(interop::node());
         command
             .arg(interop::dir().join("oauth_provider.mjs"))
-            .args(["--access-ttl", &access_ttl.to_string()]);
+            .args(["--access-ttl", &access_ttl.to_string()])
+            .args(extra);
         if let Some(jwks) = subject_jwks {
             let path = super::tempdir().join("subject-jwks.json");
             std::fs::write(&path, jwks.to_string()).unwrap();
