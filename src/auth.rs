@@ -231,7 +231,10 @@ impl Authenticator {
             (Some(jwt), own) => match jwt.verify(token).await {
                 // Another replica may have rotated the gateway's own key.
                 Err(AuthError::UnknownKey) if own.is_some() => {
-                    own.as_ref().expect("checked").verify(token, resource).await?
+                    own.as_ref()
+                        .expect("checked")
+                        .verify(token, resource)
+                        .await?
                 }
                 Err(AuthError::UnknownKey) => {
                     return Err(AuthError::invalid("no key with the token's key id"));

@@ -8,8 +8,8 @@
 //! whose `Debug` prints a mask.
 
 mod auth;
-mod oauth_server;
 mod expand;
+mod oauth_server;
 mod pages;
 mod policy;
 mod protect;

@@ -200,7 +200,8 @@ impl Gateway {
         }
         let sessions = Arc::new(sessions);
         sessions.spawn_sweeper(upstream_shutdown.clone(), &tracker);
-        let oauth_server = downstream::start_oauth_server(&config, None, &upstream_shutdown, &tracker);
+        let oauth_server =
+            downstream::start_oauth_server(&config, None, &upstream_shutdown, &tracker);
 
         let state = Arc::new(AppState {
             router: {
@@ -223,9 +224,7 @@ impl Gateway {
             loopback_listener: std::sync::atomic::AtomicBool::new(false),
             auth: arc_swap::ArcSwapOption::from(auth::Authenticator::start(
                 &config.auth,
-                oauth_server
-                    .clone()
-                    .map(|s| s as Arc<dyn auth::OwnTokens>),
+                oauth_server.clone().map(|s| s as Arc<dyn auth::OwnTokens>),
                 &upstream_shutdown,
                 &tracker,
             )),

@@ -35,8 +35,8 @@ use tokio_util::task::TaskTracker;
 use crate::auth::{AuthError, Identity, OwnTokens};
 use crate::config::{AuthSettings, Consent, CredentialsConfig, OAuthServerConfig, Secret};
 pub(crate) use clients::MAX_REGISTRATION_BYTES;
-pub(crate) use grants::GrantSummary;
 use flow::{Checked, Decision, Parts};
+pub(crate) use grants::GrantSummary;
 use grants::{AccessClaims, Grants, Owner};
 use keys::KeyRing;
 use provider::{Provider, User};
@@ -325,7 +325,12 @@ impl OAuthServer {
             Ok(start) => start,
             Err(e) => {
                 tracing::warn!(error = %e, "oauth_server: the identity provider is not reachable");
-                return error_redirect(&checked, &query, "temporarily_unavailable", "the identity provider cannot be reached");
+                return error_redirect(
+                    &checked,
+                    &query,
+                    "temporarily_unavailable",
+                    "the identity provider cannot be reached",
+                );
             }
         };
         let pending = PendingLogin {
@@ -344,7 +349,12 @@ impl OAuthServer {
             .await
         {
             tracing::warn!(error = %e, "oauth_server: a login could not be stored");
-            return error_redirect(&checked, &pending.query, "temporarily_unavailable", "the login cannot be started now");
+            return error_redirect(
+                &checked,
+                &pending.query,
+                "temporarily_unavailable",
+                "the login cannot be started now",
+            );
         }
         Answer::Redirect(start.url.to_string())
     }
@@ -355,18 +365,30 @@ impl OAuthServer {
             return Answer::error_page(400, "invalid_request", "a parameter is repeated");
         };
         let Some(state) = params.get("state") else {
-            return Answer::error_page(400, "invalid_request", "the provider's answer has no state");
+            return Answer::error_page(
+                400,
+                "invalid_request",
+                "the provider's answer has no state",
+            );
         };
         let pending = match self.state.take(&format!("login:{state}")).await {
             Ok(Some(value)) => serde_json::from_str::<PendingLogin>(&value).ok(),
             Ok(None) => None,
             Err(e) => {
                 tracing::warn!(error = %e, "oauth_server: a login could not be read");
-                return Answer::error_page(503, "temporarily_unavailable", "the login cannot be read now; start again");
+                return Answer::error_page(
+                    503,
+                    "temporarily_unavailable",
+                    "the login cannot be read now; start again",
+                );
             }
         };
         let Some(pending) = pending else {
-            return Answer::error_page(400, "invalid_request", "this login expired or was already completed; start again from the application");
+            return Answer::error_page(
+                400,
+                "invalid_request",
+                "this login expired or was already completed; start again from the application",
+            );
         };
         if params.contains_key("error") {
             return self.decide(pending.query, Decision::Deny).await;
@@ -408,7 +430,11 @@ impl OAuthServer {
             .await
         {
             tracing::warn!(error = %e, "oauth_server: a consent could not be stored");
-            return Answer::error_page(503, "temporarily_unavailable", "the consent cannot be asked now; start again");
+            return Answer::error_page(
+                503,
+                "temporarily_unavailable",
+                "the consent cannot be asked now; start again",
+            );
         }
         self.consent_page(&id, &asking).await
     }
@@ -419,7 +445,11 @@ impl OAuthServer {
             Ok(c) => c.client_name.clone().unwrap_or_else(|| client_id.clone()),
             Err(_) => client_id.clone(),
         };
-        let redirect = asking.query.get("redirect_uri").cloned().unwrap_or_default();
+        let redirect = asking
+            .query
+            .get("redirect_uri")
+            .cloned()
+            .unwrap_or_default();
         let e = |t: &str| html_escape::encode_text(t).into_owned();
         Answer::Page {
             status: 200,
@@ -455,7 +485,11 @@ impl OAuthServer {
             _ => None,
         };
         let Some(asking) = asking else {
-            return Answer::error_page(400, "invalid_request", "this consent expired or was already answered; start again from the application");
+            return Answer::error_page(
+                400,
+                "invalid_request",
+                "this consent expired or was already answered; start again from the application",
+            );
         };
         match form.get("decision").map(String::as_str) {
             Some("allow") => {
@@ -484,7 +518,11 @@ impl OAuthServer {
     async fn decide(&self, query: HashMap<String, String>, decision: Decision) -> Answer {
         let issuer = self.issuer();
         let resource = self.default_resource();
-        match self.parts(&issuer, &resource).authorize(query, decision).await {
+        match self
+            .parts(&issuer, &resource)
+            .authorize(query, decision)
+            .await
+        {
             Ok((response, _)) => answer_of(response),
             Err(e) => self.failed(&e),
         }
@@ -492,7 +530,11 @@ impl OAuthServer {
 
     fn failed(&self, e: &flow::FlowError) -> Answer {
         tracing::warn!(error = %e, "oauth_server: a flow failed");
-        Answer::error_page(500, "server_error", "the authorization server failed; try again")
+        Answer::error_page(
+            500,
+            "server_error",
+            "the authorization server failed; try again",
+        )
     }
 
     /// `POST /token`.
@@ -531,7 +573,12 @@ impl OAuthServer {
     }
 
     /// `POST /register` (RFC 7591).
-    pub(crate) async fn register(&self, body: &[u8], address: IpAddr, bearer: Option<&str>) -> Answer {
+    pub(crate) async fn register(
+        &self,
+        body: &[u8],
+        address: IpAddr,
+        bearer: Option<&str>,
+    ) -> Answer {
         match self.clients.register(body, address, bearer).await {
             Ok(client) => Answer::Json {
                 status: 201,
@@ -541,13 +588,18 @@ impl OAuthServer {
             Err(e) => Answer::Json {
                 status: e.status,
                 body: json!({"error": e.error, "error_description": e.description}),
-                www_authenticate: (e.status == 401).then(|| "Bearer error=\"invalid_token\"".to_owned()),
+                www_authenticate: (e.status == 401)
+                    .then(|| "Bearer error=\"invalid_token\"".to_owned()),
             },
         }
     }
 
     /// `POST /revoke` (RFC 7009): always 200 for a well-formed request.
-    pub(crate) async fn revoke(&self, pairs: Vec<(String, String)>, authorization: Option<&str>) -> Answer {
+    pub(crate) async fn revoke(
+        &self,
+        pairs: Vec<(String, String)>,
+        authorization: Option<&str>,
+    ) -> Answer {
         let Some(body) = single_valued(pairs) else {
             return Answer::json_error(400, "invalid_request", "a parameter is repeated");
         };
@@ -590,7 +642,11 @@ impl OAuthServer {
     }
 
     /// Revokes a user's grants (and consents); how many logins ended.
-    pub(crate) async fn revoke_grants(&self, user: &str, client_id: Option<&str>) -> Result<usize, String> {
+    pub(crate) async fn revoke_grants(
+        &self,
+        user: &str,
+        client_id: Option<&str>,
+    ) -> Result<usize, String> {
         self.grants
             .revoke_user(user, client_id)
             .await
@@ -615,7 +671,9 @@ impl OAuthServer {
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         let data = jsonwebtoken::decode::<AccessClaims>(token, &key.decoding, &validation)
             .map_err(|e| match e.kind() {
-                jsonwebtoken::errors::ErrorKind::ExpiredSignature => invalid("the token has expired"),
+                jsonwebtoken::errors::ErrorKind::ExpiredSignature => {
+                    invalid("the token has expired")
+                }
                 jsonwebtoken::errors::ErrorKind::InvalidAudience => {
                     invalid("the token is for another resource")
                 }
@@ -726,7 +784,15 @@ fn answer_of(response: Response) -> Answer {
                     www_authenticate: response.www_authenticate,
                 }
             } else {
-                Answer::error_page(code, "invalid_request", if body.is_empty() { "the request is not valid" } else { body })
+                Answer::error_page(
+                    code,
+                    "invalid_request",
+                    if body.is_empty() {
+                        "the request is not valid"
+                    } else {
+                        body
+                    },
+                )
             }
         }
     }

@@ -112,7 +112,10 @@ async fn api_keys_name_their_client_and_nothing_else_passes() {
             "{bad}"
         );
     }
-    assert_eq!(auth.authenticate(None, RESOURCE).await, Err(AuthError::Missing));
+    assert_eq!(
+        auth.authenticate(None, RESOURCE).await,
+        Err(AuthError::Missing)
+    );
 }
 
 #[tokio::test]
@@ -128,5 +131,8 @@ async fn the_admin_key_is_separate_from_client_keys() {
             .await
             .is_err()
     );
-    assert_eq!(auth.admits_admin(None, RESOURCE).await, Err(AuthError::Missing));
+    assert_eq!(
+        auth.admits_admin(None, RESOURCE).await,
+        Err(AuthError::Missing)
+    );
 }

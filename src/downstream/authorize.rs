@@ -27,6 +27,7 @@ use crate::oauth_server::{Answer, MAX_REGISTRATION_BYTES, OAuthServer};
 /// Largest form body read (token, revocation and consent requests).
 const MAX_FORM: usize = 64 * 1024;
 
+#[allow(clippy::result_large_err)]
 fn server(state: &AppState) -> Result<Arc<OAuthServer>, Response> {
     state.oauth_server.load_full().ok_or_else(|| {
         json_response(
@@ -93,7 +94,11 @@ fn respond(answer: Answer) -> Response {
                 ],
             )
                 .into_response(),
-            Err(_) => page(StatusCode::INTERNAL_SERVER_ERROR, "mcpmux: error", "<p>bad redirect</p>"),
+            Err(_) => page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "mcpmux: error",
+                "<p>bad redirect</p>",
+            ),
         },
         Answer::Page {
             status,
@@ -296,7 +301,10 @@ pub(crate) async fn list_grants(
         Err(response) => return response,
     };
     let params = pairs(query.unwrap_or_default().as_bytes());
-    let user = params.iter().find(|(k, _)| k == "user").map(|(_, v)| v.as_str());
+    let user = params
+        .iter()
+        .find(|(k, _)| k == "user")
+        .map(|(_, v)| v.as_str());
     match server.grants(user).await {
         Ok(grants) => json_response(StatusCode::OK, &json!({ "grants": grants })),
         Err(e) => json_response(
@@ -320,7 +328,12 @@ pub(crate) async fn revoke_grants(
         Err(response) => return response,
     };
     let params = pairs(query.unwrap_or_default().as_bytes());
-    let get = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let get = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
     let Some(user) = get("user").filter(|u| !u.is_empty()) else {
         return json_response(
             StatusCode::BAD_REQUEST,

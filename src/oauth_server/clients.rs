@@ -185,16 +185,19 @@ impl Clients {
             return Ok(record.clone());
         }
         let parsed = check_document_url(url).map_err(ClientError::Document)?;
-        let record = Arc::new(self.fetch(parsed, url).await.map_err(ClientError::Document)?);
+        let record = Arc::new(
+            self.fetch(parsed, url)
+                .await
+                .map_err(ClientError::Document)?,
+        );
         let mut cache = self.cache();
-        if cache.len() >= CACHE_CAP {
-            if let Some(oldest) = cache
+        if cache.len() >= CACHE_CAP
+            && let Some(oldest) = cache
                 .iter()
                 .min_by_key(|(_, (at, _))| *at)
                 .map(|(k, _)| k.clone())
-            {
-                cache.remove(&oldest);
-            }
+        {
+            cache.remove(&oldest);
         }
         cache.insert(url.to_owned(), (Instant::now(), record.clone()));
         Ok(record)
@@ -310,8 +313,9 @@ impl Clients {
         if self.registrations.len() > 10_000 {
             self.registrations.retain_recent();
         }
-        let requested: Requested = serde_json::from_slice(body)
-            .map_err(|e| RegisterError::metadata(format!("the body is not client metadata: {e}")))?;
+        let requested: Requested = serde_json::from_slice(body).map_err(|e| {
+            RegisterError::metadata(format!("the body is not client metadata: {e}"))
+        })?;
         if requested.redirect_uris.is_empty() {
             return Err(RegisterError::redirect("redirect_uris is required"));
         }
@@ -345,7 +349,9 @@ impl Clients {
             .response_types
             .unwrap_or_else(|| vec!["code".into()]);
         if response_types.iter().any(|r| r != "code") {
-            return Err(RegisterError::metadata("only the response type code is supported"));
+            return Err(RegisterError::metadata(
+                "only the response type code is supported",
+            ));
         }
         let client_id = format!("mcpmux-{}", random_token(16));
         let secret = (method != "none").then(|| random_token(32));
@@ -531,14 +537,22 @@ impl oxide_auth_async::primitives::Registrar for Clients {
         })
     }
 
-    async fn check(&self, client_id: &str, passphrase: Option<&[u8]>) -> Result<(), RegistrarError> {
+    async fn check(
+        &self,
+        client_id: &str,
+        passphrase: Option<&[u8]>,
+    ) -> Result<(), RegistrarError> {
         let client = self
             .resolve(client_id)
             .await
             .map_err(|_| RegistrarError::Unspecified)?;
         match (&client.secret_sha256, passphrase) {
             (None, None) => Ok(()),
-            (Some(digest), Some(secret)) if bool::from(hex(&sha256(secret)).as_bytes().ct_eq(digest.as_bytes())) => Ok(()),
+            (Some(digest), Some(secret))
+                if bool::from(hex(&sha256(secret)).as_bytes().ct_eq(digest.as_bytes())) =>
+            {
+                Ok(())
+            }
             _ => Err(RegistrarError::Unspecified),
         }
     }
@@ -560,9 +574,18 @@ mod tests {
 
     #[test]
     fn loopback_redirects_match_on_any_port_and_others_exactly() {
-        assert!(same_redirect("http://127.0.0.1/cb", "http://127.0.0.1:4711/cb"));
-        assert!(!same_redirect("http://127.0.0.1/cb", "http://127.0.0.1:4711/other"));
-        assert!(!same_redirect("https://app.example/cb", "https://app.example/cb?x=1"));
+        assert!(same_redirect(
+            "http://127.0.0.1/cb",
+            "http://127.0.0.1:4711/cb"
+        ));
+        assert!(!same_redirect(
+            "http://127.0.0.1/cb",
+            "http://127.0.0.1:4711/other"
+        ));
+        assert!(!same_redirect(
+            "https://app.example/cb",
+            "https://app.example/cb?x=1"
+        ));
         assert!(same_redirect("cursor://auth/cb", "cursor://auth/cb"));
         assert!(check_redirect_uri("http://evil.example/cb").is_err());
         assert!(check_redirect_uri("https://app.example/cb#x").is_err());

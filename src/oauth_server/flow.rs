@@ -37,9 +37,7 @@ pub(crate) enum Decision {
 /// The parameters of a valid authorization request, as oxide-auth bound them.
 #[derive(Debug, Clone)]
 pub(crate) struct Checked {
-    pub client_id: String,
     pub redirect_uri: String,
-    pub scope: String,
 }
 
 struct Solicitor {
@@ -56,9 +54,7 @@ impl OwnerSolicitor<Request> for Solicitor {
     ) -> OwnerConsent<Response> {
         let pre = solicitation.pre_grant();
         self.checked = Some(Checked {
-            client_id: pre.client_id.clone(),
             redirect_uri: pre.redirect_uri.to_string(),
-            scope: pre.scope.to_string(),
         });
         match &self.decision {
             Decision::Check => OwnerConsent::InProgress(Response::default()),
@@ -220,7 +216,6 @@ impl<'a> Parts<'a> {
         // bound parameters can be read after it.
         let mut flow = AuthorizationFlow::prepare(&mut endpoint)?;
         let response = flow.execute(request).await?;
-        drop(flow);
         Ok((response, endpoint.solicitor.checked.take()))
     }
 

@@ -289,8 +289,8 @@ impl Grants {
         let token = self.keys.sign(&claims).map_err(|e| {
             tracing::warn!(error = %e, "oauth_server: an access token could not be signed");
         })?;
-        let until = chrono::DateTime::from_timestamp(i64::try_from(exp).unwrap_or(i64::MAX), 0)
-            .ok_or(())?;
+        let until =
+            chrono::DateTime::from_timestamp(i64::try_from(exp).unwrap_or(i64::MAX), 0).ok_or(())?;
         Ok((token, until))
     }
 
@@ -314,7 +314,10 @@ impl Grants {
 
     /// Whether `user` consented to `client_id` before.
     pub(crate) async fn consented(&self, user: &str, client_id: &str) -> bool {
-        matches!(self.state.get(&consent_key(user, client_id)).await, Ok(Some(_)))
+        matches!(
+            self.state.get(&consent_key(user, client_id)).await,
+            Ok(Some(_))
+        )
     }
 
     pub(crate) async fn remember_consent(&self, user: &str, client_id: &str) {
@@ -428,8 +431,16 @@ impl Grants {
     /// RFC 7009: revokes the family of a refresh token or of one of our
     /// access tokens, if it belongs to `client_id`. Unknown tokens are
     /// ignored, as the RFC says.
-    pub(crate) async fn revoke_token(&self, token: &str, client_id: &str) -> Result<(), StateError> {
-        let family = match self.state.get(&format!("refresh:{}", digest(token))).await? {
+    pub(crate) async fn revoke_token(
+        &self,
+        token: &str,
+        client_id: &str,
+    ) -> Result<(), StateError> {
+        let family = match self
+            .state
+            .get(&format!("refresh:{}", digest(token)))
+            .await?
+        {
             Some(value) => serde_json::from_str::<StoredRefresh>(&value)
                 .ok()
                 .map(|r| r.family),
@@ -502,7 +513,7 @@ impl oxide_auth_async::primitives::Authorizer for Codes<'_> {
                     .revoke_family(&family, "an authorization code was used twice")
                     .await;
             }
-            return Ok(None);
+            return Ok(unusable_grant());
         };
         let stored: StoredGrant = serde_json::from_str(&value).map_err(|_| ())?;
         if let Some(owner) = Owner::decode(&stored.owner) {
@@ -517,10 +528,24 @@ impl oxide_auth_async::primitives::Authorizer for Codes<'_> {
                 .await;
         }
         if stored.until_ms < chrono::Utc::now().timestamp_millis() {
-            return Ok(None);
+            return Ok(unusable_grant());
         }
         Ok(stored.grant())
     }
+}
+
+/// What an unknown, used or expired code stands for: a grant to nobody
+/// that expired long ago, which oxide-auth refuses with `invalid_grant`
+/// (RFC 6749 §5.2); no grant at all would be `invalid_request`.
+fn unusable_grant() -> Option<Grant> {
+    Some(Grant {
+        owner_id: String::new(),
+        client_id: String::new(),
+        scope: "none".parse().ok()?,
+        redirect_uri: "about:invalid".parse().ok()?,
+        until: chrono::DateTime::UNIX_EPOCH,
+        extensions: Extensions::new(),
+    })
 }
 
 /// oxide-auth's `Issuer`: access and refresh tokens for one request.
@@ -565,7 +590,9 @@ impl oxide_auth_async::primitives::Issuer for Tokens<'_> {
             .grants
             .refresh_token(&owner.family, &grant)
             .await
-            .map_err(|e| tracing::warn!(error = %e, "oauth_server: a refresh token could not be stored"))?;
+            .map_err(
+                |e| tracing::warn!(error = %e, "oauth_server: a refresh token could not be stored"),
+            )?;
         tracing::info!(target: "mcpmux::audit", user = %owner.user.client, client_id = %grant.client_id, "oauth_server: tokens issued");
         Ok(IssuedToken {
             token,

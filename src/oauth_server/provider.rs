@@ -113,7 +113,10 @@ pub(crate) struct Provider {
 }
 
 impl Provider {
-    pub(crate) fn new(config: &ProviderConfig, claims: &ClaimNames) -> Result<Provider, OAuthError> {
+    pub(crate) fn new(
+        config: &ProviderConfig,
+        claims: &ClaimNames,
+    ) -> Result<Provider, OAuthError> {
         Ok(Provider {
             config: config.clone(),
             claims: claims.clone(),
@@ -141,8 +144,13 @@ impl Provider {
         Ok(metadata)
     }
 
-    fn client(&self, metadata: &CoreProviderMetadata, redirect: &str) -> Result<OidcClient, ProviderError> {
-        let redirect = RedirectUrl::new(redirect.to_owned()).map_err(|_| ProviderError::Redirect)?;
+    fn client(
+        &self,
+        metadata: &CoreProviderMetadata,
+        redirect: &str,
+    ) -> Result<OidcClient, ProviderError> {
+        let redirect =
+            RedirectUrl::new(redirect.to_owned()).map_err(|_| ProviderError::Redirect)?;
         Ok(OidcClient::from_provider_metadata(
             metadata.clone(),
             ClientId::new(self.config.client_id.clone()),
@@ -220,7 +228,10 @@ impl Provider {
             .filter(|c| !c.trim().is_empty())
             .ok_or_else(|| ProviderError::NoClient(self.claims.client.clone()))?;
         let mut groups: Vec<String> = Vec::new();
-        for claim in [&self.claims.groups, &self.claims.scopes].into_iter().flatten() {
+        for claim in [&self.claims.groups, &self.claims.scopes]
+            .into_iter()
+            .flatten()
+        {
             for value in values(&all, claim) {
                 if !groups.contains(&value) {
                     groups.push(value);
@@ -237,10 +248,9 @@ impl Provider {
 /// The strings a claim holds: a string (split on spaces for lists), an
 /// array of strings, or a number. `a.b` reads a nested claim.
 fn values(claims: &Value, name: &str) -> Vec<String> {
-    let found = claims.get(name).or_else(|| {
-        name.split('.')
-            .try_fold(claims, |at, part| at.get(part))
-    });
+    let found = claims
+        .get(name)
+        .or_else(|| name.split('.').try_fold(claims, |at, part| at.get(part)));
     match found {
         Some(Value::String(s)) if s.contains(' ') => {
             s.split_whitespace().map(str::to_owned).collect()
@@ -274,14 +284,14 @@ fn exchange_error<E: std::error::Error, R: openidconnect::ErrorResponse>(
     e: &openidconnect::RequestTokenError<E, R>,
 ) -> String {
     match e {
-        openidconnect::RequestTokenError::ServerResponse(r) => {
-            serde_json::to_value(r)
-                .ok()
-                .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
-                .unwrap_or_else(|| "an OAuth error".into())
-        }
+        openidconnect::RequestTokenError::ServerResponse(r) => serde_json::to_value(r)
+            .ok()
+            .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| "an OAuth error".into()),
         openidconnect::RequestTokenError::Request(e) => e.to_string(),
-        openidconnect::RequestTokenError::Parse(_, _) => "its answer is not a token response".into(),
+        openidconnect::RequestTokenError::Parse(_, _) => {
+            "its answer is not a token response".into()
+        }
         openidconnect::RequestTokenError::Other(m) => m.clone(),
     }
 }

@@ -234,7 +234,13 @@ impl FileState {
             .map(|e| e.value.clone())
     }
 
-    fn put(&self, key: &str, value: &str, life: Lifetime, only_new: bool) -> Result<bool, StateError> {
+    fn put(
+        &self,
+        key: &str,
+        value: &str,
+        life: Lifetime,
+        only_new: bool,
+    ) -> Result<bool, StateError> {
         let now = now_ms();
         let mut entries = self.lock();
         if only_new && entries.get(key).is_some_and(|e| e.live(now)) {

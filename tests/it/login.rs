@@ -44,7 +44,7 @@ impl Host {
     pub async fn start(url: &str, login: &str, extra: &[&str]) -> Host {
         let mut child = Command::new(interop::node())
             .arg(interop::dir().join("oauth_host.mjs"))
-            .args(["--url", url, "--login", login])
+            .args(["--url", url, "--login", login, "--timeout", "20"])
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -79,7 +79,11 @@ async fn admin(method: reqwest::Method, url: &str) -> Value {
         .send()
         .await
         .unwrap();
-    assert!(response.status().is_success(), "{url}: {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "{url}: {}",
+        response.status()
+    );
     serde_json::from_str(&response.text().await.unwrap()).unwrap()
 }
 
@@ -89,7 +93,7 @@ fn base(gw: &TestGateway) -> String {
 
 #[tokio::test]
 async fn a_typescript_host_logs_in_with_just_the_url_refreshes_and_logs_in_again_after_a_revocation()
-{
+ {
     let provider = Provider::with_groups("alice=ops,bob=readers").await;
     let dir = tempdir();
     let gw = TestGateway::start(&login_config(&provider, &dir, "")).await;
@@ -112,7 +116,10 @@ async fn a_typescript_host_logs_in_with_just_the_url_refreshes_and_logs_in_again
         .filter_map(Value::as_str)
         .collect();
     names.sort_unstable();
-    assert!(names.contains(&"notes__add") && names.contains(&"notes__echo"), "{tools:#}");
+    assert!(
+        names.contains(&"notes__add") && names.contains(&"notes__echo"),
+        "{tools:#}"
+    );
     let called = alice
         .ask(json!({"op": "call", "name": "notes__echo", "arguments": {"message": "hi"}}))
         .await;
@@ -130,7 +137,11 @@ async fn a_typescript_host_logs_in_with_just_the_url_refreshes_and_logs_in_again
     assert_eq!(state["authorizations"], 1, "{state:#}");
 
     // The operator sees alice's grant, and revokes it.
-    let listed = admin(reqwest::Method::GET, &format!("{}/oauth/grants?user=alice", base(&gw))).await;
+    let listed = admin(
+        reqwest::Method::GET,
+        &format!("{}/oauth/grants?user=alice", base(&gw)),
+    )
+    .await;
     let grants = listed["grants"].as_array().unwrap();
     assert_eq!(grants.len(), 1, "{listed:#}");
     assert_eq!(grants[0]["client_id"], state["client_id"], "{listed:#}");
@@ -151,7 +162,9 @@ async fn a_typescript_host_logs_in_with_just_the_url_refreshes_and_logs_in_again
     let state = alice.ask(json!({"op": "state"})).await;
     assert_eq!(state["authorizations"], 2, "{state:#}");
     assert!(
-        state["last_login_pages"].to_string().contains("gateway-consent"),
+        state["last_login_pages"]
+            .to_string()
+            .contains("gateway-consent"),
         "{state:#}"
     );
 
@@ -191,6 +204,281 @@ async fn a_python_host_logs_in_and_calls_a_tool() {
     .await;
     assert_eq!(out["ok"], true, "{out:#}");
     assert!(out["result"].to_string().contains("from python"), "{out:#}");
-    assert!(out["client_id"].as_str().unwrap().starts_with("mcpmux-"), "{out:#}");
+    assert!(
+        out["client_id"].as_str().unwrap().starts_with("mcpmux-"),
+        "{out:#}"
+    );
+    gw.stop().await;
+}
+
+/// A tiny HTTP server for client metadata documents: `body` on every
+/// request, or (`None`) accepting and never answering.
+async fn document_server(body: Option<String>) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = [0u8; 4096];
+            let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut buf).await;
+            match &body {
+                Some(body) => {
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(response.as_bytes()).await;
+                }
+                None => held.push(socket),
+            }
+        }
+    });
+    (format!("http://{addr}/client.json"), task)
+}
+
+fn s256(verifier: &str) -> String {
+    use base64::Engine as _;
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, verifier.as_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest.as_ref())
+}
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+async fn post_form(url: &str, form: &[(&str, &str)]) -> (u16, Value) {
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(form)
+        .finish();
+    let response = no_redirects()
+        .post(url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (
+        status,
+        serde_json::from_str(&response.text().await.unwrap()).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_errors() {
+    let provider = Provider::with_groups("dave=ops").await;
+    let dir = tempdir();
+    let gw = TestGateway::start(&login_config(
+        &provider,
+        &dir,
+        "    registration:\n      metadata_timeout: 1s\n      metadata_max_bytes: 1024\n",
+    ))
+    .await;
+    let base = base(&gw);
+    let resource = gw.url.clone();
+    let http = no_redirects();
+
+    // Registration: a plain-http redirect URI to another host is refused.
+    let refused = http
+        .post(format!("{base}/register"))
+        .header("content-type", "application/json")
+        .body(json!({"redirect_uris": ["http://evil.example/cb"], "token_endpoint_auth_method": "none"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+    assert_eq!(body["error"], "invalid_redirect_uri", "{body:#}");
+    let callback = "http://127.0.0.1:9/cb";
+    let registered = http
+        .post(format!("{base}/register"))
+        .header("content-type", "application/json")
+        .body(json!({"redirect_uris": [callback], "token_endpoint_auth_method": "none", "grant_types": ["authorization_code", "refresh_token"]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 201);
+    let client: Value = serde_json::from_str(&registered.text().await.unwrap()).unwrap();
+    let client_id = client["client_id"].as_str().unwrap().to_owned();
+
+    let authorize = |client_id: &str, redirect: &str, challenge: &str| {
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([
+                ("response_type", "code"),
+                ("client_id", client_id),
+                ("redirect_uri", redirect),
+                ("code_challenge", challenge),
+                ("code_challenge_method", "S256"),
+                ("state", "st-1"),
+                ("resource", resource.as_str()),
+            ])
+            .finish();
+        format!("{base}/authorize?{query}")
+    };
+    // A redirect URI the client did not register: a page, never a redirect.
+    let wrong = http
+        .get(authorize(
+            &client_id,
+            "http://127.0.0.1:9/other",
+            &s256("v"),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 400);
+    assert!(wrong.headers().get("location").is_none());
+    assert!(wrong.text().await.unwrap().contains("redirect_uri"));
+
+    // Client metadata documents that cannot be used.
+    let not_https = http
+        .get(authorize(
+            "http://client.example/c.json",
+            callback,
+            &s256("v"),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_https.status(), 400);
+    assert!(not_https.text().await.unwrap().contains("must be https"));
+    let (too_big, big_server) = document_server(Some(format!(
+        "{{\"client_id\":\"x\",\"pad\":\"{}\"}}",
+        "a".repeat(4000)
+    )))
+    .await;
+    let (mismatched, mismatch_server) = document_server(Some(
+        json!({"client_id": "https://other.example/c.json", "redirect_uris": [callback]})
+            .to_string(),
+    ))
+    .await;
+    let (slow, slow_server) = document_server(None).await;
+    for (url, why) in [
+        (&too_big, "larger than 1024 bytes"),
+        (&mismatched, "not the URL it was fetched from"),
+        (&slow, "not fetched within 1s"),
+    ] {
+        let answer = http
+            .get(authorize(url, callback, &s256("v")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 400, "{url}");
+        let page = answer.text().await.unwrap();
+        assert!(
+            page.contains("invalid_client") && page.contains(why),
+            "{why}: {page}"
+        );
+    }
+    big_server.abort();
+    mismatch_server.abort();
+    slow_server.abort();
+
+    // Codes from real logins at the provider.
+    let node = interop::node();
+    let login = |verifier: &'static str| {
+        let url = authorize(&client_id, callback, &s256(verifier));
+        let node = node.clone();
+        async move {
+            let out = tokio::process::Command::new(node)
+                .arg(interop::dir().join("browser_login_cli.mjs"))
+                .args([&url, "dave", callback])
+                .output()
+                .await
+                .unwrap();
+            let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let reached = reqwest::Url::parse(answer["url"].as_str().unwrap()).unwrap();
+            reached
+                .query_pairs()
+                .find(|(k, _)| k == "code")
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_else(|| panic!("no code: {answer:#}"))
+        }
+    };
+    let token = format!("{base}/token");
+    let exchange = |code: String, verifier: Option<&'static str>| {
+        let token = token.clone();
+        let client_id = client_id.clone();
+        async move {
+            let mut form = vec![
+                ("grant_type", "authorization_code".to_owned()),
+                ("code", code),
+                ("redirect_uri", callback.to_owned()),
+                ("client_id", client_id),
+            ];
+            if let Some(v) = verifier {
+                form.push(("code_verifier", v.to_owned()));
+            }
+            let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            post_form(&token, &form).await
+        }
+    };
+    let verifier = "a-verifier-of-enough-length-0123456789-abcdefghijkl";
+    let (status, body) = exchange(login(verifier).await, None).await;
+    assert_eq!(status, 400, "{body:#}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("invalid_")),
+        "{body:#}"
+    );
+    let (status, body) = exchange(
+        login(verifier).await,
+        Some("another-verifier-of-enough-length-0123456789-abc"),
+    )
+    .await;
+    assert_eq!(status, 400, "{body:#}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("invalid_")),
+        "{body:#}"
+    );
+    let code = login(verifier).await;
+    let (status, tokens) = exchange(code.clone(), Some(verifier)).await;
+    assert_eq!(status, 200, "{tokens:#}");
+    assert_eq!(
+        tokens["token_type"]
+            .as_str()
+            .map(str::to_lowercase)
+            .as_deref(),
+        Some("bearer")
+    );
+    let refresh = tokens["refresh_token"].as_str().unwrap().to_owned();
+    // The access token works at /mcp.
+    let ok = reqwest::Client::new()
+        .post(&gw.url)
+        .bearer_auth(tokens["access_token"].as_str().unwrap())
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    // A replayed code is refused, and revokes what it produced.
+    let (status, body) = exchange(code, Some(verifier)).await;
+    assert_eq!(status, 400, "{body:#}");
+    assert_eq!(body["error"], "invalid_grant", "{body:#}");
+    let (status, body) = post_form(
+        &token,
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", &refresh),
+            ("client_id", &client_id),
+        ],
+    )
+    .await;
+    assert_eq!(status, 400, "{body:#}");
+    assert_eq!(body["error"], "invalid_grant", "{body:#}");
+    // An unknown grant type.
+    let (status, body) = post_form(&token, &[("grant_type", "password")]).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"], "unsupported_grant_type");
     gw.stop().await;
 }

@@ -40,6 +40,8 @@ fn state() -> Arc<AppState> {
         auth: arc_swap::ArcSwapOption::empty(),
         throttle: arc_swap::ArcSwapOption::empty(),
         connections: std::sync::OnceLock::new(),
+        oauth_server: arc_swap::ArcSwapOption::empty(),
+        listen_addr: std::sync::OnceLock::new(),
         connector: Arc::new(crate::credentials::Connector::new(None, None)),
         tracker: TaskTracker::new(),
         ui: crate::downstream::ui::UiState::new(&config),
