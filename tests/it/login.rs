@@ -214,8 +214,17 @@ async fn a_python_host_logs_in_and_calls_a_tool() {
 /// A tiny HTTP server for client metadata documents: `body` on every
 /// request, or (`None`) accepting and never answering.
 async fn document_server(body: Option<String>) -> (String, tokio::task::JoinHandle<()>) {
+    document_server_for(move |_| body).await
+}
+
+/// [`document_server`] with a body made from the document's own URL.
+async fn document_server_for(
+    body: impl FnOnce(&str) -> Option<String>,
+) -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let url = format!("http://{addr}/client.json");
+    let body = body(&url);
     let task = tokio::spawn(async move {
         let mut held = Vec::new();
         loop {
@@ -236,7 +245,26 @@ async fn document_server(body: Option<String>) -> (String, tokio::task::JoinHand
             }
         }
     });
-    (format!("http://{addr}/client.json"), task)
+    (url, task)
+}
+
+/// Logs `user` in through `url` in Chromium (browser_login_cli.mjs) up to
+/// `callback`: what the script reported, and the code it was given.
+async fn browser_code(url: &str, user: &str, callback: &str) -> (Value, String) {
+    let out = tokio::process::Command::new(interop::node())
+        .arg(interop::dir().join("browser_login_cli.mjs"))
+        .args([url, user, callback])
+        .output();
+    let out = within("the browser login", out).await.unwrap();
+    let answer: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let reached = reqwest::Url::parse(answer["url"].as_str().unwrap()).unwrap();
+    let code = reached
+        .query_pairs()
+        .find(|(k, _)| k == "code")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| panic!("no code: {answer:#}"));
+    (answer, code)
 }
 
 fn s256(verifier: &str) -> String {
@@ -380,25 +408,9 @@ async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_erro
     slow_server.abort();
 
     // Codes from real logins at the provider.
-    let node = interop::node();
     let login = |verifier: &'static str| {
         let url = authorize(&client_id, callback, &s256(verifier));
-        let node = node.clone();
-        async move {
-            let out = tokio::process::Command::new(node)
-                .arg(interop::dir().join("browser_login_cli.mjs"))
-                .args([&url, "dave", callback])
-                .output()
-                .await
-                .unwrap();
-            let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
-            let reached = reqwest::Url::parse(answer["url"].as_str().unwrap()).unwrap();
-            reached
-                .query_pairs()
-                .find(|(k, _)| k == "code")
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or_else(|| panic!("no code: {answer:#}"))
-        }
+        async move { browser_code(&url, "dave", callback).await.1 }
     };
     let token = format!("{base}/token");
     let exchange = |code: String, verifier: Option<&'static str>| {
@@ -476,6 +488,32 @@ async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_erro
     .await;
     assert_eq!(status, 400, "{body:#}");
     assert_eq!(body["error"], "invalid_grant", "{body:#}");
+    // A host whose client_id is its metadata document's URL logs in too.
+    let (document, document_task) = document_server_for(|url| {
+        Some(json!({"client_id": url, "client_name": "document host", "redirect_uris": [callback], "token_endpoint_auth_method": "none"}).to_string())
+    })
+    .await;
+    let url = authorize(&document, callback, &s256(verifier));
+    let (answer, code) = browser_code(&url, "dave", callback).await;
+    assert!(
+        answer["pages"].to_string().contains("gateway-consent"),
+        "{answer:#}"
+    );
+    let (status, tokens) = post_form(
+        &token,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("redirect_uri", callback),
+            ("client_id", &document),
+            ("code_verifier", verifier),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{tokens:#}");
+    assert!(tokens["refresh_token"].is_string(), "{tokens:#}");
+    document_task.abort();
+
     // An unknown grant type.
     let (status, body) = post_form(&token, &[("grant_type", "password")]).await;
     assert_eq!(status, 400);
