@@ -275,7 +275,18 @@ impl Authenticator {
     ) -> Result<(), AuthError> {
         match &self.settings.admin {
             AdminAccess::Open => Ok(()),
-            AdminAccess::Clients => self.authenticate(authorization, resource).await.map(|_| ()),
+            AdminAccess::Clients => {
+                // A host's login token (the gateway's own) acts for a
+                // user of the MCP endpoint, never for an operator.
+                if let (Some(own), Ok(token)) = (&self.own, bearer(authorization))
+                    && own_kid(token, own.as_ref())
+                {
+                    return Err(AuthError::invalid(
+                        "a token from the gateway's login is not an operator's credential",
+                    ));
+                }
+                self.authenticate(authorization, resource).await.map(|_| ())
+            }
             AdminAccess::Key(digest) => {
                 let token = bearer(authorization)?;
                 match bool::from(digest.ct_eq(&sha256(token.as_bytes()))) {

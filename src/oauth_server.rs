@@ -13,6 +13,7 @@
 //! consents) and [`flow`] (the flows, run by oxide-auth). This file ties
 //! them into the steps the HTTP routes call; it writes no HTTP itself.
 
+mod answer;
 mod clients;
 mod flow;
 mod grants;
@@ -26,7 +27,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
-use oxide_auth::frontends::simple::request::{Body, Response, Status};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -34,8 +34,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::auth::{AuthError, Identity, OwnTokens};
 use crate::config::{AuthSettings, Consent, CredentialsConfig, OAuthServerConfig, Secret};
+pub(crate) use answer::Answer;
+use answer::{answer_of, basic_credentials, error_redirect, single_valued};
 pub(crate) use clients::MAX_REGISTRATION_BYTES;
-use flow::{Checked, Decision, Parts};
+use flow::{Decision, Parts};
 pub(crate) use grants::GrantSummary;
 use grants::{AccessClaims, Grants, Owner};
 use keys::KeyRing;
@@ -57,47 +59,6 @@ pub(crate) enum SetupError {
     Keys(#[from] keys::KeyError),
     #[error("the HTTP client cannot be built: {0}")]
     Http(String),
-}
-
-/// What a route answers.
-#[derive(Debug)]
-pub(crate) enum Answer {
-    /// 302 to this URL.
-    Redirect(String),
-    /// An HTML page (an error, or the consent form).
-    Page {
-        status: u16,
-        title: String,
-        html: String,
-    },
-    /// A JSON body (token endpoint, registration, errors); never cached.
-    Json {
-        status: u16,
-        body: Value,
-        www_authenticate: Option<String>,
-    },
-}
-
-impl Answer {
-    fn error_page(status: u16, error: &str, description: &str) -> Answer {
-        Answer::Page {
-            status,
-            title: format!("mcpmux: {error}"),
-            html: format!(
-                "<h1>The sign-in cannot go on</h1><p><code>{}</code>: {}</p>",
-                html_escape::encode_text(error),
-                html_escape::encode_text(description)
-            ),
-        }
-    }
-
-    fn json_error(status: u16, error: &str, description: &str) -> Answer {
-        Answer::Json {
-            status,
-            body: json!({"error": error, "error_description": description}),
-            www_authenticate: None,
-        }
-    }
 }
 
 /// A login at the provider in progress.
@@ -704,97 +665,6 @@ impl OwnTokens for OAuthServer {
         resource: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<Identity, AuthError>> + Send + 'a>> {
         Box::pin(self.verify_own(token, resource))
-    }
-}
-
-/// The parameters as a map; none when one is repeated (RFC 6749 §3.1).
-fn single_valued(pairs: Vec<(String, String)>) -> Option<HashMap<String, String>> {
-    let mut map = HashMap::with_capacity(pairs.len());
-    for (key, value) in pairs {
-        if map.insert(key, value).is_some() {
-            return None;
-        }
-    }
-    Some(map)
-}
-
-/// The client's id and secret from `Authorization: Basic`.
-fn basic_credentials(authorization: Option<&str>) -> Option<(String, String)> {
-    use base64::Engine as _;
-    let value = authorization?.trim();
-    let (scheme, encoded) = value.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()?;
-    let text = String::from_utf8(decoded).ok()?;
-    let (id, secret) = text.split_once(':')?;
-    let unescape = |s: &str| {
-        url::form_urlencoded::parse(format!("x={s}").as_bytes())
-            .next()
-            .map(|(_, v)| v.into_owned())
-            .unwrap_or_default()
-    };
-    Some((unescape(id), unescape(secret)))
-}
-
-/// An error sent to the client's redirect URI (the request was valid).
-fn error_redirect(
-    checked: &Checked,
-    query: &HashMap<String, String>,
-    error: &str,
-    description: &str,
-) -> Answer {
-    let Ok(mut url) = reqwest::Url::parse(&checked.redirect_uri) else {
-        return Answer::error_page(400, error, description);
-    };
-    {
-        let mut pairs = url.query_pairs_mut();
-        pairs.append_pair("error", error);
-        pairs.append_pair("error_description", description);
-        if let Some(state) = query.get("state") {
-            pairs.append_pair("state", state);
-        }
-    }
-    Answer::Redirect(url.to_string())
-}
-
-/// oxide-auth's answer as ours.
-fn answer_of(response: Response) -> Answer {
-    let body = response.body.as_ref().map(Body::as_str).unwrap_or("");
-    let json = matches!(response.body, Some(Body::Json(_)));
-    match response.status {
-        Status::Redirect => match response.location {
-            Some(url) => Answer::Redirect(url.to_string()),
-            None => Answer::error_page(500, "server_error", "no redirect target"),
-        },
-        status => {
-            let code = match status {
-                Status::Ok => 200,
-                Status::Unauthorized => 401,
-                _ => 400,
-            };
-            if json || status == Status::Ok {
-                Answer::Json {
-                    status: code,
-                    body: serde_json::from_str(body)
-                        .unwrap_or_else(|_| json!({"error": "invalid_request"})),
-                    www_authenticate: response.www_authenticate,
-                }
-            } else {
-                Answer::error_page(
-                    code,
-                    "invalid_request",
-                    if body.is_empty() {
-                        "the request is not valid"
-                    } else {
-                        body
-                    },
-                )
-            }
-        }
     }
 }
 

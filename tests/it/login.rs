@@ -25,7 +25,7 @@ pub const OPS_KEY: &str = "ops-key-0123456789abcdef";
 pub fn login_config(provider: &Provider, dir: &std::path::Path, extra_server: &str) -> String {
     let key = "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY=";
     format!(
-        "auth:\n  mode: on\n  admin: {{ access: key, key: {OPS_KEY} }}\n  api_keys:\n    - client: ops\n      key: {OPS_KEY}\n  scopes_supported: [mcp]\n  oauth_server:\n    provider:\n      issuer: {issuer}\n      client_id: {LOGIN_CLIENT_ID}\n      client_secret: {LOGIN_CLIENT_SECRET}\n      scopes: [openid, profile, email, groups]\n    claims:\n      client: preferred_username\n      groups: groups\n    state_path: {state}\n{extra_server}credentials:\n  key: \"{key}\"\n  path: {tokens}\npolicy:\n  default: deny\n  scopes:\n    ops:\n      allow: [\"notes__*\"]\n    readers:\n      allow: [\"notes__echo\"]\nupstreams:\n{notes}",
+        "auth:\n  mode: on\n  api_keys:\n    - client: ops\n      key: {OPS_KEY}\n  scopes_supported: [mcp]\n  oauth_server:\n    provider:\n      issuer: {issuer}\n      client_id: {LOGIN_CLIENT_ID}\n      client_secret: {LOGIN_CLIENT_SECRET}\n      scopes: [openid, profile, email, groups]\n    claims:\n      client: preferred_username\n      groups: groups\n    state_path: {state}\n{extra_server}credentials:\n  key: \"{key}\"\n  path: {tokens}\npolicy:\n  default: deny\n  scopes:\n    ops:\n      allow: [\"notes__*\"]\n    readers:\n      allow: [\"notes__echo\"]\nupstreams:\n{notes}",
         issuer = provider.issuer,
         state = dir.join("oauth-server.json").display(),
         tokens = dir.join("tokens.json").display(),
@@ -473,6 +473,14 @@ async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_erro
         .await
         .unwrap();
     assert_eq!(ok.status(), 200);
+    // It is no operator's credential (`auth.admin.access: clients`).
+    let operator = reqwest::Client::new()
+        .get(format!("{base}/oauth/grants"))
+        .bearer_auth(tokens["access_token"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(operator.status(), 401);
     // A replayed code is refused, and revokes what it produced.
     let (status, body) = exchange(code, Some(verifier)).await;
     assert_eq!(status, 400, "{body:#}");
