@@ -462,3 +462,62 @@ impl RawRegistration {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{AuthConfig, Config, Consent, Lookup};
+    use std::time::Duration;
+
+    const BASE: &str = "upstreams:\n  a:\n    command: srv\nauth:\n  mode: on\n  oauth_server:\n    provider:\n      issuer: https://idp.example.com/realms/acme\n      client_id: mcpmux\n";
+
+    fn parse(text: &str) -> Result<Config, Vec<String>> {
+        Config::parse(text, "t.yaml", &Lookup::from_pairs([("K", "v")])).map_err(|e| e.lines())
+    }
+
+    #[test]
+    fn defaults_with_configured_keys_and_a_generated_key_needs_credentials_key() {
+        let missing = parse(BASE).unwrap_err();
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert!(missing[0].starts_with("t.yaml:8:7: "), "{missing:?}");
+        assert!(missing[0].contains("credentials.key"), "{missing:?}");
+        let with_key = format!(
+            "{BASE}credentials:\n  key: \"QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY=\"\n"
+        );
+        let config = parse(&with_key).unwrap();
+        let AuthConfig::On(settings) = &config.auth else {
+            panic!("auth is on")
+        };
+        let server = settings.oauth_server.as_ref().unwrap();
+        assert_eq!(server.access_token_ttl, Duration::from_secs(300));
+        assert_eq!(server.code_ttl, Duration::from_secs(60));
+        assert_eq!(server.consent, Consent::Remember);
+        assert_eq!(server.claims.client, "sub");
+        assert_eq!(server.provider.scopes, ["openid", "profile", "email"]);
+        assert!(server.registration.dynamic && server.registration.metadata_documents);
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_their_line_and_column() {
+        let text = format!(
+            "{BASE}    consent: sometimes\n    code_ttl: 1h\n    signing_keys: [\"not a key\"]\n    registration:\n      initial_access_token: short\n"
+        );
+        let lines = parse(&text).unwrap_err();
+        let all = lines.join("\n");
+        assert!(
+            all.contains("t.yaml:10:14: auth.oauth_server.consent"),
+            "{all}"
+        );
+        assert!(
+            all.contains("t.yaml:11:15: auth.oauth_server.code_ttl: at most 10m"),
+            "{all}"
+        );
+        assert!(
+            all.contains("t.yaml:12:20: auth.oauth_server.signing_keys"),
+            "{all}"
+        );
+        assert!(
+            all.contains("initial_access_token: must be at least 16"),
+            "{all}"
+        );
+    }
+}

@@ -685,3 +685,135 @@ impl oxide_auth_async::primitives::Issuer for Tokens<'_> {
         Ok(Some(grant))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use oxide_auth::primitives::grant::{Extensions, Grant};
+    use oxide_auth_async::primitives::{Authorizer as _, Issuer as _};
+
+    use super::{Codes, Grants, Owner, Tokens};
+    use crate::config::StateKey;
+    use crate::oauth_server::keys::KeyRing;
+    use crate::oauth_server::provider::User;
+    use crate::oauth_server::state::StateStore;
+
+    async fn grants(name: &str) -> Grants {
+        let path = crate::oauth_server::state::tests::temp_path(name);
+        let state = Arc::new(StateStore::file(&path).unwrap());
+        let key = StateKey::parse("QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY=").unwrap();
+        let keys = Arc::new(KeyRing::generated(
+            state.clone(),
+            &key,
+            &[],
+            Duration::from_secs(3600),
+            Duration::from_secs(300),
+        ));
+        keys.refresh().await.unwrap();
+        Grants::new(
+            state,
+            keys,
+            Duration::from_secs(300),
+            Duration::from_secs(3600),
+            Duration::from_secs(60),
+        )
+    }
+
+    fn grant(family: &str, until: chrono::DateTime<chrono::Utc>) -> Grant {
+        let owner = Owner {
+            user: User {
+                client: "alice".into(),
+                groups: vec!["ops".into()],
+            },
+            family: family.into(),
+        };
+        Grant {
+            owner_id: owner.encode(),
+            client_id: "host".into(),
+            scope: "mcp".parse().unwrap(),
+            redirect_uri: "http://127.0.0.1/cb".parse().unwrap(),
+            until,
+            extensions: Extensions::new(),
+        }
+    }
+
+    fn later() -> chrono::DateTime<chrono::Utc> {
+        chrono::Utc::now() + chrono::Duration::minutes(5)
+    }
+
+    #[tokio::test]
+    async fn a_code_works_once_and_its_replay_revokes_the_login_it_started() {
+        let grants = grants("code-replay").await;
+        let mut codes = Codes { grants: &grants };
+        let code = codes.authorize(grant("fam-1", later())).await.unwrap();
+        let first = codes.extract(&code).await.unwrap().unwrap();
+        assert_eq!(first.client_id, "host");
+        let mut tokens = Tokens {
+            grants: &grants,
+            issuer: "http://gw",
+            default_resource: "http://gw/mcp",
+        };
+        let issued = tokens.issue(first).await.unwrap();
+        assert!(grants.family_live("fam-1").await);
+        // The replay: a grant to nobody (invalid_grant), and the login is revoked.
+        let replay = codes.extract(&code).await.unwrap().unwrap();
+        assert!(replay.client_id.is_empty());
+        assert!(!grants.family_live("fam-1").await);
+        let refresh = issued.refresh.unwrap();
+        assert!(tokens.recover_refresh(&refresh).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_expired_code_is_refused() {
+        let grants = grants("code-expired").await;
+        let mut codes = Codes { grants: &grants };
+        let past = chrono::Utc::now() - chrono::Duration::seconds(1);
+        let code = codes.authorize(grant("fam-2", past)).await.unwrap();
+        let grant = codes.extract(&code).await.unwrap().unwrap();
+        assert!(grant.client_id.is_empty(), "an expired code is no grant");
+    }
+
+    #[tokio::test]
+    async fn refresh_tokens_rotate_and_a_used_one_revokes_the_family() {
+        let grants = grants("refresh-reuse").await;
+        let mut tokens = Tokens {
+            grants: &grants,
+            issuer: "http://gw",
+            default_resource: "http://gw/mcp",
+        };
+        let issued = tokens.issue(grant("fam-3", later())).await.unwrap();
+        let first = issued.refresh.unwrap();
+        let recovered = tokens.recover_refresh(&first).await.unwrap().unwrap();
+        let rotated = tokens.refresh(&first, recovered).await.unwrap();
+        let second = rotated.refresh.unwrap();
+        assert_ne!(first, second);
+        assert!(grants.family_live("fam-3").await);
+        // The first one again: reuse, the whole family ends.
+        assert!(tokens.recover_refresh(&first).await.unwrap().is_none());
+        assert!(!grants.family_live("fam-3").await);
+        assert!(tokens.recover_refresh(&second).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn the_operator_lists_and_revokes_a_users_grants() {
+        let grants = grants("operator").await;
+        let mut tokens = Tokens {
+            grants: &grants,
+            issuer: "http://gw",
+            default_resource: "http://gw/mcp",
+        };
+        tokens.issue(grant("fam-4", later())).await.unwrap();
+        tokens.issue(grant("fam-5", later())).await.unwrap();
+        grants.remember_consent("alice", "host").await;
+        let listed = grants.list(Some("alice")).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].logins, 2);
+        assert!(listed[0].consented);
+        assert!(grants.list(Some("bob")).await.unwrap().is_empty());
+        assert_eq!(grants.revoke_user("alice", None).await.unwrap(), 2);
+        assert!(!grants.consented("alice", "host").await);
+        assert!(grants.list(Some("alice")).await.unwrap().is_empty());
+    }
+}

@@ -291,3 +291,80 @@ impl KeyRing {
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{KeyRing, PURPOSE, StoredKey};
+    use crate::config::StateKey;
+    use crate::oauth_server::state::{Lifetime, StateStore, now_ms};
+
+    fn key() -> StateKey {
+        StateKey::parse("QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY=").unwrap()
+    }
+
+    async fn store_key(state: &StateStore, created_ms: u64) -> String {
+        let document = aws_lc_rs::signature::EcdsaKeyPair::generate_pkcs8(
+            &aws_lc_rs::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &aws_lc_rs::rand::SystemRandom::new(),
+        )
+        .unwrap();
+        let signing = super::SigningKey::from_pkcs8(document.as_ref(), created_ms).unwrap();
+        let sealer = crate::seal::Sealer::new(key().bytes());
+        let stored = StoredKey {
+            created_ms,
+            sealed: sealer.seal(&format!("{PURPOSE}\n{}", signing.kid), document.as_ref()),
+        };
+        state
+            .put(
+                &format!("sigkey:{created_ms:016}:{}", signing.kid),
+                &serde_json::to_string(&stored).unwrap(),
+                Lifetime::Long(None),
+            )
+            .await
+            .unwrap();
+        signing.kid
+    }
+
+    #[tokio::test]
+    async fn a_due_key_is_replaced_and_stays_published_until_its_tokens_expired() {
+        let path = crate::oauth_server::state::tests::temp_path("keys");
+        let state = Arc::new(StateStore::file(&path).unwrap());
+        let day = 24 * 3600 * 1000;
+        // Retired long ago (a newer key took over more than the overlap ago).
+        let ancient = store_key(&state, now_ms() - 40 * day).await;
+        // Due for rotation (30 days), still the newest.
+        let due = store_key(&state, now_ms() - 31 * day).await;
+        let ring = KeyRing::generated(
+            state.clone(),
+            &key(),
+            &[],
+            Duration::from_secs(30 * 24 * 3600),
+            Duration::from_secs(300),
+        );
+        ring.refresh().await.unwrap();
+        let jwks = ring.jwks();
+        let kids: Vec<String> = jwks
+            .keys
+            .iter()
+            .filter_map(|k| k.common.key_id.clone())
+            .collect();
+        assert_eq!(kids.len(), 2, "{kids:?}");
+        assert!(kids.contains(&due), "the replaced key is still published");
+        assert!(!kids.contains(&ancient), "the retired key is gone");
+        assert_eq!(state.scan("sigkey:").await.unwrap().len(), 2);
+        // The new key signs, and a token verifies with the key its kid names.
+        let token = ring
+            .sign(&serde_json::json!({"sub": "a", "exp": 4_000_000_000u64}))
+            .unwrap();
+        let kid = jsonwebtoken::decode_header(&token).unwrap().kid.unwrap();
+        assert_ne!(kid, due);
+        let found = ring.find(&kid).await.unwrap();
+        let mut validation = jsonwebtoken::Validation::new(found.alg);
+        validation.required_spec_claims.clear();
+        jsonwebtoken::decode::<serde_json::Value>(&token, &found.decoding, &validation).unwrap();
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+}

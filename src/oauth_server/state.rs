@@ -434,3 +434,94 @@ fn glob_escape(text: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::{Entry, Lifetime, StateStore, now_ms};
+    use std::time::Duration;
+
+    /// A fresh state file path under the system temp dir.
+    pub(crate) fn temp_path(name: &str) -> std::path::PathBuf {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "mcpmux-oauth-state-{}-{name}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("state.json")
+    }
+
+    #[tokio::test]
+    async fn take_gives_a_value_once_and_put_new_sets_only_an_absent_key() {
+        let path = temp_path("take");
+        let store = StateStore::file(&path).unwrap();
+        let short = Lifetime::Short(Duration::from_secs(60));
+        store.put("code:a", "1", short).await.unwrap();
+        assert_eq!(store.take("code:a").await.unwrap().as_deref(), Some("1"));
+        assert_eq!(store.take("code:a").await.unwrap(), None);
+        assert!(
+            store
+                .put_new("used:x", "f", Lifetime::Long(None))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .put_new("used:x", "g", Lifetime::Long(None))
+                .await
+                .unwrap()
+        );
+        assert_eq!(store.get("used:x").await.unwrap().as_deref(), Some("f"));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[tokio::test]
+    async fn lasting_entries_survive_a_restart_in_a_private_file_and_short_ones_do_not() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = temp_path("restart");
+        let store = StateStore::file(&path).unwrap();
+        store
+            .put("client:c", "{}", Lifetime::Long(None))
+            .await
+            .unwrap();
+        store
+            .put("login:l", "{}", Lifetime::Short(Duration::from_secs(60)))
+            .await
+            .unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let again = StateStore::file(&path).unwrap();
+        assert!(again.get("client:c").await.unwrap().is_some());
+        assert!(again.get("login:l").await.unwrap().is_none());
+        assert_eq!(again.scan("client:").await.unwrap().len(), 1);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[tokio::test]
+    async fn an_expired_entry_is_gone_for_every_reading() {
+        let path = temp_path("expired");
+        let store = StateStore::file(&path).unwrap();
+        let StateStore::File(file) = &store else {
+            unreachable!()
+        };
+        file.lock().insert(
+            "code:old".into(),
+            Entry {
+                value: "v".into(),
+                expires_ms: Some(now_ms() - 1),
+                lasting: false,
+            },
+        );
+        assert_eq!(store.get("code:old").await.unwrap(), None);
+        assert_eq!(store.take("code:old").await.unwrap(), None);
+        assert!(store.scan("code:").await.unwrap().is_empty());
+        assert!(
+            store
+                .put_new("code:old", "new", Lifetime::Short(Duration::from_secs(9)))
+                .await
+                .unwrap()
+        );
+    }
+}
