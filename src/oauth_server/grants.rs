@@ -675,7 +675,9 @@ impl oxide_auth_async::primitives::Issuer for Tokens<'_> {
             return Ok(None);
         };
         let stored: StoredRefresh = serde_json::from_str(&value).map_err(|_| ())?;
-        if !self.grants.family_live(&stored.family).await {
+        // Read, not cached: another replica may have just revoked it.
+        let family = self.grants.family(&stored.family).await.map_err(|_| ())?;
+        if !family.is_some_and(|f| !f.revoked) {
             return Ok(None);
         }
         let mut grant = stored.grant.grant().ok_or(())?;

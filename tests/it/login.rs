@@ -528,3 +528,121 @@ async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_erro
     assert_eq!(body["error"], "unsupported_grant_type");
     gw.stop().await;
 }
+
+/// `initialize` at `mcp` with `token`: the HTTP status.
+async fn initialize_status(mcp: &str, token: &str) -> u16 {
+    reqwest::Client::new()
+        .post(mcp)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn two_replicas_sharing_redis_serve_each_step_of_a_login_and_share_refresh_rotation() {
+    use crate::replicas::free_port;
+    use crate::replicas::redis::RedisServer;
+    let redis = RedisServer::start(free_port()).await;
+    let provider = Provider::with_groups("erin=ops").await;
+    let store = format!("session_store: {}\n", redis.url());
+    let a = TestGateway::start(&format!(
+        "{}{store}",
+        login_config(&provider, &tempdir(), "")
+    ))
+    .await;
+    let base_a = base(&a);
+    // Behind a balancer both replicas are one issuer and one resource.
+    let config_b = login_config(&provider, &tempdir(), &format!("    issuer: {base_a}\n")).replace(
+        "  scopes_supported: [mcp]\n",
+        &format!("  scopes_supported: [mcp]\n  resource: {}\n", a.url),
+    );
+    let b = TestGateway::start(&format!("{config_b}{store}")).await;
+    let base_b = base(&b);
+    let http = no_redirects();
+    let callback = "http://127.0.0.1:9/cb";
+
+    // Registered at B.
+    let registered = http
+        .post(format!("{base_b}/register"))
+        .header("content-type", "application/json")
+        .body(json!({"redirect_uris": [callback], "token_endpoint_auth_method": "none", "grant_types": ["authorization_code", "refresh_token"]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 201);
+    let client: Value = serde_json::from_str(&registered.text().await.unwrap()).unwrap();
+    let client_id = client["client_id"].as_str().unwrap().to_owned();
+
+    // Authorized at B, whose login comes back to A's callback (one issuer):
+    // A takes the login B stored, asks the consent and issues the code.
+    let verifier = "replica-verifier-of-enough-length-0123456789-abcdef";
+    let query = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([
+            ("response_type", "code"),
+            ("client_id", client_id.as_str()),
+            ("redirect_uri", callback),
+            ("code_challenge", s256(verifier).as_str()),
+            ("code_challenge_method", "S256"),
+            ("state", "st-r"),
+            ("resource", a.url.as_str()),
+        ])
+        .finish();
+    let (answer, code) =
+        browser_code(&format!("{base_b}/authorize?{query}"), "erin", callback).await;
+    assert!(
+        answer["pages"].to_string().contains("gateway-consent"),
+        "{answer:#}"
+    );
+    // The code is exchanged at B.
+    let (status, tokens) = post_form(
+        &format!("{base_b}/token"),
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("redirect_uri", callback),
+            ("client_id", &client_id),
+            ("code_verifier", verifier),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{tokens:#}");
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(initialize_status(&b.url, access).await, 200);
+    assert_eq!(initialize_status(&a.url, access).await, 200);
+
+    // Refreshed at A; the old refresh token replayed at B ends the login.
+    let old = tokens["refresh_token"].as_str().unwrap().to_owned();
+    let refresh = |base: String, token: String, client_id: String| async move {
+        post_form(
+            &format!("{base}/token"),
+            &[
+                ("grant_type", "refresh_token"),
+                ("refresh_token", &token),
+                ("client_id", &client_id),
+            ],
+        )
+        .await
+    };
+    let (status, renewed) = refresh(base_a.clone(), old.clone(), client_id.clone()).await;
+    assert_eq!(status, 200, "{renewed:#}");
+    let (status, body) = refresh(base_b.clone(), old, client_id.clone()).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{body:#}"
+    );
+    let newer = renewed["refresh_token"].as_str().unwrap().to_owned();
+    let (status, _) = refresh(base_a.clone(), newer, client_id.clone()).await;
+    assert_eq!(status, 400, "the whole login ended");
+    a.stop().await;
+    b.stop().await;
+}
