@@ -677,7 +677,7 @@ impl oxide_auth_async::primitives::Issuer for Tokens<'_> {
         let stored: StoredRefresh = serde_json::from_str(&value).map_err(|_| ())?;
         // Read, not cached: another replica may have just revoked it.
         let family = self.grants.family(&stored.family).await.map_err(|_| ())?;
-        if !family.is_some_and(|f| !f.revoked) {
+        if family.is_none_or(|f| f.revoked) {
             return Ok(None);
         }
         let mut grant = stored.grant.grant().ok_or(())?;
