@@ -646,3 +646,69 @@ async fn two_replicas_sharing_redis_serve_each_step_of_a_login_and_share_refresh
     a.stop().await;
     b.stop().await;
 }
+
+/// A test certificate authority and a certificate for 127.0.0.1 it signed,
+/// written to `dir`: (CA PEM path, certificate path, key path).
+fn test_certificates(dir: &std::path::Path) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "mcpmux test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let write = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    (
+        write("ca.pem", ca.pem()),
+        write("host.pem", leaf.pem()),
+        write("host-key.pem", key.serialize_pem()),
+    )
+}
+
+#[tokio::test]
+async fn a_typescript_host_registers_by_its_client_metadata_document_over_https() {
+    let provider = Provider::with_groups("frank=ops").await;
+    let dir = tempdir();
+    let (ca, cert, key) = test_certificates(&dir);
+    let config = dir.join("mcpmux.yaml");
+    std::fs::write(&config, login_config(&provider, &dir, "")).unwrap();
+    // The gateway binary, trusting the test CA as a company would its own.
+    let mut served = crate::support::served::Served::start_with_env(
+        &["--config", config.to_str().unwrap()],
+        &[("SSL_CERT_FILE", ca.as_str())],
+    );
+    let addr = served.listening_addr().await;
+    served.wait_for("upstream ready", 1).await;
+    let url = format!("http://{addr}/mcp");
+
+    let mut host = Host::start(
+        &url,
+        "frank",
+        &["--cimd", "--tls-cert", &cert, "--tls-key", &key],
+    )
+    .await;
+    let info = host.ask(json!({"op": "info"})).await;
+    let document = info["client_metadata_url"].as_str().unwrap().to_owned();
+    assert!(document.starts_with("https://127.0.0.1:"), "{info:#}");
+    let connected = host.ask(json!({"op": "connect"})).await;
+    assert_eq!(connected["ok"], true, "{connected:#}");
+    assert_eq!(connected["registered"], "cimd", "{connected:#}");
+    assert_eq!(connected["client_id"], document.as_str(), "{connected:#}");
+    let called = host
+        .ask(json!({"op": "call", "name": "notes__echo", "arguments": {"message": "cimd"}}))
+        .await;
+    assert_eq!(called["ok"], true, "{called:#}");
+    let state = host.ask(json!({"op": "state"})).await;
+    assert!(state["cimd_fetches"].as_u64().unwrap() >= 1, "{state:#}");
+}
