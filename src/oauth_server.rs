@@ -525,7 +525,17 @@ impl OAuthServer {
             .token(body, authorization)
             .await
         {
-            Ok(response) => answer_of(response),
+            Ok((response, pkce_failed)) => {
+                let answer = answer_of(response);
+                match answer {
+                    Answer::Json { status: 400, .. } if pkce_failed => Answer::json_error(
+                        400,
+                        "invalid_grant",
+                        "the code_verifier does not match the code_challenge",
+                    ),
+                    answer => answer,
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "oauth_server: a token request failed");
                 Answer::json_error(500, "server_error", "the token could not be issued")

@@ -110,6 +110,44 @@ impl AccessTokenAddon for ResourceIndicator {
     }
 }
 
+/// oxide-auth's PKCE check (S256 required), which also notes when a code
+/// verifier failed: oxide-auth answers that `invalid_request`, and the
+/// token endpoint says `invalid_grant` as RFC 7636 §4.6 asks.
+struct PkceCheck {
+    inner: Pkce,
+    failed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl GrantExtension for PkceCheck {
+    fn identifier(&self) -> &'static str {
+        self.inner.identifier()
+    }
+}
+
+impl AuthorizationAddon for PkceCheck {
+    fn execute(
+        &self,
+        request: &dyn oxide_auth::frontends::simple::extensions::AuthorizationRequest,
+    ) -> AddonResult {
+        AuthorizationAddon::execute(&self.inner, request)
+    }
+}
+
+impl AccessTokenAddon for PkceCheck {
+    fn execute(
+        &self,
+        request: &dyn oxide_auth::frontends::simple::extensions::AccessTokenRequest,
+        data: Option<Value>,
+    ) -> AddonResult {
+        let result = AccessTokenAddon::execute(&self.inner, request, data);
+        if matches!(result, AddonResult::Err) {
+            self.failed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        result
+    }
+}
+
 /// Why a flow could not produce an answer at all (as opposed to an OAuth
 /// error answer, which is a [`Response`]).
 #[derive(Debug, thiserror::Error)]
@@ -175,9 +213,16 @@ pub(crate) struct Parts<'a> {
 }
 
 impl<'a> Parts<'a> {
-    fn endpoint(&self, decision: Decision) -> Gateway<'a> {
+    fn endpoint(
+        &self,
+        decision: Decision,
+        pkce_failed: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Gateway<'a> {
         let mut addons = AddonList::new();
-        addons.push_code(Pkce::required());
+        addons.push_code(PkceCheck {
+            inner: Pkce::required(),
+            failed: pkce_failed,
+        });
         addons.push_code(ResourceIndicator {
             accepts: self.accepts.clone(),
         });
@@ -211,7 +256,7 @@ impl<'a> Parts<'a> {
             urlbody: HashMap::new(),
             auth: None,
         };
-        let mut endpoint = self.endpoint(decision);
+        let mut endpoint = self.endpoint(decision, Arc::default());
         // The flow borrows the endpoint, so the solicitor's record of the
         // bound parameters can be read after it.
         let mut flow = AuthorizationFlow::prepare(&mut endpoint)?;
@@ -219,27 +264,30 @@ impl<'a> Parts<'a> {
         Ok((response, endpoint.solicitor.checked.take()))
     }
 
-    /// Runs a token request (`grant_type` authorization_code or refresh_token).
+    /// Runs a token request (`grant_type` authorization_code or refresh_token);
+    /// the answer, and whether a PKCE code verifier failed.
     pub(crate) async fn token(
         &self,
         body: HashMap<String, String>,
         authorization: Option<String>,
-    ) -> Result<Response, FlowError> {
+    ) -> Result<(Response, bool), FlowError> {
         let refresh = body.get("grant_type").map(String::as_str) == Some("refresh_token");
         let request = Request {
             query: HashMap::new(),
             urlbody: body,
             auth: authorization,
         };
-        let mut endpoint = self.endpoint(Decision::Deny);
-        if refresh {
+        let failed = Arc::<std::sync::atomic::AtomicBool>::default();
+        let mut endpoint = self.endpoint(Decision::Deny, failed.clone());
+        let response = if refresh {
             let mut flow = RefreshFlow::prepare(&mut endpoint)?;
-            flow.execute(request).await
+            flow.execute(request).await?
         } else {
             let mut flow = AccessTokenFlow::prepare(&mut endpoint)?;
             flow.allow_credentials_in_body(true);
-            flow.execute(request).await
-        }
+            flow.execute(request).await?
+        };
+        Ok((response, failed.load(std::sync::atomic::Ordering::Relaxed)))
     }
 }
 
