@@ -85,6 +85,7 @@ pub use credentials::own::{DisconnectError, disconnect as disconnect_own};
 pub use inspect::{ResumableStreams, Stats, Upstream};
 pub use local::{LocalSession, LocalStateless};
 pub use notify::outbox::Backlog;
+pub use oauth_server::operator::{Grant as LoginGrant, GrantsError, list_grants, revoke_grants};
 pub use reload::Diff as ReloadDiff;
 pub use upstream::UpstreamState;
 

@@ -105,6 +105,42 @@ enum Command {
     /// upstreams, in the token store (the gateway may be running or not).
     #[command(subcommand)]
     Connections(Connections),
+    /// List or revoke the grants users gave hosts at the gateway's own
+    /// login (`auth.oauth_server`), through a running gateway, with the
+    /// admin key from the environment variable MCPMUX_ADMIN_KEY.
+    #[command(subcommand)]
+    Grants(Grants),
+}
+
+#[derive(Subcommand)]
+enum Grants {
+    /// Print one line per grant: user, client id, logins, consented
+    /// (yes/no), last used (RFC 3339 UTC), tab-separated. Never a token.
+    List {
+        /// The gateway's URL (its base, or its /mcp endpoint).
+        #[arg(long)]
+        gateway: String,
+        /// Only this user's grants.
+        #[arg(long)]
+        user: Option<String>,
+        /// Print the JSON array instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a user's grants (and forget their consents): their hosts'
+    /// tokens stop working and they log in again. Exit 1 when there was
+    /// nothing to revoke.
+    Revoke {
+        /// The gateway's URL (its base, or its /mcp endpoint).
+        #[arg(long)]
+        gateway: String,
+        /// The user (the client name their login gave).
+        #[arg(long)]
+        user: String,
+        /// Only the grant to this host (client id).
+        #[arg(long)]
+        client_id: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -169,6 +205,7 @@ fn main() -> ExitCode {
         }
         Command::Import { file } => import(&file),
         Command::Connections(command) => connections(command),
+        Command::Grants(command) => grants(command),
         Command::Schema => {
             print!("{}", mcpmux::CONFIG_SCHEMA);
             ExitCode::SUCCESS
@@ -320,6 +357,73 @@ fn disconnect(gateway: &str, upstream: &str) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
+            eprintln!("mcpmux: {e}");
+            match e.is_usage() {
+                true => ExitCode::from(EXIT_USAGE),
+                false => ExitCode::FAILURE,
+            }
+        }
+    }
+}
+
+/// Unix milliseconds as RFC 3339 UTC, to the second.
+fn rfc3339(ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// `mcpmux grants`: 0 when done, 1 when the gateway refused (or there was
+/// nothing to revoke), 64 without MCPMUX_ADMIN_KEY or with a bad URL.
+fn grants(command: Grants) -> ExitCode {
+    let key = std::env::var("MCPMUX_ADMIN_KEY").unwrap_or_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts");
+    let done = runtime.block_on(async {
+        match &command {
+            Grants::List {
+                gateway,
+                user,
+                json,
+            } => {
+                let list = mcpmux::list_grants(gateway, &key, user.as_deref()).await?;
+                if *json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&list).expect("grants serialize")
+                    );
+                } else {
+                    for grant in &list {
+                        println!(
+                            "{}\t{}\t{}\t{}\t{}",
+                            grant.user,
+                            grant.client_id,
+                            grant.logins,
+                            if grant.consented { "yes" } else { "no" },
+                            rfc3339(grant.used_ms)
+                        );
+                    }
+                }
+                Ok(true)
+            }
+            Grants::Revoke {
+                gateway,
+                user,
+                client_id,
+            } => {
+                let revoked =
+                    mcpmux::revoke_grants(gateway, &key, user, client_id.as_deref()).await?;
+                println!("revoked {revoked} login(s) of {user}");
+                Ok(revoked > 0)
+            }
+        }
+    });
+    match done {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            let e: mcpmux::GrantsError = e;
             eprintln!("mcpmux: {e}");
             match e.is_usage() {
                 true => ExitCode::from(EXIT_USAGE),

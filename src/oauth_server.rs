@@ -18,6 +18,7 @@ mod clients;
 mod flow;
 mod grants;
 mod keys;
+pub(crate) mod operator;
 mod provider;
 mod state;
 

@@ -15,7 +15,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use crate::support::gateway::example_upstream;
 use crate::support::interop::{self, run_python};
 use crate::support::oauth::{LOGIN_CLIENT_ID, LOGIN_CLIENT_SECRET, Provider};
-use crate::support::{TestGateway, tempdir, within};
+use crate::support::{TestGateway, run_mcpmux, tempdir, within};
 
 pub const OPS_KEY: &str = "ops-key-0123456789abcdef";
 
@@ -72,21 +72,6 @@ impl Host {
     }
 }
 
-async fn admin(method: reqwest::Method, url: &str) -> Value {
-    let response = reqwest::Client::new()
-        .request(method, url)
-        .bearer_auth(OPS_KEY)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        response.status().is_success(),
-        "{url}: {}",
-        response.status()
-    );
-    serde_json::from_str(&response.text().await.unwrap()).unwrap()
-}
-
 fn base(gw: &TestGateway) -> String {
     gw.url.trim_end_matches("/mcp").to_owned()
 }
@@ -137,21 +122,41 @@ async fn a_typescript_host_logs_in_with_just_the_url_refreshes_and_logs_in_again
     assert_eq!(state["authorizations"], 1, "{state:#}");
 
     // The operator sees alice's grant, and revokes it.
-    let listed = admin(
-        reqwest::Method::GET,
-        &format!("{}/oauth/grants?user=alice", base(&gw)),
+    let base = base(&gw);
+    let env = [("MCPMUX_ADMIN_KEY", OPS_KEY)];
+    let (code, out, err) = run_mcpmux(
+        &[
+            "grants",
+            "list",
+            "--gateway",
+            &base,
+            "--user",
+            "alice",
+            "--json",
+        ],
+        &env,
     )
     .await;
-    let grants = listed["grants"].as_array().unwrap();
+    assert_eq!(code, 0, "{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let grants = listed.as_array().unwrap();
     assert_eq!(grants.len(), 1, "{listed:#}");
     assert_eq!(grants[0]["client_id"], state["client_id"], "{listed:#}");
     assert_eq!(grants[0]["consented"], true, "{listed:#}");
-    let revoked = admin(
-        reqwest::Method::DELETE,
-        &format!("{}/oauth/grants?user=alice", base(&gw)),
+    let (code, out, err) = run_mcpmux(
+        &["grants", "revoke", "--gateway", &base, "--user", "alice"],
+        &env,
     )
     .await;
-    assert_eq!(revoked["revoked"], 1, "{revoked:#}");
+    assert_eq!(
+        (code, out.trim()),
+        (0, "revoked 1 login(s) of alice"),
+        "{err}"
+    );
+    // Without the key: a usage error, nothing sent.
+    let (code, _, err) = run_mcpmux(&["grants", "list", "--gateway", &base], &[]).await;
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("MCPMUX_ADMIN_KEY"), "{err}");
 
     // Its access token stops working at once and the refresh is refused:
     // the host goes back to the login (and the consent is asked again).
