@@ -267,10 +267,6 @@ pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
             "/oauth/connections/{upstream}",
             axum::routing::delete(oauth::disconnect),
         )
-        .route(
-            "/.well-known/oauth-authorization-server",
-            get(authorize::metadata),
-        )
         .route("/authorize", get(authorize::authorize))
         .route(
             crate::oauth_server::LOGIN_CALLBACK,
@@ -280,10 +276,6 @@ pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
             crate::oauth_server::CONSENT,
             axum::routing::post(authorize::consent),
         )
-        .route("/token", axum::routing::post(authorize::token))
-        .route("/register", axum::routing::post(authorize::register))
-        .route("/revoke", axum::routing::post(authorize::revoke))
-        .route("/jwks.json", get(authorize::jwks))
         .route(
             "/oauth/grants",
             get(authorize::list_grants).delete(authorize::revoke_grants),
@@ -291,14 +283,7 @@ pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
         .route("/ui", get(ui::page))
         .route("/ui/events", get(ui::events))
         .route("/ui/{file}", get(ui::asset))
-        .route(
-            "/.well-known/oauth-protected-resource",
-            get(authn::protected_resource),
-        )
-        .route(
-            "/.well-known/oauth-protected-resource/{*resource}",
-            get(authn::protected_resource),
-        )
+        .merge(authorize::discovery_routes())
         .layer(axum::middleware::from_fn(listener::track_requests));
     // Only with tracing on: each request's `traceparent` header, for its span.
     let app = match traced {

@@ -24,6 +24,60 @@ use super::AppState;
 use super::listener::{ClientPeer, client_ip};
 use crate::oauth_server::{Answer, MAX_REGISTRATION_BYTES, OAuthServer};
 
+/// The routes hosts call from a browser too (a web host, the Inspector):
+/// metadata, keys, token, registration and revocation, with CORS for any
+/// origin. None of them uses cookies, so `*` lets no page act as the user.
+pub(crate) fn discovery_routes() -> axum::Router<Arc<AppState>> {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route("/.well-known/oauth-authorization-server", get(metadata))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(super::authn::protected_resource),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/{*resource}",
+            get(super::authn::protected_resource),
+        )
+        .route("/jwks.json", get(jwks))
+        .route("/token", post(token))
+        .route("/register", post(register))
+        .route("/revoke", post(revoke))
+        .layer(axum::middleware::from_fn(cors))
+}
+
+/// Answers a CORS preflight, and lets any origin read the answer.
+async fn cors(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let preflight = request.method() == axum::http::Method::OPTIONS;
+    let mut response = if preflight {
+        let mut response = StatusCode::NO_CONTENT.into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type, mcp-protocol-version"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+        response
+    } else {
+        next.run(request).await
+    };
+    response.headers_mut().insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    response
+        .headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Origin"));
+    response
+}
+
 /// Largest form body read (token, revocation and consent requests).
 const MAX_FORM: usize = 64 * 1024;
 

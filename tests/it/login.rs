@@ -337,8 +337,25 @@ async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_erro
         .await
         .unwrap();
     assert_eq!(registered.status(), 201);
+    // A web host reads it too (CORS, no cookies).
+    assert_eq!(registered.headers()["access-control-allow-origin"], "*");
     let client: Value = serde_json::from_str(&registered.text().await.unwrap()).unwrap();
     let client_id = client["client_id"].as_str().unwrap().to_owned();
+    let preflight = http
+        .request(reqwest::Method::OPTIONS, format!("{base}/token"))
+        .header("origin", "https://inspector.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), 204);
+    assert_eq!(preflight.headers()["access-control-allow-origin"], "*");
+    assert!(
+        preflight.headers()["access-control-allow-methods"]
+            .to_str()
+            .unwrap()
+            .contains("POST")
+    );
 
     let authorize = |client_id: &str, redirect: &str, challenge: &str| {
         let query = url::form_urlencoded::Serializer::new(String::new())
