@@ -101,8 +101,13 @@ export async function browserLogin(context, authorizeUrl, login, reached, option
     return err;
   };
   // Resolves once the navigation has settled, or once it has reached the
-  // redirect URI (which may not load: nothing need listen there).
+  // redirect URI (which may not load: nothing need listen there). The last
+  // navigation is kept: the page is closed only once it has settled too,
+  // since closing a page under a click that still waits for its
+  // navigation can leave page.close() waiting forever.
+  let lastNavigation = Promise.resolve();
   const settle = async (navigation) => {
+    lastNavigation = navigation.catch(() => {});
     await Promise.race([
       navigation.catch((err) => {
         if (!arrived) throw err;
@@ -110,6 +115,10 @@ export async function browserLogin(context, authorizeUrl, login, reached, option
       arrival,
     ]);
   };
+  const bounded = (promise, ms) => Promise.race([
+    promise,
+    new Promise((resolve) => { setTimeout(resolve, ms).unref(); }),
+  ]);
 
   const deadline = Date.now() + timeoutMs;
   try {
@@ -140,6 +149,7 @@ export async function browserLogin(context, authorizeUrl, login, reached, option
     const wrapped = await failure(String(err?.message ?? err).split("\n")[0]);
     throw wrapped;
   } finally {
-    await page.close().catch(() => {});
+    await bounded(lastNavigation, 5000);
+    await bounded(page.close().catch(() => {}), 5000);
   }
 }

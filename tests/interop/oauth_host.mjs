@@ -253,6 +253,19 @@ async function closeClient() {
   await old?.close().catch(() => {});
 }
 
+// How long one connection attempt may take once logged in.
+const CONNECT_MS = 20000;
+
+class ConnectDeadline extends Error {}
+
+function withDeadline(promise, ms, what) {
+  let timer;
+  const deadline = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new ConnectDeadline(`${what} took longer than ${ms / 1000} s`)), ms);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
+
 // Connects a new Client; a connection refused for want of a login is tried
 // again once the login has finished.
 async function connect() {
@@ -263,12 +276,20 @@ async function connect() {
     const candidate = new Client({ name: "mcpmux-oauth-host", version: "1.0.0" }, { capabilities: {} });
     candidate.onerror = (err) => log("client error:", err?.message ?? err);
     try {
-      await candidate.connect(transport);
+      await withDeadline(candidate.connect(transport), CONNECT_MS, "the connection");
       client = candidate;
       return;
     } catch (err) {
       if (attempt < 2 && err instanceof UnauthorizedError && provider.loginRequests > before) {
         await provider.lastLogin;
+        continue;
+      }
+      // The SDK can lose the answer to a request raced by its own login
+      // (the GET stream and the POST both asking for one): a host would
+      // try again, with the tokens it now has.
+      if (attempt < 2 && err instanceof ConnectDeadline) {
+        log("connection attempt timed out; connecting again");
+        await candidate.close().catch(() => {});
         continue;
       }
       throw err;

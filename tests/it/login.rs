@@ -13,11 +13,15 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::support::gateway::example_upstream;
-use crate::support::interop::{self, run_python};
+use crate::support::interop;
 use crate::support::oauth::{LOGIN_CLIENT_ID, LOGIN_CLIENT_SECRET, Provider};
-use crate::support::{TestGateway, run_mcpmux, tempdir, within};
+use crate::support::{TestGateway, run_mcpmux, tempdir, within_a_login};
 
 pub const OPS_KEY: &str = "ops-key-0123456789abcdef";
+
+/// Held by each test here while it drives browsers: one login at a time
+/// keeps a 2-core machine's Chromium starts from piling up.
+static BROWSERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A gateway whose hosts log in at `provider`: alice (group `ops`) may use
 /// the notes tools, bob (group `readers`) only `notes__echo`; the state file
@@ -44,7 +48,7 @@ impl Host {
     pub async fn start(url: &str, login: &str, extra: &[&str]) -> Host {
         let mut child = Command::new(interop::node())
             .arg(interop::dir().join("oauth_host.mjs"))
-            .args(["--url", url, "--login", login, "--timeout", "20"])
+            .args(["--url", url, "--login", login, "--timeout", "90"])
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -64,7 +68,7 @@ impl Host {
     pub async fn ask(&mut self, command: Value) -> Value {
         let line = format!("{command}\n");
         self.stdin.write_all(line.as_bytes()).await.unwrap();
-        let answer = within("the host's answer", self.lines.next_line())
+        let answer = within_a_login("the host's answer", self.lines.next_line())
             .await
             .unwrap()
             .expect("the host answers");
@@ -79,6 +83,7 @@ fn base(gw: &TestGateway) -> String {
 #[tokio::test]
 async fn a_typescript_host_logs_in_with_just_the_url_refreshes_and_logs_in_again_after_a_revocation()
  {
+    let _browsers = BROWSERS.lock().await;
     let provider = Provider::with_groups("alice=ops,bob=readers").await;
     let dir = tempdir();
     let gw = TestGateway::start(&login_config(&provider, &dir, "")).await;
@@ -187,26 +192,32 @@ async fn a_typescript_host_logs_in_with_just_the_url_refreshes_and_logs_in_again
 
 #[tokio::test]
 async fn a_python_host_logs_in_and_calls_a_tool() {
+    let _browsers = BROWSERS.lock().await;
     let provider = Provider::with_groups("carol=ops").await;
     let dir = tempdir();
     let gw = TestGateway::start(&login_config(&provider, &dir, "")).await;
     let node = interop::node().display().to_string();
-    let out = run_python(
-        "oauth_host.py",
-        &[
+    let run = tokio::process::Command::new(interop::python())
+        .arg(interop::dir().join("oauth_host.py"))
+        .args([
             "--url",
             &gw.url,
             "--login",
             "carol",
             "--node",
             &node,
+            "--timeout",
+            "90",
             "--call",
             "notes__echo",
             "--arguments",
             r#"{"message": "from python"}"#,
-        ],
-    )
-    .await;
+        ])
+        .kill_on_drop(true)
+        .output();
+    let run = within_a_login("oauth_host.py", run).await.unwrap();
+    let out: Value = serde_json::from_slice(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&run.stderr)));
     assert_eq!(out["ok"], true, "{out:#}");
     assert!(out["result"].to_string().contains("from python"), "{out:#}");
     assert!(
@@ -258,9 +269,10 @@ async fn document_server_for(
 async fn browser_code(url: &str, user: &str, callback: &str) -> (Value, String) {
     let out = tokio::process::Command::new(interop::node())
         .arg(interop::dir().join("browser_login_cli.mjs"))
-        .args([url, user, callback])
+        .args([url, user, callback, "--timeout", "90"])
+        .kill_on_drop(true)
         .output();
-    let out = within("the browser login", out).await.unwrap();
+    let out = within_a_login("the browser login", out).await.unwrap();
     let answer: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let reached = reqwest::Url::parse(answer["url"].as_str().unwrap()).unwrap();
@@ -305,6 +317,7 @@ async fn post_form(url: &str, form: &[(&str, &str)]) -> (u16, Value) {
 
 #[tokio::test]
 async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_errors() {
+    let _browsers = BROWSERS.lock().await;
     let provider = Provider::with_groups("dave=ops").await;
     let dir = tempdir();
     let gw = TestGateway::start(&login_config(
@@ -571,6 +584,7 @@ async fn initialize_status(mcp: &str, token: &str) -> u16 {
 
 #[tokio::test]
 async fn two_replicas_sharing_redis_serve_each_step_of_a_login_and_share_refresh_rotation() {
+    let _browsers = BROWSERS.lock().await;
     use crate::replicas::free_port;
     use crate::replicas::redis::RedisServer;
     let redis = RedisServer::start(free_port()).await;
@@ -700,6 +714,7 @@ fn test_certificates(dir: &std::path::Path) -> (String, String, String) {
 
 #[tokio::test]
 async fn a_typescript_host_registers_by_its_client_metadata_document_over_https() {
+    let _browsers = BROWSERS.lock().await;
     let provider = Provider::with_groups("frank=ops").await;
     let dir = tempdir();
     let (ca, cert, key) = test_certificates(&dir);

@@ -55,6 +55,16 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
     }
 }
 
+/// Runs `fut`, which drives a real browser through a login, with a
+/// deadline that holds on a loaded 2-core machine.
+pub async fn within_a_login<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    const LOGIN: std::time::Duration = std::time::Duration::from_secs(120);
+    match tokio::time::timeout(LOGIN, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {LOGIN:?} waiting for {what}"),
+    }
+}
+
 /// Runs `mcpmux ARGS` with `env` to the end: its exit code, stdout and stderr.
 pub async fn run_mcpmux(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = within(
