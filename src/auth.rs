@@ -211,11 +211,12 @@ impl Authenticator {
     }
 
     /// The client behind an `Authorization` header value, for a request
-    /// to `resource` (the audience the gateway's own tokens must name).
+    /// to `resource` (the audience the gateway's own tokens must name; only
+    /// worked out for one of those).
     pub(crate) async fn authenticate(
         &self,
         authorization: Option<&str>,
-        resource: &str,
+        resource: impl FnOnce() -> String,
     ) -> Result<Arc<Identity>, AuthError> {
         let token = bearer(authorization)?;
         if let Some(client) = self.api_key_client(token) {
@@ -226,14 +227,14 @@ impl Authenticator {
         }
         let identity = match (&self.jwt, &self.own) {
             (_, Some(own)) if self.jwt.is_none() || own_kid(token, own.as_ref()) => {
-                own.verify(token, resource).await?
+                own.verify(token, &resource()).await?
             }
             (Some(jwt), own) => match jwt.verify(token).await {
                 // Another replica may have rotated the gateway's own key.
                 Err(AuthError::UnknownKey) if own.is_some() => {
                     own.as_ref()
                         .expect("checked")
-                        .verify(token, resource)
+                        .verify(token, &resource())
                         .await?
                 }
                 Err(AuthError::UnknownKey) => {
@@ -271,7 +272,7 @@ impl Authenticator {
     pub(crate) async fn admits_admin(
         &self,
         authorization: Option<&str>,
-        resource: &str,
+        resource: impl FnOnce() -> String,
     ) -> Result<(), AuthError> {
         match &self.settings.admin {
             AdminAccess::Open => Ok(()),

@@ -4,7 +4,9 @@ use super::*;
 use crate::config::{ApiKey, AuthSettings, JwtConfig, JwtKeys};
 
 /// The resource the requests are for (only the gateway's own tokens check it).
-const RESOURCE: &str = "http://127.0.0.1/mcp";
+fn resource() -> String {
+    "http://127.0.0.1/mcp".to_owned()
+}
 
 /// Settings with a JWT issuer of `keys` and `algorithms`, and no API keys.
 fn with_jwt(keys: JwtKeys, algorithms: &[&str]) -> AuthSettings {
@@ -90,12 +92,12 @@ fn bearer_needs_the_scheme_and_a_token() {
 async fn api_keys_name_their_client_and_nothing_else_passes() {
     let auth = with_keys(&[("ops", "ops-key-0123456789"), ("ci", "ci-key-0123456789ab")]);
     let ops = auth
-        .authenticate(Some("Bearer ops-key-0123456789"), RESOURCE)
+        .authenticate(Some("Bearer ops-key-0123456789"), resource)
         .await
         .unwrap();
     assert_eq!(&*ops.client, "ops");
     let ci = auth
-        .authenticate(Some("Bearer ci-key-0123456789ab"), RESOURCE)
+        .authenticate(Some("Bearer ci-key-0123456789ab"), resource)
         .await
         .unwrap();
     assert_eq!(&*ci.client, "ci");
@@ -106,14 +108,14 @@ async fn api_keys_name_their_client_and_nothing_else_passes() {
     ] {
         assert!(
             matches!(
-                auth.authenticate(Some(bad), RESOURCE).await,
+                auth.authenticate(Some(bad), resource).await,
                 Err(AuthError::Invalid(_))
             ),
             "{bad}"
         );
     }
     assert_eq!(
-        auth.authenticate(None, RESOURCE).await,
+        auth.authenticate(None, resource).await,
         Err(AuthError::Missing)
     );
 }
@@ -122,17 +124,17 @@ async fn api_keys_name_their_client_and_nothing_else_passes() {
 async fn the_admin_key_is_separate_from_client_keys() {
     let auth = with_keys(&[("ops", "ops-key-0123456789")]);
     assert!(
-        auth.admits_admin(Some("Bearer admin-key-0123456789"), RESOURCE)
+        auth.admits_admin(Some("Bearer admin-key-0123456789"), resource)
             .await
             .is_ok()
     );
     assert!(
-        auth.admits_admin(Some("Bearer ops-key-0123456789"), RESOURCE)
+        auth.admits_admin(Some("Bearer ops-key-0123456789"), resource)
             .await
             .is_err()
     );
     assert_eq!(
-        auth.admits_admin(None, RESOURCE).await,
+        auth.admits_admin(None, resource).await,
         Err(AuthError::Missing)
     );
 }

@@ -28,7 +28,7 @@ pub(crate) async fn identify(
         return Ok(None);
     };
     match auth
-        .authenticate(authorization(headers), &resource_uri(state, headers))
+        .authenticate(authorization(headers), || resource_uri(state, headers))
         .await
     {
         Ok(identity) => Ok(Some(identity)),
@@ -177,7 +177,7 @@ pub(crate) async fn admit_admin(state: &AppState, headers: &HeaderMap) -> Result
     let Some(auth) = state.auth() else {
         return Ok(());
     };
-    auth.admits_admin(authorization(headers), &resource_uri(state, headers))
+    auth.admits_admin(authorization(headers), || resource_uri(state, headers))
         .await
         .map_err(|e| refuse(state, headers, &e))
 }
