@@ -376,7 +376,7 @@ impl OAuthServer {
         {
             return self.grant(pending.query, user).await;
         }
-        let id = clients::random_token(24);
+        let id = crate::seal::random_token(24);
         let asking = PendingConsent {
             query: pending.query,
             user,
@@ -471,7 +471,7 @@ impl OAuthServer {
     async fn grant(&self, query: HashMap<String, String>, user: User) -> Answer {
         let owner = Owner {
             user,
-            family: clients::random_token(18),
+            family: crate::seal::random_token(18),
         };
         tracing::info!(target: "mcpmux::audit", user = %owner.user.client, client_id = ?query.get("client_id"), "oauth_server: user authorized a client");
         self.decide(query, Decision::Grant(owner.encode())).await

@@ -90,6 +90,13 @@ impl Sealer {
     }
 }
 
+/// `len` random bytes in base64url: an unguessable id or token.
+pub(crate) fn random_token(len: usize) -> String {
+    let mut bytes = vec![0u8; len];
+    aws_lc_rs::rand::fill(&mut bytes).expect("the system random generator works");
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,8 +17,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, SystemTime};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use reqwest::Url;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -148,7 +146,7 @@ impl Connector {
         redirect: &Url,
     ) -> Result<FlowStart, CredentialError> {
         let store = self.store()?;
-        let id = random_token();
+        let id = crate::seal::random_token(32);
         let (url, verifier) = client.authorization_url(
             redirect,
             credentials.scopes(),
@@ -270,13 +268,6 @@ fn with_state(mut url: Url, state: &str) -> Url {
         .extend_pairs(pairs)
         .append_pair("state", state);
     url
-}
-
-/// 32 random bytes in base64url: an elicitation and claim id.
-fn random_token() -> String {
-    let mut bytes = [0u8; 32];
-    aws_lc_rs::rand::fill(&mut bytes).expect("the system random generator works");
-    URL_SAFE_NO_PAD.encode(bytes)
 }
 
 fn unix_ms(at: SystemTime) -> u64 {

@@ -26,6 +26,7 @@ use subtle::ConstantTimeEq as _;
 
 use super::state::{Lifetime, StateError, StateStore, now_ms};
 use crate::config::{Registration, sha256};
+use crate::seal::random_token;
 
 /// Documents kept in the cache at most; the oldest goes first.
 const CACHE_CAP: usize = 1000;
@@ -479,14 +480,6 @@ fn same_redirect(registered: &str, requested: &str) -> bool {
     let _ = a.set_port(None);
     let _ = b.set_port(None);
     a == b
-}
-
-/// `len` random bytes, base64url.
-pub(crate) fn random_token(len: usize) -> String {
-    use base64::Engine as _;
-    let mut bytes = vec![0u8; len];
-    aws_lc_rs::rand::fill(&mut bytes).expect("the system random generator works");
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {

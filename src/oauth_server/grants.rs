@@ -18,11 +18,12 @@ use oxide_auth::primitives::grant::{Extensions, Grant, Value as ExtensionValue};
 use oxide_auth::primitives::issuer::{IssuedToken, RefreshedToken, TokenType};
 use serde::{Deserialize, Serialize};
 
-use super::clients::{hex, random_token};
+use super::clients::hex;
 use super::keys::KeyRing;
 use super::provider::User;
 use super::state::{Lifetime, StateError, StateStore, now_ms};
 use crate::config::sha256;
+use crate::seal::random_token;
 
 /// A family's liveness is read from the store again after this long.
 const LIVE_CACHE: Duration = Duration::from_secs(5);
