@@ -226,10 +226,7 @@ fn main() -> ExitCode {
         Command::ExampleServer(args) => {
             let _log = logging::init(logging::Format::Text);
             // One thread: a demo server's echo costs no thread hop.
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("the tokio runtime starts");
+            let runtime = one_thread_runtime();
             match runtime.block_on(example_server::run(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -296,10 +293,7 @@ fn connections(command: Connections) -> ExitCode {
         Ok(store) => store,
         Err(e) => return connections_failure(&e),
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("the tokio runtime starts");
+    let runtime = one_thread_runtime();
     let done = runtime.block_on(async {
         match &command {
             Connections::List {
@@ -347,10 +341,7 @@ fn connections(command: Connections) -> ExitCode {
 /// connection or the gateway refused, 64 without MCPMUX_BEARER.
 fn disconnect(gateway: &str, upstream: &str) -> ExitCode {
     let bearer = std::env::var("MCPMUX_BEARER").unwrap_or_default();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("the tokio runtime starts");
+    let runtime = one_thread_runtime();
     match runtime.block_on(mcpmux::disconnect_own(gateway, &bearer, upstream)) {
         Ok(()) => {
             println!("disconnected from {upstream}");
@@ -376,10 +367,7 @@ fn rfc3339(ms: u64) -> String {
 /// nothing to revoke), 64 without MCPMUX_ADMIN_KEY or with a bad URL.
 fn grants(command: Grants) -> ExitCode {
     let key = std::env::var("MCPMUX_ADMIN_KEY").unwrap_or_default();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("the tokio runtime starts");
+    let runtime = one_thread_runtime();
     let done = runtime.block_on(async {
         match &command {
             Grants::List {
@@ -557,6 +545,15 @@ fn serve(cfg: Config, listen: Option<SocketAddr>, config_path: Option<PathBuf>) 
             }
         }
     })
+}
+
+/// A runtime on this thread alone: for commands that make a few requests,
+/// and the demo server.
+fn one_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts")
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -27,6 +27,18 @@ impl DisconnectError {
     }
 }
 
+/// The URL of the route `segments` at the gateway whose base (or MCP
+/// endpoint) URL is `gateway`, or why `--gateway` is no such URL.
+pub(crate) fn gateway_route(gateway: &str, segments: &[&str]) -> Result<Url, String> {
+    let mut url = Url::parse(gateway.trim_end_matches('/').trim_end_matches("/mcp"))
+        .map_err(|e| format!("--gateway {gateway:?}: {e}"))?;
+    url.path_segments_mut()
+        .map_err(|()| format!("--gateway {gateway:?} is not a base URL"))?
+        .pop_if_empty()
+        .extend(segments);
+    Ok(url)
+}
+
 /// Disconnects the user of `bearer` from `upstream` at the gateway whose
 /// base (or MCP endpoint) URL is `gateway`.
 pub async fn disconnect(
@@ -34,18 +46,13 @@ pub async fn disconnect(
     bearer: &str,
     upstream: &str,
 ) -> Result<(), DisconnectError> {
-    let base = Url::parse(gateway.trim_end_matches('/').trim_end_matches("/mcp"))
-        .map_err(|e| DisconnectError::Usage(format!("--gateway {gateway:?}: {e}")))?;
+    let url = gateway_route(gateway, &["oauth", "connections", upstream])
+        .map_err(DisconnectError::Usage)?;
     if bearer.trim().is_empty() {
         return Err(DisconnectError::Usage(
             "set MCPMUX_BEARER to your own API key or token for the gateway".into(),
         ));
     }
-    let mut url = base.clone();
-    url.path_segments_mut()
-        .map_err(|()| DisconnectError::Usage(format!("--gateway {gateway:?} is not a base URL")))?
-        .pop_if_empty()
-        .extend(["oauth", "connections", upstream]);
     let answer = reqwest::Client::new()
         .delete(url)
         .bearer_auth(bearer.trim())

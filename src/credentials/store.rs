@@ -16,7 +16,7 @@
 mod file;
 mod redis;
 
-pub(crate) use redis::{redact as redact_redis, secrets_of as redis_secrets};
+pub(crate) use redis::{lazy_manager as redis_manager, redact as redact_redis};
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

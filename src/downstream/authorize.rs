@@ -15,7 +15,8 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{RawQuery, State};
+use axum::extract::{FromRequest, FromRequestParts, RawQuery};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -81,14 +82,44 @@ async fn cors(request: axum::extract::Request, next: axum::middleware::Next) -> 
 /// Largest form body read (token, revocation and consent requests).
 const MAX_FORM: usize = 64 * 1024;
 
+/// The authorization server, or the 404 that says it is off (an extractor).
+pub(crate) struct Server(Arc<OAuthServer>);
+
 #[allow(clippy::result_large_err)]
-fn server(state: &AppState) -> Result<Arc<OAuthServer>, Response> {
+fn server_of(state: &AppState) -> Result<Arc<OAuthServer>, Response> {
     state.oauth_server.load_full().ok_or_else(|| {
         json_response(
             StatusCode::NOT_FOUND,
             &json!({"error": "not_found", "error_description": "this gateway has no authorization server (auth.oauth_server)"}),
         )
     })
+}
+
+impl FromRequestParts<Arc<AppState>> for Server {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        _: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        server_of(state).map(Server)
+    }
+}
+
+/// The server for an operator admitted by `auth.admin` (401 or 403 first,
+/// then the 404 when it is off).
+pub(crate) struct Operator(Arc<OAuthServer>);
+
+impl FromRequestParts<Arc<AppState>> for Operator {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        super::authn::admit_admin(state, &parts.headers).await?;
+        server_of(state).map(Operator)
+    }
 }
 
 fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
@@ -114,26 +145,44 @@ fn authorization(headers: &HeaderMap) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// A form body, or the 400/413 that says why not.
-#[allow(clippy::result_large_err)]
-fn form(headers: &HeaderMap, body: &Bytes) -> Result<Vec<(String, String)>, Response> {
-    if body.len() > MAX_FORM {
-        return Err(json_response(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &json!({"error": "invalid_request", "error_description": format!("the body is larger than {MAX_FORM} bytes")}),
-        ));
+/// A form body's pairs (an extractor): at most [`MAX_FORM`] bytes of
+/// `application/x-www-form-urlencoded`, else the 413 or 400 that says why.
+pub(crate) struct Form(Vec<(String, String)>);
+
+impl FromRequest<Arc<AppState>> for Form {
+    type Rejection = Response;
+
+    async fn from_request(
+        request: axum::extract::Request,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let form_type = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("application/x-www-form-urlencoded"));
+        let body = Bytes::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        if body.len() > MAX_FORM {
+            return Err(json_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &json!({"error": "invalid_request", "error_description": format!("the body is larger than {MAX_FORM} bytes")}),
+            ));
+        }
+        if !form_type {
+            return Err(json_response(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": "invalid_request", "error_description": "the body must be application/x-www-form-urlencoded"}),
+            ));
+        }
+        Ok(Form(pairs(&body)))
     }
-    let form_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("application/x-www-form-urlencoded"));
-    if !form_type {
-        return Err(json_response(
-            StatusCode::BAD_REQUEST,
-            &json!({"error": "invalid_request", "error_description": "the body must be application/x-www-form-urlencoded"}),
-        ));
-    }
-    Ok(pairs(body))
+}
+
+/// The parameters of a query string.
+fn query_pairs(query: Option<String>) -> Vec<(String, String)> {
+    pairs(query.unwrap_or_default().as_bytes())
 }
 
 /// An [`Answer`] as HTTP.
@@ -207,125 +256,69 @@ fn page(status: StatusCode, title: &str, html: &str) -> Response {
         .into_response()
 }
 
+/// A public document, cached by clients for five minutes.
+fn cached(document: serde_json::Value) -> Response {
+    (
+        [(header::CACHE_CONTROL, "max-age=300")],
+        axum::Json(document),
+    )
+        .into_response()
+}
+
 /// `GET /.well-known/oauth-authorization-server`.
-pub(crate) async fn metadata(State(state): State<Arc<AppState>>) -> Response {
-    match server(&state) {
-        Ok(server) => (
-            [(header::CACHE_CONTROL, "max-age=300")],
-            axum::Json(server.metadata()),
-        )
-            .into_response(),
-        Err(response) => response,
-    }
+pub(crate) async fn metadata(Server(server): Server) -> Response {
+    cached(server.metadata())
 }
 
 /// `GET /jwks.json`.
-pub(crate) async fn jwks(State(state): State<Arc<AppState>>) -> Response {
-    match server(&state) {
-        Ok(server) => (
-            [(header::CACHE_CONTROL, "max-age=300")],
-            axum::Json(server.jwks()),
-        )
-            .into_response(),
-        Err(response) => response,
-    }
+pub(crate) async fn jwks(Server(server): Server) -> Response {
+    cached(server.jwks())
 }
 
 /// `GET /authorize`.
-pub(crate) async fn authorize(
-    State(state): State<Arc<AppState>>,
-    RawQuery(query): RawQuery,
-) -> Response {
-    let server = match server(&state) {
-        Ok(server) => server,
-        Err(response) => return response,
-    };
-    respond(
-        server
-            .authorize(pairs(query.unwrap_or_default().as_bytes()))
-            .await,
-    )
+pub(crate) async fn authorize(Server(server): Server, RawQuery(query): RawQuery) -> Response {
+    respond(server.authorize(query_pairs(query)).await)
 }
 
 /// `GET /oauth/login/callback`.
-pub(crate) async fn login_callback(
-    State(state): State<Arc<AppState>>,
-    RawQuery(query): RawQuery,
-) -> Response {
-    let server = match server(&state) {
-        Ok(server) => server,
-        Err(response) => return response,
-    };
-    respond(
-        server
-            .login_callback(pairs(query.unwrap_or_default().as_bytes()))
-            .await,
-    )
+pub(crate) async fn login_callback(Server(server): Server, RawQuery(query): RawQuery) -> Response {
+    respond(server.login_callback(query_pairs(query)).await)
 }
 
 /// `POST /oauth/consent`.
-pub(crate) async fn consent(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let server = match server(&state) {
-        Ok(server) => server,
-        Err(response) => return response,
-    };
-    match form(&headers, &body) {
-        Ok(form) => respond(server.consent(form).await),
-        Err(response) => response,
-    }
+pub(crate) async fn consent(Server(server): Server, Form(form): Form) -> Response {
+    respond(server.consent(form).await)
 }
 
 /// `POST /token`.
 pub(crate) async fn token(
-    State(state): State<Arc<AppState>>,
+    Server(server): Server,
     headers: HeaderMap,
-    body: Bytes,
+    Form(form): Form,
 ) -> Response {
-    let server = match server(&state) {
-        Ok(server) => server,
-        Err(response) => return response,
-    };
-    match form(&headers, &body) {
-        Ok(form) => respond(server.token(form, authorization(&headers)).await),
-        Err(response) => response,
-    }
+    respond(server.token(form, authorization(&headers)).await)
 }
 
 /// `POST /revoke`.
 pub(crate) async fn revoke(
-    State(state): State<Arc<AppState>>,
+    Server(server): Server,
     headers: HeaderMap,
-    body: Bytes,
+    Form(form): Form,
 ) -> Response {
-    let server = match server(&state) {
-        Ok(server) => server,
-        Err(response) => return response,
-    };
-    match form(&headers, &body) {
-        Ok(form) => respond(
-            server
-                .revoke(form, authorization(&headers).as_deref())
-                .await,
-        ),
-        Err(response) => response,
-    }
+    respond(
+        server
+            .revoke(form, authorization(&headers).as_deref())
+            .await,
+    )
 }
 
 /// `POST /register`.
 pub(crate) async fn register(
-    State(state): State<Arc<AppState>>,
+    Server(server): Server,
     peer: ClientPeer,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let server = match server(&state) {
-        Ok(server) => server,
-        Err(response) => return response,
-    };
     if body.len() > MAX_REGISTRATION_BYTES {
         return json_response(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -342,19 +335,8 @@ pub(crate) async fn register(
 }
 
 /// `GET /oauth/grants[?user=NAME]`: the operator's list.
-pub(crate) async fn list_grants(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    if let Err(response) = super::authn::admit_admin(&state, &headers).await {
-        return response;
-    }
-    let server = match server(&state) {
-        Ok(server) => server,
-        Err(response) => return response,
-    };
-    let params = pairs(query.unwrap_or_default().as_bytes());
+pub(crate) async fn list_grants(Operator(server): Operator, RawQuery(query): RawQuery) -> Response {
+    let params = query_pairs(query);
     let user = params
         .iter()
         .find(|(k, _)| k == "user")
@@ -370,18 +352,10 @@ pub(crate) async fn list_grants(
 
 /// `DELETE /oauth/grants?user=NAME[&client_id=ID]`: revokes a user's grants.
 pub(crate) async fn revoke_grants(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    Operator(server): Operator,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if let Err(response) = super::authn::admit_admin(&state, &headers).await {
-        return response;
-    }
-    let server = match server(&state) {
-        Ok(server) => server,
-        Err(response) => return response,
-    };
-    let params = pairs(query.unwrap_or_default().as_bytes());
+    let params = query_pairs(query);
     let get = |name: &str| {
         params
             .iter()

@@ -4,7 +4,7 @@
 //! from the environment, never the command line; nothing here reads the
 //! state store.
 
-use reqwest::{Method, StatusCode, Url};
+use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 /// Why `mcpmux grants` did not do its work.
@@ -77,17 +77,13 @@ async fn send(
     key: &str,
     query: &[(&str, &str)],
 ) -> Result<Value, GrantsError> {
-    let mut url = Url::parse(gateway.trim_end_matches('/').trim_end_matches("/mcp"))
-        .map_err(|e| GrantsError::Usage(format!("--gateway {gateway:?}: {e}")))?;
+    let mut url = crate::credentials::own::gateway_route(gateway, &["oauth", "grants"])
+        .map_err(GrantsError::Usage)?;
     if key.trim().is_empty() {
         return Err(GrantsError::Usage(
             "set MCPMUX_ADMIN_KEY to the gateway's admin key (auth.admin)".into(),
         ));
     }
-    url.path_segments_mut()
-        .map_err(|()| GrantsError::Usage(format!("--gateway {gateway:?} is not a base URL")))?
-        .pop_if_empty()
-        .extend(["oauth", "grants"]);
     url.query_pairs_mut().extend_pairs(query);
     let answer = reqwest::Client::new()
         .request(method, url)

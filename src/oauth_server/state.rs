@@ -17,13 +17,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 
-use crate::credentials::store::{redact_redis, redis_secrets};
+use crate::credentials::store::{redact_redis, redis_manager};
 
-/// How long Redis may take to connect or answer.
-const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 /// Every Redis key of the authorization server starts with this.
 const REDIS_PREFIX: &str = "mcpmux:oauth:";
 
@@ -329,15 +327,7 @@ pub(crate) struct RedisState {
 
 impl RedisState {
     fn open(url: &str) -> Result<RedisState, StateError> {
-        let secrets = redis_secrets(url);
-        let fail = |e: redis::RedisError| StateError::Redis(redact_redis(e.to_string(), &secrets));
-        let client = redis::Client::open(url).map_err(fail)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(REDIS_TIMEOUT))
-            .set_response_timeout(Some(REDIS_TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(fail)?;
+        let (conn, secrets) = redis_manager(url).map_err(StateError::Redis)?;
         Ok(RedisState { conn, secrets })
     }
 
@@ -345,13 +335,18 @@ impl RedisState {
         StateError::Redis(redact_redis(e.to_string(), &self.secrets))
     }
 
-    async fn get(&self, key: &str) -> Result<Option<String>, StateError> {
+    /// `GET` or `GETDEL` of one key.
+    async fn read(&self, command: &str, key: &str) -> Result<Option<String>, StateError> {
         let mut conn = self.conn.clone();
-        redis::cmd("GET")
+        redis::cmd(command)
             .arg(format!("{REDIS_PREFIX}{key}"))
             .query_async(&mut conn)
             .await
             .map_err(|e| self.fail(e))
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<String>, StateError> {
+        self.read("GET", key).await
     }
 
     async fn put(
@@ -375,12 +370,7 @@ impl RedisState {
     }
 
     async fn take(&self, key: &str) -> Result<Option<String>, StateError> {
-        let mut conn = self.conn.clone();
-        redis::cmd("GETDEL")
-            .arg(format!("{REDIS_PREFIX}{key}"))
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.fail(e))
+        self.read("GETDEL", key).await
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<(String, String)>, StateError> {

@@ -315,6 +315,67 @@ async fn post_form(url: &str, form: &[(&str, &str)]) -> (u16, Value) {
     )
 }
 
+/// The `/authorize` URL at `base` of a code request for `resource`, with
+/// `verifier`'s S256 challenge.
+fn authorize_url(
+    base: &str,
+    client_id: &str,
+    redirect: &str,
+    verifier: &str,
+    resource: &str,
+) -> String {
+    let query = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", redirect),
+            ("code_challenge", s256(verifier).as_str()),
+            ("code_challenge_method", "S256"),
+            ("state", "st-1"),
+            ("resource", resource),
+        ])
+        .finish();
+    format!("{base}/authorize?{query}")
+}
+
+/// Exchanges `code` at `{base}/token` (with `verifier`, if any).
+async fn exchange_code(
+    base: &str,
+    client_id: &str,
+    code: &str,
+    redirect: &str,
+    verifier: Option<&str>,
+) -> (u16, Value) {
+    let mut form = vec![
+        ("grant_type", "authorization_code"),
+        ("code", code),
+        ("redirect_uri", redirect),
+        ("client_id", client_id),
+    ];
+    form.extend(verifier.map(|v| ("code_verifier", v)));
+    post_form(&format!("{base}/token"), &form).await
+}
+
+/// Registers a public client with `redirect` at `{base}/register`.
+async fn register_public(base: &str, redirect: &str) -> reqwest::Response {
+    register(
+        base,
+        json!({"redirect_uris": [redirect], "token_endpoint_auth_method": "none", "grant_types": ["authorization_code", "refresh_token"]}),
+    )
+    .await
+}
+
+/// POSTs client metadata to `{base}/register`.
+async fn register(base: &str, metadata: Value) -> reqwest::Response {
+    no_redirects()
+        .post(format!("{base}/register"))
+        .header("content-type", "application/json")
+        .body(metadata.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_errors() {
     let _browsers = BROWSERS.lock().await;
@@ -331,24 +392,16 @@ async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_erro
     let http = no_redirects();
 
     // Registration: a plain-http redirect URI to another host is refused.
-    let refused = http
-        .post(format!("{base}/register"))
-        .header("content-type", "application/json")
-        .body(json!({"redirect_uris": ["http://evil.example/cb"], "token_endpoint_auth_method": "none"}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let refused = register(
+        &base,
+        json!({"redirect_uris": ["http://evil.example/cb"], "token_endpoint_auth_method": "none"}),
+    )
+    .await;
     assert_eq!(refused.status(), 400);
     let body: Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
     assert_eq!(body["error"], "invalid_redirect_uri", "{body:#}");
     let callback = "http://127.0.0.1:9/cb";
-    let registered = http
-        .post(format!("{base}/register"))
-        .header("content-type", "application/json")
-        .body(json!({"redirect_uris": [callback], "token_endpoint_auth_method": "none", "grant_types": ["authorization_code", "refresh_token"]}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let registered = register_public(&base, callback).await;
     assert_eq!(registered.status(), 201);
     // A web host reads it too (CORS, no cookies).
     assert_eq!(registered.headers()["access-control-allow-origin"], "*");
@@ -370,27 +423,12 @@ async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_erro
             .contains("POST")
     );
 
-    let authorize = |client_id: &str, redirect: &str, challenge: &str| {
-        let query = url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs([
-                ("response_type", "code"),
-                ("client_id", client_id),
-                ("redirect_uri", redirect),
-                ("code_challenge", challenge),
-                ("code_challenge_method", "S256"),
-                ("state", "st-1"),
-                ("resource", resource.as_str()),
-            ])
-            .finish();
-        format!("{base}/authorize?{query}")
+    let authorize = |client_id: &str, redirect: &str, verifier: &str| {
+        authorize_url(&base, client_id, redirect, verifier, &resource)
     };
     // A redirect URI the client did not register: a page, never a redirect.
     let wrong = http
-        .get(authorize(
-            &client_id,
-            "http://127.0.0.1:9/other",
-            &s256("v"),
-        ))
+        .get(authorize(&client_id, "http://127.0.0.1:9/other", "v"))
         .send()
         .await
         .unwrap();
@@ -400,11 +438,7 @@ async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_erro
 
     // Client metadata documents that cannot be used.
     let not_https = http
-        .get(authorize(
-            "http://client.example/c.json",
-            callback,
-            &s256("v"),
-        ))
+        .get(authorize("http://client.example/c.json", callback, "v"))
         .send()
         .await
         .unwrap();
@@ -427,7 +461,7 @@ async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_erro
         (&slow, "not fetched within 1s"),
     ] {
         let answer = http
-            .get(authorize(url, callback, &s256("v")))
+            .get(authorize(url, callback, "v"))
             .send()
             .await
             .unwrap();
@@ -444,26 +478,13 @@ async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_erro
 
     // Codes from real logins at the provider.
     let login = |verifier: &'static str| {
-        let url = authorize(&client_id, callback, &s256(verifier));
+        let url = authorize(&client_id, callback, verifier);
         async move { browser_code(&url, "dave", callback).await.1 }
     };
     let token = format!("{base}/token");
     let exchange = |code: String, verifier: Option<&'static str>| {
-        let token = token.clone();
-        let client_id = client_id.clone();
-        async move {
-            let mut form = vec![
-                ("grant_type", "authorization_code".to_owned()),
-                ("code", code),
-                ("redirect_uri", callback.to_owned()),
-                ("client_id", client_id),
-            ];
-            if let Some(v) = verifier {
-                form.push(("code_verifier", v.to_owned()));
-            }
-            let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            post_form(&token, &form).await
-        }
+        let (base, client_id) = (base.clone(), client_id.clone());
+        async move { exchange_code(&base, &client_id, &code, callback, verifier).await }
     };
     let verifier = "a-verifier-of-enough-length-0123456789-abcdefghijkl";
     let (status, body) = exchange(login(verifier).await, None).await;
@@ -536,23 +557,13 @@ async fn bad_clients_redirects_verifiers_and_codes_are_refused_with_the_rfc_erro
         Some(json!({"client_id": url, "client_name": "document host", "redirect_uris": [callback], "token_endpoint_auth_method": "none"}).to_string())
     })
     .await;
-    let url = authorize(&document, callback, &s256(verifier));
+    let url = authorize(&document, callback, verifier);
     let (answer, code) = browser_code(&url, "dave", callback).await;
     assert!(
         answer["pages"].to_string().contains("gateway-consent"),
         "{answer:#}"
     );
-    let (status, tokens) = post_form(
-        &token,
-        &[
-            ("grant_type", "authorization_code"),
-            ("code", &code),
-            ("redirect_uri", callback),
-            ("client_id", &document),
-            ("code_verifier", verifier),
-        ],
-    )
-    .await;
+    let (status, tokens) = exchange_code(&base, &document, &code, callback, Some(verifier)).await;
     assert_eq!(status, 200, "{tokens:#}");
     assert!(tokens["refresh_token"].is_string(), "{tokens:#}");
     document_task.abort();
@@ -603,17 +614,10 @@ async fn two_replicas_sharing_redis_serve_each_step_of_a_login_and_share_refresh
     );
     let b = TestGateway::start(&format!("{config_b}{store}")).await;
     let base_b = base(&b);
-    let http = no_redirects();
     let callback = "http://127.0.0.1:9/cb";
 
     // Registered at B.
-    let registered = http
-        .post(format!("{base_b}/register"))
-        .header("content-type", "application/json")
-        .body(json!({"redirect_uris": [callback], "token_endpoint_auth_method": "none", "grant_types": ["authorization_code", "refresh_token"]}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let registered = register_public(&base_b, callback).await;
     assert_eq!(registered.status(), 201);
     let client: Value = serde_json::from_str(&registered.text().await.unwrap()).unwrap();
     let client_id = client["client_id"].as_str().unwrap().to_owned();
@@ -621,35 +625,15 @@ async fn two_replicas_sharing_redis_serve_each_step_of_a_login_and_share_refresh
     // Authorized at B, whose login comes back to A's callback (one issuer):
     // A takes the login B stored, asks the consent and issues the code.
     let verifier = "replica-verifier-of-enough-length-0123456789-abcdef";
-    let query = url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs([
-            ("response_type", "code"),
-            ("client_id", client_id.as_str()),
-            ("redirect_uri", callback),
-            ("code_challenge", s256(verifier).as_str()),
-            ("code_challenge_method", "S256"),
-            ("state", "st-r"),
-            ("resource", a.url.as_str()),
-        ])
-        .finish();
-    let (answer, code) =
-        browser_code(&format!("{base_b}/authorize?{query}"), "erin", callback).await;
+    let url = authorize_url(&base_b, &client_id, callback, verifier, &a.url);
+    let (answer, code) = browser_code(&url, "erin", callback).await;
     assert!(
         answer["pages"].to_string().contains("gateway-consent"),
         "{answer:#}"
     );
     // The code is exchanged at B.
-    let (status, tokens) = post_form(
-        &format!("{base_b}/token"),
-        &[
-            ("grant_type", "authorization_code"),
-            ("code", &code),
-            ("redirect_uri", callback),
-            ("client_id", &client_id),
-            ("code_verifier", verifier),
-        ],
-    )
-    .await;
+    let (status, tokens) =
+        exchange_code(&base_b, &client_id, &code, callback, Some(verifier)).await;
     assert_eq!(status, 200, "{tokens:#}");
     let access = tokens["access_token"].as_str().unwrap();
     assert_eq!(initialize_status(&b.url, access).await, 200);

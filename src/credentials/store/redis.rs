@@ -95,7 +95,7 @@ fn decode(part: &str) -> Option<String> {
 
 /// The parts of `url` that must not be shown: the password of its user
 /// info and a `password`/`pass` query parameter, as written and decoded.
-pub(crate) fn secrets_of(url: &str) -> Vec<String> {
+fn secrets_of(url: &str) -> Vec<String> {
     let mut found = Vec::new();
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
@@ -125,17 +125,25 @@ pub(crate) fn redact(message: String, secrets: &[String]) -> String {
         .fold(message, |m, secret| m.replace(secret.as_str(), "***"))
 }
 
+/// A lazily connecting, reconnecting `ConnectionManager` for `url` with 1 s
+/// timeouts, and the secrets its errors must not show; the error is
+/// already redacted.
+pub(crate) fn lazy_manager(url: &str) -> Result<(ConnectionManager, Vec<String>), String> {
+    let secrets = secrets_of(url);
+    let fail = |e: RedisError| redact(e.to_string(), &secrets);
+    let client = Client::open(url).map_err(fail)?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(TIMEOUT))
+        .set_response_timeout(Some(TIMEOUT))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_secs(1));
+    let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(fail)?;
+    Ok((conn, secrets))
+}
+
 impl RedisStore {
     pub(super) fn open(url: &str) -> Result<Self, StoreError> {
-        let secrets = secrets_of(url);
-        let fail = |e: RedisError| StoreError::Redis(redact(e.to_string(), &secrets));
-        let client = Client::open(url).map_err(fail)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(TIMEOUT))
-            .set_response_timeout(Some(TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(fail)?;
+        let (conn, secrets) = lazy_manager(url).map_err(StoreError::Redis)?;
         Ok(Self { conn, secrets })
     }
 
