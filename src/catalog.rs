@@ -12,12 +12,17 @@
 //! invalidates it and another replica with the same catalog accepts it.
 
 pub(crate) mod apps;
+mod build;
 pub(crate) mod naming;
 mod page;
 pub(crate) use page::Page;
+pub(crate) mod search;
 mod shape;
+pub(crate) mod view;
 
-use std::collections::{HashMap, HashSet};
+pub(crate) use view::ViewSpec;
+
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -132,6 +137,8 @@ pub(crate) struct UpstreamView {
 pub(crate) struct Target {
     pub upstream: Arc<str>,
     pub original: Box<str>,
+    /// Its policy key: the name with its upstream's prefix.
+    pub key: Box<str>,
 }
 
 /// One merged list, serialized item by item.
@@ -160,9 +167,14 @@ pub(crate) struct Subset<'a> {
     pub(crate) id: u64,
 }
 
-/// An immutable snapshot of the merged view.
+/// Who owns the gateway's own items (a progressive view's search tools).
+pub(crate) const GATEWAY_OWNER: &str = "mcpmux";
+
+/// An immutable snapshot of one view (the whole one, or an endpoint's).
 #[derive(Debug, Default)]
 pub(crate) struct Catalog {
+    /// What the view shows and how it names it.
+    spec: Arc<ViewSpec>,
     lists: [MergedList; 4],
     tools: HashMap<Box<str>, Target>,
     prompts: HashMap<Box<str>, Target>,
@@ -187,6 +199,10 @@ pub(crate) struct Catalog {
     shared_pages: page::SharedPages,
     /// Tools by their servers' names, and which tools show each app.
     apps: apps::AppIndex,
+    /// A progressive view's searchable tools; none: every tool is listed.
+    search: Option<search::Searchable>,
+    /// Items left out because their names collide under `prefix_mode: never`.
+    collisions: Vec<String>,
 }
 
 /// Why a cursor was refused.
@@ -202,6 +218,61 @@ pub(crate) enum CursorError {
 impl Catalog {
     pub(crate) fn tool(&self, exposed: &str) -> Option<&Target> {
         self.tools.get(exposed)
+    }
+
+    /// The endpoint this view is; none for the whole view.
+    pub(crate) fn view_name(&self) -> Option<&Arc<str>> {
+        self.spec.name.as_ref()
+    }
+
+    /// Whether the view shows `upstream`'s items at all.
+    pub(crate) fn shows_upstream(&self, upstream: &str) -> bool {
+        self.spec.shows_upstream(upstream)
+    }
+
+    /// Whether the view shows the item with policy key `key` (a URI read
+    /// or subscribed need not be listed): an app resource with a tool that
+    /// shows it, anything else as the view's `items` say.
+    pub(crate) fn admits(&self, key: &str) -> bool {
+        match self.apps.shown_by(key) {
+            Some(_) => true,
+            None => self.spec.selects(key),
+        }
+    }
+
+    /// The policy key of a tool or prompt the client named: its key when
+    /// the view has it, else the name itself.
+    pub(crate) fn key_of<'n>(&'n self, kind: ListKind, exposed: &'n str) -> &'n str {
+        let target = match kind {
+            ListKind::Tools => self.tools.get(exposed),
+            ListKind::Prompts => self.prompts.get(exposed),
+            _ => None,
+        };
+        target.map_or(exposed, |t| &t.key)
+    }
+
+    /// A progressive view's searchable tools.
+    pub(crate) fn searchable(&self) -> Option<&search::Searchable> {
+        self.search.as_ref()
+    }
+
+    /// Whether `key` is one of the gateway's own tools of a progressive
+    /// view (always visible: they only reach what the caller may see).
+    pub(crate) fn is_gateway_tool(&self, key: &str) -> bool {
+        self.search.is_some() && (key == search::SEARCH_TOOL || key == search::CALL_TOOL)
+    }
+
+    /// Items left out because their names collide under `prefix_mode: never`.
+    pub(crate) fn collisions(&self) -> &[String] {
+        &self.collisions
+    }
+
+    /// Appends one item to a list.
+    fn push(&mut self, kind: ListKind, raw: Box<RawValue>, key: &str, owner: &Arc<str>) {
+        let list = &mut self.lists[kind.index()];
+        list.items.push(raw);
+        list.keys.push(key.into());
+        list.owners.push(owner.clone());
     }
 
     /// Tools by their servers' own names, and the tools of app resources.
@@ -222,10 +293,19 @@ impl Catalog {
         self.prompts.get(exposed)
     }
 
-    /// Items in one list.
-    #[cfg(test)]
+    /// Items in one list (a progressive view's listed tools only).
     pub(crate) fn len(&self, kind: ListKind) -> usize {
         self.lists[kind.index()].items.len()
+    }
+
+    /// How the view names tools and prompts.
+    pub(crate) fn prefix_mode(&self) -> crate::config::PrefixMode {
+        self.spec.prefix_mode
+    }
+
+    /// The upstreams the view shows; none: all of them.
+    pub(crate) fn upstream_selection(&self) -> Option<&[Arc<str>]> {
+        self.spec.upstreams.as_deref()
     }
 
     /// Which upstream a client-visible URI belongs to, and the URI that
@@ -239,6 +319,7 @@ impl Catalog {
         let hidden = |upstream: &str| self.hidden_resources.iter().any(|h| &**h == upstream);
         if let Some((upstream, original)) = naming::split_uri(uri)
             && is_upstream(upstream)
+            && self.shows_upstream(upstream)
             && !self.plain_upstreams.iter().any(|p| &**p == upstream)
             && !hidden(upstream)
         {
@@ -303,29 +384,43 @@ impl Catalog {
     }
 }
 
-/// Holds the current [`Catalog`] and the per-upstream inputs it is built from.
+/// Holds the current [`Catalog`] of each view and the per-upstream inputs
+/// they are built from.
 pub(crate) struct CatalogStore {
-    snapshot: ArcSwap<Catalog>,
-    /// Config order of upstreams and their views (None while an upstream is down).
-    /// Held only by `publish`, never across an await.
+    snapshot: ArcSwap<Snapshots>,
+    /// Config order of upstreams and their views (None while an upstream
+    /// is down), and the views to build. Held only by a rebuild, never
+    /// across an await.
     sources: Mutex<Sources>,
+}
+
+/// The catalogs of one moment: the whole view and each endpoint's.
+#[derive(Default)]
+struct Snapshots {
+    whole: Arc<Catalog>,
+    endpoints: IndexMap<Arc<str>, Arc<Catalog>>,
 }
 
 struct Sources {
     order: IndexMap<Arc<str>, SourceEntry>,
+    whole: Arc<ViewSpec>,
+    endpoints: Vec<Arc<ViewSpec>>,
 }
 
 struct SourceEntry {
     prefix: String,
     namespace_uris: bool,
     view: Option<Arc<UpstreamView>>,
+    /// Its view when it was last up: names it had still count as taken
+    /// under `prefix_mode: on_collision` while it is down.
+    last_view: Option<Arc<UpstreamView>>,
     /// Its `tools`, `prompts` and `resources` shaping; none: as it is.
     shape: Option<Arc<shape::Shape>>,
 }
 
 impl CatalogStore {
     /// A store for these upstreams `(name, prefix, namespace_uris)`, in
-    /// config order, all down.
+    /// config order, all down, and the whole view only.
     pub(crate) fn new(upstreams: impl IntoIterator<Item = (Arc<str>, String, bool)>) -> Self {
         let order: IndexMap<Arc<str>, SourceEntry> = upstreams
             .into_iter()
@@ -334,50 +429,66 @@ impl CatalogStore {
                     prefix,
                     namespace_uris,
                     view: None,
+                    last_view: None,
                     shape: None,
                 };
                 (name, entry)
             })
             .collect();
-        let plain_upstreams = order
-            .iter()
-            .filter(|(_, e)| !e.namespace_uris)
-            .map(|(name, _)| name.clone())
-            .collect();
-        Self {
-            snapshot: ArcSwap::from_pointee(Catalog {
-                prefixes: prefixes_of(&order),
-                plain_upstreams,
-                ..Catalog::default()
-            }),
-            sources: Mutex::new(Sources { order }),
+        let sources = Sources {
+            order,
+            whole: Arc::new(ViewSpec::default()),
+            endpoints: Vec::new(),
+        };
+        let store = Self {
+            snapshot: ArcSwap::from_pointee(Snapshots::default()),
+            sources: Mutex::new(sources),
+        };
+        {
+            let mut sources = store.lock();
+            store.rebuild(&mut sources);
         }
+        store
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sources> {
+        self.sources.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Replaces the configured upstreams (a reload): views of upstreams that
     /// stay are kept, removed ones leave the view, new ones start empty.
-    /// Returns the list kinds whose merged content changed.
+    /// Returns the list kinds whose merged content changed in any view.
     pub(crate) fn set_upstreams(
         &self,
         upstreams: impl IntoIterator<Item = (Arc<str>, String, bool)>,
     ) -> Vec<ListKind> {
-        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sources = self.lock();
         let mut previous = std::mem::take(&mut sources.order);
         sources.order = upstreams
             .into_iter()
             .map(|(name, prefix, namespace_uris)| {
-                let (view, shape) = previous
+                let (view, last_view, shape) = previous
                     .shift_remove(&name)
-                    .map_or((None, None), |e| (e.view, e.shape));
+                    .map_or((None, None, None), |e| (e.view, e.last_view, e.shape));
                 let entry = SourceEntry {
                     prefix,
                     namespace_uris,
                     view,
+                    last_view,
                     shape,
                 };
                 (name, entry)
             })
             .collect();
+        self.rebuild(&mut sources)
+    }
+
+    /// Sets the views to build: the whole one and the endpoints (a start or
+    /// a reload). Returns the list kinds whose content changed in any view.
+    pub(crate) fn set_views(&self, whole: ViewSpec, endpoints: Vec<ViewSpec>) -> Vec<ListKind> {
+        let mut sources = self.lock();
+        sources.whole = Arc::new(whole);
+        sources.endpoints = endpoints.into_iter().map(Arc::new).collect();
         self.rebuild(&mut sources)
     }
 
@@ -388,7 +499,7 @@ impl CatalogStore {
         &self,
         shapes: impl IntoIterator<Item = (&'c str, &'c crate::config::ShapeConfig)>,
     ) -> Vec<ListKind> {
-        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sources = self.lock();
         for (name, config) in shapes {
             if let Some(entry) = sources.order.get_mut(name) {
                 entry.shape = (!config.is_identity()).then(|| Arc::new(shape::Shape::new(config)));
@@ -397,44 +508,121 @@ impl CatalogStore {
         self.rebuild(&mut sources)
     }
 
-    /// The current snapshot.
+    /// The current snapshot of the whole view.
     pub(crate) fn load(&self) -> Arc<Catalog> {
-        self.snapshot.load_full()
+        self.snapshot.load().whole.clone()
+    }
+
+    /// The current snapshot of a view: the whole one (none), or an
+    /// endpoint's (an empty catalog once the endpoint is gone).
+    pub(crate) fn load_view(&self, endpoint: Option<&str>) -> Arc<Catalog> {
+        let snapshots = self.snapshot.load();
+        match endpoint {
+            None => snapshots.whole.clone(),
+            Some(name) => snapshots.endpoints.get(name).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// The catalog `spec` would have now, without putting it in force (to
+    /// check a config before it is applied).
+    pub(crate) fn preview(&self, spec: &ViewSpec) -> Catalog {
+        build::build(&self.lock().order, spec)
+    }
+
+    /// Every endpoint's current snapshot, in config order.
+    pub(crate) fn endpoints(&self) -> Vec<Arc<Catalog>> {
+        self.snapshot.load().endpoints.values().cloned().collect()
     }
 
     /// Replaces one upstream's view (`None` when it goes down) and swaps in
-    /// the rebuilt catalog. Returns the list kinds whose merged content changed.
+    /// the rebuilt catalogs. Returns the list kinds whose content changed.
     pub(crate) fn publish(&self, upstream: &str, view: Option<Arc<UpstreamView>>) -> Vec<ListKind> {
-        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sources = self.lock();
         let Some(entry) = sources.order.get_mut(upstream) else {
             return Vec::new();
         };
+        if view.is_some() {
+            entry.last_view = view.clone();
+        }
         entry.view = view;
         self.rebuild(&mut sources)
     }
 
-    /// Swaps in a catalog built from `sources`; returns the changed kinds.
+    /// Swaps in catalogs built from `sources`; returns the kinds that
+    /// changed in any view.
     fn rebuild(&self, sources: &mut Sources) -> Vec<ListKind> {
         let old = self.snapshot.load();
-        let mut next = build(&sources.order);
         let mut changed = Vec::new();
-        for kind in ListKind::ALL {
-            let i = kind.index();
-            let same = old.lists[i].items.len() == next.lists[i].items.len()
-                && old.lists[i]
-                    .items
-                    .iter()
-                    .zip(&next.lists[i].items)
-                    .all(|(a, b)| a.get() == b.get());
-            if same {
-                next.lists[i].version = old.lists[i].version;
-            } else {
-                next.lists[i].version = list_digest(&next.lists[i]);
-                changed.push(kind);
+        let mut next = |spec: &Arc<ViewSpec>, old: Option<&Catalog>| {
+            let mut catalog = build::build(&sources.order, spec);
+            catalog.spec = spec.clone();
+            for kind in ListKind::ALL {
+                let fresh = finish_version(&mut catalog, old, kind);
+                if fresh && !changed.contains(&kind) {
+                    changed.push(kind);
+                }
+            }
+            Arc::new(catalog)
+        };
+        let whole = next(&sources.whole, Some(&old.whole));
+        let endpoints = sources
+            .endpoints
+            .iter()
+            .filter_map(|spec| {
+                let name = spec.name.clone()?;
+                let previous = old.endpoints.get(&name).map(|c| &**c);
+                Some((name, next(spec, previous)))
+            })
+            .collect();
+        // An endpoint that went away changed everything its clients saw.
+        if old.endpoints.keys().any(|name| {
+            !sources
+                .endpoints
+                .iter()
+                .any(|s| s.name.as_ref() == Some(name))
+        }) {
+            for kind in ListKind::ALL {
+                if !changed.contains(&kind) {
+                    changed.push(kind);
+                }
             }
         }
-        self.snapshot.store(Arc::new(next));
+        self.snapshot
+            .store(Arc::new(Snapshots { whole, endpoints }));
         changed
+    }
+}
+
+/// Gives `next`'s list of `kind` its version: the old one when its content
+/// is the same (a progressive view's searchable tools included), else a
+/// digest of it. True when it changed.
+fn finish_version(next: &mut Catalog, old: Option<&Catalog>, kind: ListKind) -> bool {
+    let i = kind.index();
+    let same_items = |a: &[Box<RawValue>], b: &[Box<RawValue>]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.get() == b.get())
+    };
+    let same = old.is_some_and(|old| {
+        same_items(&old.lists[i].items, &next.lists[i].items)
+            && (kind != ListKind::Tools
+                || match (&old.search, &next.search) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => same_items(&a.items, &b.items),
+                    _ => false,
+                })
+    });
+    match (same, old) {
+        (true, Some(old)) => {
+            next.lists[i].version = old.lists[i].version;
+            false
+        }
+        _ => {
+            let mut version = list_digest(&next.lists[i]);
+            if let (ListKind::Tools, Some(search)) = (kind, &next.search) {
+                version ^= stable_digest(search.items.iter().map(|item| item.get().as_bytes()));
+            }
+            next.lists[i].version = version;
+            old.is_some() || version != 0
+        }
     }
 }
 
@@ -470,160 +658,40 @@ pub(crate) fn stable_digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u6
     u64::from_be_bytes(first)
 }
 
-/// The configured name prefixes, longest first (so `a-b__` wins over `a__`
-/// only when it is the real one).
-fn prefixes_of(order: &IndexMap<Arc<str>, SourceEntry>) -> Vec<(String, Arc<str>)> {
-    let mut prefixes: Vec<(String, Arc<str>)> = order
-        .iter()
-        .filter(|(_, e)| !e.prefix.is_empty())
-        .map(|(name, e)| {
-            (
-                format!("{}{}", e.prefix, naming::NAME_SEPARATOR),
-                name.clone(),
-            )
-        })
-        .collect();
-    prefixes.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
-    prefixes
-}
-
-/// Builds a merged catalog from the upstream views in config order.
-fn build(order: &IndexMap<Arc<str>, SourceEntry>) -> Catalog {
-    let mut catalog = Catalog {
-        plain_upstreams: order
-            .iter()
-            .filter(|(_, e)| !e.namespace_uris)
-            .map(|(name, _)| name.clone())
-            .collect(),
-        prefixes: prefixes_of(order),
-        ..Catalog::default()
-    };
-    // An upstream listing one URI twice would otherwise show it twice.
-    let mut seen_uris = HashSet::new();
-    for (name, entry) in order {
-        let shape = entry.shape.as_deref();
-        if shape.is_some_and(|s| !s.resources()) {
-            catalog.hidden_resources.push(name.clone());
+/// A progressive view's two tools, as `(name, JSON)`.
+fn meta_tools() -> [(&'static str, Box<RawValue>); 2] {
+    let search = serde_json::json!({
+        "name": search::SEARCH_TOOL,
+        "title": "Search tools",
+        "description": "Searches the tools of this server by what they do and returns the best matches with their full input schemas. Call a match with call_tool.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": { "type": "string", "description": "What the tool should do, in a few words" },
+                "limit": { "type": "integer", "minimum": 1, "maximum": crate::config::MAX_SEARCH_RESULTS, "description": "Most matches to return" }
+            },
+            "required": ["query"]
+        },
+        "annotations": { "readOnlyHint": true, "idempotentHint": true, "openWorldHint": false }
+    });
+    let call = serde_json::json!({
+        "name": search::CALL_TOOL,
+        "title": "Call a tool",
+        "description": "Calls a tool found with search_tools, by its name, with its arguments.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "name": { "type": "string", "description": "The tool's name, as search_tools gave it" },
+                "arguments": { "type": "object", "description": "The tool's arguments, as its input schema says" }
+            },
+            "required": ["name"]
         }
-        let Some(view) = &entry.view else { continue };
-        if let Some(text) = view
-            .instructions
-            .as_deref()
-            .filter(|t| !t.trim().is_empty())
-        {
-            catalog
-                .instruction_sections
-                .push((name.clone(), text.trim().to_owned()));
-        }
-        for kind in ListKind::ALL {
-            if matches!(kind, ListKind::Resources | ListKind::Templates)
-                && shape.is_some_and(|s| !s.resources())
-            {
-                continue;
-            }
-            for item in view.lists.get(kind) {
-                let mut item = item.clone();
-                match kind {
-                    ListKind::Tools | ListKind::Prompts => {
-                        let header_params = match kind {
-                            ListKind::Tools => {
-                                match item.get("inputSchema").map(crate::xheader::from_schema) {
-                                    Some(Err(why)) => {
-                                        tracing::warn!(upstream = %name, tool = ?item.get("name"), reason = %why, "tool left out: invalid x-mcp-header annotation");
-                                        continue;
-                                    }
-                                    Some(Ok(params)) => params,
-                                    None => Vec::new(),
-                                }
-                            }
-                            _ => Vec::new(),
-                        };
-                        let original = item
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_owned();
-                        let hint = |key: &str| {
-                            item.get("annotations").and_then(|a| a.get(key))
-                                == Some(&Value::Bool(true))
-                        };
-                        let repeatable = kind == ListKind::Tools
-                            && hint("readOnlyHint")
-                            && hint("idempotentHint");
-                        // Shaping may leave it out, rename it, override fields.
-                        let shown = match shape {
-                            Some(shape) => match shape.apply(kind, &original, &mut item) {
-                                Some(shown) => shown,
-                                None => continue,
-                            },
-                            None => original.clone(),
-                        };
-                        let names = if kind == ListKind::Tools {
-                            &mut catalog.tools
-                        } else {
-                            &mut catalog.prompts
-                        };
-                        let exposed = unique_name(names, &entry.prefix, name, &shown, kind);
-                        item.insert("name".into(), Value::String(exposed.clone()));
-                        if kind == ListKind::Tools {
-                            let app =
-                                apps::namespace_tool_meta(&mut item, name, entry.namespace_uris);
-                            catalog.apps.add_tool(&exposed, &original, app);
-                        }
-                        if !header_params.is_empty() {
-                            catalog
-                                .tool_headers
-                                .insert(exposed.clone().into_boxed_str(), header_params.into());
-                        }
-                        if repeatable {
-                            catalog
-                                .repeatable_tools
-                                .insert(exposed.clone().into_boxed_str());
-                        }
-                        names.insert(
-                            exposed.into_boxed_str(),
-                            Target {
-                                upstream: name.clone(),
-                                original: original.into_boxed_str(),
-                            },
-                        );
-                    }
-                    ListKind::Resources => {
-                        if entry.namespace_uris {
-                            namespace_member(&mut item, "uri", name);
-                        }
-                        let Some(uri) = item.get("uri").and_then(Value::as_str) else {
-                            continue;
-                        };
-                        if !seen_uris.insert(uri.to_owned()) {
-                            continue;
-                        }
-                        if !entry.namespace_uris {
-                            catalog.plain_uris.insert(uri.into(), name.clone());
-                        }
-                    }
-                    ListKind::Templates if entry.namespace_uris => {
-                        namespace_member(&mut item, "uriTemplate", name);
-                    }
-                    ListKind::Templates => {}
-                }
-                if let Ok(raw) = serde_json::value::to_raw_value(&item) {
-                    let key_member = match kind {
-                        ListKind::Tools | ListKind::Prompts => "name",
-                        ListKind::Resources => "uri",
-                        ListKind::Templates => "uriTemplate",
-                    };
-                    let key = item.get(key_member).and_then(Value::as_str);
-                    let list = &mut catalog.lists[kind.index()];
-                    list.items.push(raw);
-                    list.keys.push(key.unwrap_or_default().into());
-                    list.owners.push(name.clone());
-                }
-            }
-        }
-    }
-    catalog.instructions = merged_instructions(catalog.instruction_sections.iter());
-    catalog
+    });
+    let raw = |v: Value| serde_json::value::to_raw_value(&v).expect("static JSON");
+    [
+        (search::SEARCH_TOOL, raw(search)),
+        (search::CALL_TOOL, raw(call)),
+    ]
 }
 
 /// One `instructions` text from upstreams' sections, or none without any.
@@ -641,42 +709,9 @@ fn merged_instructions<'a>(
     })
 }
 
-/// The exposed name for `original`, made unique among `taken` deterministically.
-fn unique_name(
-    taken: &HashMap<Box<str>, Target>,
-    prefix: &str,
-    upstream: &str,
-    original: &str,
-    kind: ListKind,
-) -> String {
-    let base = naming::exposed_name(prefix, original);
-    if !taken.contains_key(base.as_str()) {
-        return base;
-    }
-    let mut seed = format!("{upstream}\0{original}");
-    loop {
-        let candidate = naming::with_hash_suffix(&base, &seed);
-        if !taken.contains_key(candidate.as_str()) {
-            tracing::warn!(
-                upstream = %upstream,
-                original = %original,
-                exposed = %candidate,
-                kind = kind.result_key(),
-                "name collision: exposing under a hashed name"
-            );
-            return candidate;
-        }
-        seed.push('\0');
-    }
-}
-
-fn namespace_member(item: &mut Map<String, Value>, key: &str, upstream: &str) {
-    if let Some(Value::String(uri)) = item.get_mut(key) {
-        *uri = naming::namespaced_uri(upstream, uri);
-    }
-}
-
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod view_tests;

@@ -8,6 +8,7 @@
 //! whose `Debug` prints a mask.
 
 mod auth;
+mod endpoints;
 mod expand;
 mod oauth_server;
 mod pages;
@@ -22,6 +23,9 @@ mod upstream_auth;
 #[cfg(test)]
 pub(crate) use auth::ApiKey;
 pub(crate) use auth::{AdminAccess, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
+pub(crate) use endpoints::{
+    EndpointConfig, MAX_SEARCH_RESULTS, Naming, PrefixMode, SearchConfig, naming_issue,
+};
 pub(crate) use oauth_server::{
     ClaimNames, Consent, OAuthServerConfig, ProviderConfig, Registration, signing_algorithm,
 };
@@ -122,6 +126,11 @@ pub struct Config {
     pub(crate) tracing: TracingConfig,
     /// Where upstream tokens of users who connected their accounts are kept.
     pub(crate) credentials: CredentialsConfig,
+    /// How the whole view (`/mcp`) names tools and prompts; endpoints
+    /// inherit it unless they set their own.
+    pub(crate) naming: Naming,
+    /// More views, each at `/mcp/<name>`, in file order.
+    pub(crate) endpoints: Vec<EndpointConfig>,
 }
 
 /// A per-client request rate: `requests_per_second`, after a `burst`.
@@ -433,6 +442,10 @@ struct RawConfig {
     tracing: Option<telemetry::RawTracing>,
     #[serde(default)]
     credentials: Option<upstream_auth::RawCredentials>,
+    #[serde(default)]
+    prefix_mode: Option<Spanned<String>>,
+    #[serde(default)]
+    endpoints: Option<Spanned<IndexMap<Spanned<String>, endpoints::RawEndpoint>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -833,6 +846,14 @@ impl RawConfig {
             );
         }
 
+        let naming = endpoints::naming(self.prefix_mode.as_ref(), "prefix_mode", &mut p);
+        let upstream_names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+        let endpoints = self
+            .endpoints
+            .as_ref()
+            .map(|raw| endpoints::validate(raw, &upstream_names, auth.as_ref(), naming, &mut p))
+            .unwrap_or_default();
+
         if !p.issues.is_empty() {
             p.issues.sort_by_key(|i| (i.line, i.column));
             return Err(p.issues);
@@ -864,6 +885,8 @@ impl RawConfig {
             session_store,
             tracing,
             credentials,
+            naming,
+            endpoints,
         })
     }
 }

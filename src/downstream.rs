@@ -15,6 +15,7 @@
 pub(crate) mod authn;
 pub(crate) mod authorize;
 pub(crate) mod dispatch;
+pub(crate) mod endpoint;
 pub(crate) mod http;
 pub(crate) mod legacy_sse;
 pub(crate) mod listen;
@@ -106,6 +107,8 @@ pub(crate) struct AppState {
     pub tracker: tokio_util::task::TaskTracker,
     /// The config in force and the last reload, for the operator's page.
     pub ui: ui::UiState,
+    /// The endpoints served at `/mcp/<name>`; swapped whole by a reload.
+    pub endpoints: arc_swap::ArcSwap<endpoint::Endpoints>,
 }
 
 impl AppState {
@@ -138,6 +141,32 @@ impl AppState {
                 .rate_limit
                 .map(|limit| Arc::new(throttle::Throttle::new(limit))),
         );
+        self.set_endpoints(&config.endpoints);
+    }
+
+    /// Puts a reloaded config's endpoints in force. Sessions of an endpoint
+    /// that is gone end; those of endpoints that stay are kept.
+    pub(crate) fn set_endpoints(&self, configs: &[crate::config::EndpointConfig]) {
+        let endpoints = endpoint::endpoints_of(configs);
+        if **self.endpoints.load() == endpoints {
+            return;
+        }
+        let orphans: Vec<Arc<str>> = self
+            .sessions
+            .all()
+            .into_iter()
+            .filter(|s| {
+                s.subscriber
+                    .endpoint()
+                    .is_some_and(|e| !endpoints.contains_key(e))
+            })
+            .map(|s| s.id.clone())
+            .collect();
+        self.endpoints.store(Arc::new(endpoints));
+        for id in orphans {
+            self.sessions
+                .close(&id, session::CloseReason::EndpointRemoved);
+        }
     }
 
     /// Takes one request from the caller's rate budget; the 429 when it
@@ -257,6 +286,15 @@ pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
         )
         .route("/sse", get(legacy_sse::open))
         .route("/message", axum::routing::post(legacy_sse::message))
+        .route(
+            "/mcp/{endpoint}",
+            get(stream::get).post(http::post).delete(http::delete),
+        )
+        .route("/mcp/{endpoint}/sse", get(legacy_sse::open))
+        .route(
+            "/mcp/{endpoint}/message",
+            axum::routing::post(legacy_sse::message),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
@@ -395,9 +433,12 @@ async fn status(
             }
         }
     }
+    let (view, endpoints) = endpoint::status(&state);
     axum::Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "upstreams": upstreams,
+        "view": view,
+        "endpoints": endpoints,
         "sessions": state.sessions.len(),
         "sessionsEvicted": state.sessions.evicted(),
         "connections": state.connections.get().map(|c| c.open.load(std::sync::atomic::Ordering::Relaxed)),
@@ -454,6 +495,7 @@ async fn metrics(
     };
     let mut body = state.router.metrics().render(&snapshot, hub.counts());
     body.extend(shared::metrics(&state));
+    body.push_str(&endpoint::metrics(&state));
     (
         [(
             header::CONTENT_TYPE,

@@ -174,8 +174,20 @@ impl Gateway {
             )
         })));
         catalog.set_shapes(config.upstreams.iter().map(|u| (u.name.as_str(), &u.shape)));
+        catalog.set_views(
+            catalog::ViewSpec::whole(config.naming.prefix_mode),
+            config
+                .endpoints
+                .iter()
+                .map(catalog::ViewSpec::endpoint)
+                .collect(),
+        );
         let upstreams = Arc::new(UpstreamSet::default());
-        let views = Arc::new(policy::Views::new(catalog.clone(), config.policy.as_ref()));
+        let views = Arc::new(policy::Views::new(
+            catalog.clone(),
+            config.policy.as_ref(),
+            &config.endpoints,
+        ));
         let interest = Arc::new(upstream::Interest::new(upstreams.clone()));
         let hub = Arc::new(NotifyHub::with_views(interest.clone(), views));
         let connector = credentials::connector_for(&config);
@@ -240,6 +252,9 @@ impl Gateway {
             connector,
             tracker: tracker.clone(),
             ui: downstream::ui::UiState::new(&config),
+            endpoints: arc_swap::ArcSwap::from_pointee(downstream::endpoint::endpoints_of(
+                &config.endpoints,
+            )),
         });
         spawn_forgetting(state.clone(), upstream_shutdown.clone(), &tracker);
         if let Some(store) = &store {
@@ -314,7 +329,8 @@ impl Gateway {
     /// clients whose view changed are told.
     pub async fn reload(&self, config: &Config) -> ReloadDiff {
         let diff = self.manager.apply(&config.upstreams).await;
-        self.manager.apply_policy(config.policy.as_ref());
+        self.manager.apply_views(config);
+        self.state.set_endpoints(&config.endpoints);
         self.state.ui.reloaded(Some(config), diff.summary());
         diff
     }
@@ -438,6 +454,20 @@ impl Gateway {
         }
     }
 
+    /// Once every upstream's first start settled, the names that collide in
+    /// a view that names items by `prefix_mode: never` (none: the config
+    /// holds). Resolves at once when no view does.
+    pub async fn naming_conflicts_once_settled(&self) -> Vec<Issue> {
+        let never = std::iter::once(self.config.naming)
+            .chain(self.config.endpoints.iter().map(|e| e.naming))
+            .any(|n| n.prefix_mode == config::PrefixMode::Never);
+        if !never {
+            return Vec::new();
+        }
+        self.settled().await;
+        reload::naming_conflicts(self.state.router.catalog(), &self.config)
+    }
+
     /// Graceful shutdown: stop accepting, let in-flight requests finish
     /// within `shutdown_grace`, then stop every upstream child.
     pub async fn shutdown(self) {
@@ -486,12 +516,39 @@ pub async fn run(
     listener: TcpListener,
     signal: impl Future<Output = ()>,
     config_path: Option<std::path::PathBuf>,
-) -> std::io::Result<()> {
+) -> Result<(), RunError> {
     let gateway = Gateway::start(config, listener)?;
     if let Some(path) = config_path {
         gateway.watch_config(path);
     }
-    signal.await;
+    let mut signal = std::pin::pin!(signal);
+    let refused = {
+        let conflicts = std::pin::pin!(gateway.naming_conflicts_once_settled());
+        match futures_util::future::select(signal.as_mut(), conflicts).await {
+            futures_util::future::Either::Left(((), _)) => None,
+            futures_util::future::Either::Right((issues, _)) => Some(issues),
+        }
+    };
+    match refused {
+        Some(issues) if !issues.is_empty() => {
+            gateway.shutdown().await;
+            return Err(RunError::Names(issues));
+        }
+        Some(_) => signal.await,
+        None => {}
+    }
     gateway.shutdown().await;
     Ok(())
+}
+
+/// Why [`run`] ended before its signal.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Names collide in a view that names items by `prefix_mode: never`,
+    /// each at the line and column of that `prefix_mode`.
+    #[error("{}", .0.iter().map(|i| format!("{}:{}: {}", i.line, i.column, i.message)).collect::<Vec<_>>().join("\n"))]
+    Names(Vec<Issue>),
 }

@@ -70,6 +70,7 @@ impl LocalSession {
             log_level: None,
             identity: self.identity.clone(),
             session_id: None,
+            endpoint: None,
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         send(&self.state, &ctx, id, method, &params).await
@@ -148,6 +149,7 @@ impl LocalStateless {
             log_level: None,
             identity: self.identity.clone(),
             session_id: None,
+            endpoint: None,
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         send(&self.state, &ctx, id, method, &params).await

@@ -39,7 +39,9 @@ RUST_LOG=mcpmux=debug. Variables named in the config as ${VAR} or
 ${VAR:-default} are read at start and on each reload.
 
 Exit status: 0 after a clean shutdown, 64 when the config is invalid (each
-error with file:line:column), 1 when the address cannot be bound.";
+error with file:line:column; also when a view with `prefix_mode: never`
+has colliding names once the upstreams started), 1 when the address cannot
+be bound.";
 
 #[derive(Parser)]
 #[command(
@@ -537,8 +539,22 @@ fn serve(cfg: Config, listen: Option<SocketAddr>, config_path: Option<PathBuf>) 
         if config_path.is_none() {
             absorb_hangups();
         }
+        let file = config_path.as_ref().map_or_else(
+            || "(embedded demo config)".to_owned(),
+            |p| p.display().to_string(),
+        );
         match mcpmux::run(cfg, listener, shutdown_signal(), config_path).await {
             Ok(()) => ExitCode::SUCCESS,
+            Err(mcpmux::RunError::Names(issues)) => {
+                // The config cannot hold with these upstreams: a config error.
+                for issue in issues {
+                    eprintln!(
+                        "mcpmux: config error: {file}:{}:{}: {}",
+                        issue.line, issue.column, issue.message
+                    );
+                }
+                ExitCode::from(EXIT_USAGE)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "gateway failed");
                 ExitCode::FAILURE

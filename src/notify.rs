@@ -50,7 +50,9 @@ pub(crate) struct Subscriber {
     only_upstream: Option<Arc<str>>,
     /// The authenticated client it belongs to; set once.
     identity: std::sync::OnceLock<Arc<Identity>>,
-    /// The views it was last told about, under a policy.
+    /// The endpoint it belongs to; none: the whole view (`/mcp`).
+    endpoint: Option<Arc<str>>,
+    /// The views it was last told about.
     seen: Seen,
     /// Requests upstreams asked of this client, waiting for its answers.
     pub(crate) asks: asks::Asks,
@@ -93,6 +95,11 @@ impl Subscriber {
     /// The authenticated client it belongs to, if any.
     pub(crate) fn identity(&self) -> Option<&Arc<Identity>> {
         self.identity.get()
+    }
+
+    /// The endpoint it belongs to; none: the whole view.
+    pub(crate) fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
     }
 
     /// The client's declared name and version, if it sent `clientInfo`.
@@ -211,21 +218,44 @@ impl NotifyHub {
     }
 
     /// A new subscriber with an empty outbox that wants every list kind.
+    #[cfg(test)]
     pub(crate) fn register(&self) -> Arc<Subscriber> {
         self.register_as(None)
     }
 
-    /// A new subscriber of `identity` (a session) that wants every list kind.
+    /// A new subscriber of `identity` (a session of the whole view) that
+    /// wants every list kind.
     pub(crate) fn register_as(&self, identity: Option<Arc<Identity>>) -> Arc<Subscriber> {
+        self.register_at(None, identity)
+    }
+
+    /// A new subscriber of `identity` (a session) of an endpoint's view
+    /// (none: the whole one) that wants every list kind.
+    pub(crate) fn register_at(
+        &self,
+        endpoint: Option<Arc<str>>,
+        identity: Option<Arc<Identity>>,
+    ) -> Arc<Subscriber> {
         let subscriber = self.insert(
             Outbox::new(self.counts.clone(), None),
             ListFilter::ALL,
             None,
+            endpoint,
         );
-        if let Some(identity) = identity {
-            self.bind_identity(&subscriber, identity);
-        }
+        self.bind_or_baseline(&subscriber, identity);
         subscriber
+    }
+
+    /// Binds `identity`, or records the subscriber's view without one.
+    fn bind_or_baseline(&self, subscriber: &Subscriber, identity: Option<Arc<Identity>>) {
+        match identity {
+            Some(identity) => self.bind_identity(subscriber, identity),
+            None => {
+                if let Some(views) = &self.views {
+                    views.baseline(subscriber.endpoint(), None, &subscriber.seen);
+                }
+            }
+        }
     }
 
     /// A new modern listen stream of `identity`: only the kinds in `wants`,
@@ -234,13 +264,17 @@ impl NotifyHub {
         &self,
         wants: ListFilter,
         tag: String,
+        endpoint: Option<Arc<str>>,
         identity: Option<Arc<Identity>>,
     ) -> Arc<Subscriber> {
         self.listeners.fetch_add(1, Ordering::Relaxed);
-        let subscriber = self.insert(Outbox::new(self.counts.clone(), Some(tag)), wants, None);
-        if let Some(identity) = identity {
-            self.bind_identity(&subscriber, identity);
-        }
+        let subscriber = self.insert(
+            Outbox::new(self.counts.clone(), Some(tag)),
+            wants,
+            None,
+            endpoint,
+        );
+        self.bind_or_baseline(&subscriber, identity);
         subscriber
     }
 
@@ -250,13 +284,18 @@ impl NotifyHub {
         if subscriber.identity.set(identity).is_ok()
             && let (Some(views), Some(identity)) = (&self.views, subscriber.identity())
         {
-            views.baseline(identity, &subscriber.seen);
+            views.baseline(subscriber.endpoint(), Some(identity), &subscriber.seen);
         }
     }
 
     /// The identity of subscriber `id`, if it has one.
     pub(crate) fn identity_of(&self, id: SubscriberId) -> Option<Arc<Identity>> {
         self.subscribers.get(&id)?.identity().cloned()
+    }
+
+    /// The endpoint of subscriber `id`; none: the whole view (or unknown).
+    pub(crate) fn endpoint_of(&self, id: SubscriberId) -> Option<Arc<str>> {
+        self.subscribers.get(&id)?.endpoint.clone()
     }
 
     /// A modern request's log tap: `upstream`'s log messages at `level` or
@@ -267,7 +306,12 @@ impl NotifyHub {
             prompts: false,
             resources: false,
         };
-        let tap = self.insert(Outbox::new(self.counts.clone(), None), none, Some(upstream));
+        let tap = self.insert(
+            Outbox::new(self.counts.clone(), None),
+            none,
+            Some(upstream),
+            None,
+        );
         self.set_log_level(&tap, level);
         tap
     }
@@ -277,6 +321,7 @@ impl NotifyHub {
         outbox: Outbox,
         wants: ListFilter,
         only_upstream: Option<Arc<str>>,
+        endpoint: Option<Arc<str>>,
     ) -> Arc<Subscriber> {
         let subscriber = Arc::new(Subscriber {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
@@ -285,6 +330,7 @@ impl NotifyHub {
             wants,
             only_upstream,
             identity: std::sync::OnceLock::new(),
+            endpoint,
             seen: Seen::default(),
             asks: asks::Asks::default(),
             client_info: std::sync::OnceLock::new(),
@@ -309,20 +355,22 @@ impl NotifyHub {
         }
     }
 
-    /// Every subscriber learns that these lists changed (a subscriber of
-    /// an identity: when its view of them changed).
+    /// Every subscriber whose view of these lists changed learns so.
     pub(crate) fn lists_changed(&self, kinds: &[ListKind]) {
         if kinds.is_empty() {
             return;
         }
         let mut fanout = self.views.as_ref().map(|v| v.fanout());
         for subscriber in &self.subscribers {
+            if subscriber.is_log_tap() {
+                continue;
+            }
             let identity = subscriber.identity().map(|i| &**i);
             for kind in kinds {
                 // Asked for every kind, so what it has seen stays current.
-                let news = fanout
-                    .as_mut()
-                    .is_none_or(|f| f.tells(identity, &subscriber.seen, *kind));
+                let news = fanout.as_mut().is_none_or(|f| {
+                    f.tells(subscriber.endpoint(), identity, &subscriber.seen, *kind)
+                });
                 if news && subscriber.wants.wants(*kind) {
                     subscriber.outbox.mark_list_changed(*kind);
                 }
@@ -336,18 +384,20 @@ impl NotifyHub {
         let Some(views) = &self.views else { return };
         let mut fanout = views.fanout();
         for subscriber in &self.subscribers {
-            let Some(identity) = subscriber.identity() else {
+            if subscriber.is_log_tap() {
                 continue;
-            };
+            }
+            let identity = subscriber.identity().map(|i| &**i);
+            let endpoint = subscriber.endpoint();
             for kind in ListKind::ALL {
-                if fanout.tells(Some(identity), &subscriber.seen, kind)
+                if fanout.tells(endpoint, identity, &subscriber.seen, kind)
                     && subscriber.wants.wants(kind)
                 {
                     subscriber.outbox.mark_list_changed(kind);
                 }
             }
             for uri in self.interest.table().uris_of(subscriber.id) {
-                if !views.allows(Some(identity), &uri) {
+                if !views.allows(endpoint, identity, &uri) {
                     self.interest.unsubscribe(subscriber.id, &uri);
                 }
             }
@@ -356,9 +406,13 @@ impl NotifyHub {
 
     /// Whether `subscriber` may hear of `key` (a URI or a name).
     fn may_see(&self, subscriber: &Subscriber, key: &str) -> bool {
-        self.views
-            .as_ref()
-            .is_none_or(|v| v.allows(subscriber.identity().map(|i| &**i), key))
+        self.views.as_ref().is_none_or(|v| {
+            v.allows(
+                subscriber.endpoint(),
+                subscriber.identity().map(|i| &**i),
+                key,
+            )
+        })
     }
 
     /// An upstream resource changed: tell exactly its subscribers (only
@@ -439,9 +493,13 @@ impl NotifyHub {
                 .as_deref()
                 .is_none_or(|u| u == upstream);
             let sees_upstream = || {
-                self.views
-                    .as_ref()
-                    .is_none_or(|v| v.sees_upstream(subscriber.identity().map(|i| &**i), upstream))
+                self.views.as_ref().is_none_or(|v| {
+                    v.sees_upstream(
+                        subscriber.endpoint(),
+                        subscriber.identity().map(|i| &**i),
+                        upstream,
+                    )
+                })
             };
             if from_its_upstream
                 && subscriber.log_level().is_some_and(|wanted| level >= wanted)

@@ -182,12 +182,27 @@ impl OAuthServer {
             .unwrap_or_else(|| format!("{}/mcp", self.issuer()))
     }
 
-    /// Whether `resource` is one of the gateway's: the configured one, or
-    /// (none configured) an http(s) URL of its MCP path.
+    /// Whether `resource` is one of the gateway's: the configured one or
+    /// one of its endpoints (`{resource}/<name>`), or (none configured) an
+    /// http(s) URL of its MCP path.
     fn accepts(&self) -> Arc<dyn Fn(&str) -> bool + Send + Sync> {
         let configured = self.resource.clone();
         Arc::new(move |resource: &str| match &configured {
-            Some(own) => resource == own,
+            Some(own) => {
+                resource == own
+                    || resource
+                        .strip_prefix(own.trim_end_matches('/'))
+                        .and_then(|rest| rest.strip_prefix('/'))
+                        .is_some_and(|name| {
+                            !name.is_empty()
+                                && name.chars().all(|c| {
+                                    c.is_ascii_lowercase()
+                                        || c.is_ascii_digit()
+                                        || c == '-'
+                                        || c == '_'
+                                })
+                        })
+            }
             None => reqwest::Url::parse(resource).is_ok_and(|u| {
                 matches!(u.scheme(), "http" | "https")
                     && u.query().is_none()

@@ -18,14 +18,14 @@ use std::collections::HashMap;
 use std::hash::Hasher as _;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use arc_swap::ArcSwapOption;
+use arc_swap::ArcSwap;
 use globset::{GlobSet, GlobSetBuilder};
 
 pub(crate) use fanout::{Fanout, Seen};
 
 use crate::auth::Identity;
 use crate::catalog::{Catalog, CatalogStore, ListKind, Subset};
-use crate::config::{Access, PolicyConfig, RuleConfig};
+use crate::config::{Access, EndpointConfig, PolicyConfig, RuleConfig};
 use crate::pattern::glob;
 
 /// Most grants one policy keeps views for; past it the cache starts over
@@ -80,22 +80,16 @@ impl Rule {
     }
 }
 
-/// A compiled `policy` section and the grants (with their views) handed
-/// out under it.
-pub(crate) struct Policy {
-    config: PolicyConfig,
-    /// A digest of the section: cursors issued under another policy are
-    /// stale, and replicas with the same policy accept each other's.
-    epoch: u32,
+/// One compiled `policy` section.
+struct Layer {
     rules: Arc<[Rule]>,
     clients: HashMap<String, u32>,
     scopes: HashMap<String, u32>,
-    /// By the sorted indices of the rules that apply. Held for a lookup.
-    grants: Mutex<HashMap<Box<[u32]>, Arc<Grant>>>,
+    default: Access,
 }
 
-impl Policy {
-    pub(crate) fn new(config: &PolicyConfig) -> Policy {
+impl Layer {
+    fn new(config: &PolicyConfig) -> Layer {
         let mut rules = Vec::new();
         let mut index = |rule: &RuleConfig| {
             rules.push(Rule::new(rule));
@@ -111,19 +105,16 @@ impl Policy {
             .iter()
             .map(|(name, rule)| (name.clone(), index(rule)))
             .collect();
-        Policy {
-            config: config.clone(),
-            epoch: policy_epoch(config),
+        Layer {
             rules: rules.into(),
             clients,
             scopes,
-            grants: Mutex::default(),
+            default: config.default,
         }
     }
 
-    /// The grant of an authenticated client: the rules of its client name
-    /// and of each of its scopes.
-    pub(crate) fn grant(&self, identity: &Identity) -> Arc<Grant> {
+    /// The indices of the rules that apply to `identity`, sorted.
+    fn which(&self, identity: &Identity) -> Vec<u32> {
         let mut which: Vec<u32> = self
             .clients
             .get(&*identity.client)
@@ -133,33 +124,98 @@ impl Policy {
         which.extend(identity.scopes.iter().filter_map(|s| self.scopes.get(s)));
         which.sort_unstable();
         which.dedup();
+        which
+    }
+}
+
+/// The policy of one view: the global `policy` section, and an endpoint's
+/// own on top of it (an item must be allowed by both). Hands out grants
+/// with their views.
+pub(crate) struct Policy {
+    /// A digest of the sections: cursors issued under another policy are
+    /// stale, and replicas with the same policy accept each other's.
+    epoch: u32,
+    layers: Box<[Layer]>,
+    /// By the sorted indices of the rules that apply in each layer (layers
+    /// separated by `u32::MAX`). Held for a lookup.
+    grants: Mutex<HashMap<Box<[u32]>, Arc<Grant>>>,
+}
+
+impl Policy {
+    /// The policy of one section.
+    pub(crate) fn new(config: &PolicyConfig) -> Policy {
+        Self::layered(std::slice::from_ref(config))
+    }
+
+    /// The policy of several sections, each of which must allow an item.
+    pub(crate) fn layered(configs: &[PolicyConfig]) -> Policy {
+        Policy {
+            epoch: policy_epoch(configs),
+            layers: configs.iter().map(Layer::new).collect(),
+            grants: Mutex::default(),
+        }
+    }
+
+    /// The grant of an authenticated client: the rules of its client name
+    /// and of each of its scopes, in every layer.
+    pub(crate) fn grant(&self, identity: &Identity) -> Arc<Grant> {
+        let which: Vec<Vec<u32>> = self.layers.iter().map(|l| l.which(identity)).collect();
+        let key: Box<[u32]> = which.join(&u32::MAX).into();
         let mut grants = self.grants.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(grant) = grants.get(which.as_slice()) {
+        if let Some(grant) = grants.get(&key) {
             return grant.clone();
         }
         if grants.len() >= MAX_GRANTS {
             grants.clear();
         }
-        let grant = Arc::new(Grant::new(self, which.clone().into()));
-        grants.insert(which.into(), grant.clone());
+        let grant = Arc::new(Grant::new(self, which, &key));
+        grants.insert(key, grant.clone());
         grant
     }
 }
 
 /// The epoch of a policy: a digest of its rules in file order, the same on
-/// every replica that loaded the same section.
-fn policy_epoch(config: &PolicyConfig) -> u32 {
+/// every replica that loaded the same sections.
+fn policy_epoch(configs: &[PolicyConfig]) -> u32 {
     let rules = |rules: &indexmap::IndexMap<String, RuleConfig>| -> Vec<(String, Vec<String>, Vec<String>)> {
         rules
             .iter()
             .map(|(name, r)| (name.clone(), r.allow.clone(), r.deny.clone()))
             .collect()
     };
-    let default = matches!(config.default, Access::Allow);
-    // JSON of the rules in file order: unambiguous and stable.
-    let text =
-        serde_json::json!([default, rules(&config.clients), rules(&config.scopes)]).to_string();
+    let sections: Vec<serde_json::Value> = configs
+        .iter()
+        .map(|config| {
+            let default = matches!(config.default, Access::Allow);
+            serde_json::json!([default, rules(&config.clients), rules(&config.scopes)])
+        })
+        .collect();
+    // JSON of the rules in file order: unambiguous and stable. One section
+    // is written as it always was, so its epoch is unchanged.
+    let text = match sections.as_slice() {
+        [one] => one.to_string(),
+        several => serde_json::Value::from(several.to_vec()).to_string(),
+    };
     (crate::catalog::stable_digest([text.as_bytes()]) >> 32) as u32
+}
+
+/// The rules of one layer that apply to a client.
+struct GrantLayer {
+    rules: Arc<[Rule]>,
+    which: Box<[u32]>,
+    /// Whether an item no `allow` glob speaks about is visible: only when
+    /// no rule has an `allow` glob and the default is allow.
+    default_allows: bool,
+}
+
+impl GrantLayer {
+    fn allows(&self, key: &str) -> bool {
+        let mut rules = self.which.iter().map(|i| &self.rules[*i as usize]);
+        if rules.clone().any(|r| r.deny.is_match(key)) {
+            return false;
+        }
+        self.default_allows || rules.any(|r| r.allow.is_match(key))
+    }
 }
 
 /// The rules that apply to a client, and its views of the catalog's lists.
@@ -169,11 +225,7 @@ fn policy_epoch(config: &PolicyConfig) -> u32 {
 /// an `allow` glob does; when none of the rules has an `allow` glob, the
 /// policy's `default` stands in for them (everything, or nothing).
 pub(crate) struct Grant {
-    rules: Arc<[Rule]>,
-    which: Box<[u32]>,
-    /// Whether an item no `allow` glob speaks about is visible: only when
-    /// no rule has an `allow` glob and the default is allow.
-    default_allows: bool,
+    layers: Box<[GrantLayer]>,
     /// The policy's epoch, and this grant's id in cursors.
     epoch: u32,
     id: u64,
@@ -186,32 +238,34 @@ pub(crate) struct Grant {
 }
 
 impl Grant {
-    fn new(policy: &Policy, which: Box<[u32]>) -> Grant {
-        let has_allows = which.iter().any(|i| policy.rules[*i as usize].allows_some);
-        let which_bytes: Vec<[u8; 4]> = which.iter().map(|i| i.to_be_bytes()).collect();
+    fn new(policy: &Policy, which: Vec<Vec<u32>>, key: &[u32]) -> Grant {
+        let layers = policy
+            .layers
+            .iter()
+            .zip(which)
+            .map(|(layer, which)| {
+                let has_allows = which.iter().any(|i| layer.rules[*i as usize].allows_some);
+                GrantLayer {
+                    rules: layer.rules.clone(),
+                    default_allows: !has_allows && layer.default == Access::Allow,
+                    which: which.into(),
+                }
+            })
+            .collect();
+        let key_bytes: Vec<[u8; 4]> = key.iter().map(|i| i.to_be_bytes()).collect();
         Grant {
-            rules: policy.rules.clone(),
-            default_allows: !has_allows && policy.config.default == Access::Allow,
-            which,
+            layers,
             epoch: policy.epoch,
-            id: crate::catalog::stable_digest(which_bytes.iter().map(|b| &b[..])),
+            id: crate::catalog::stable_digest(key_bytes.iter().map(|b| &b[..])),
             lists: Default::default(),
             #[cfg(test)]
             derivations: Default::default(),
         }
     }
 
-    fn rules(&self) -> impl Iterator<Item = &Rule> + Clone {
-        self.which.iter().map(|i| &self.rules[*i as usize])
-    }
-
     /// Whether the client may see and use the item named `key`.
     pub(crate) fn allows(&self, key: &str) -> bool {
-        let mut rules = self.rules();
-        if rules.clone().any(|r| r.deny.is_match(key)) {
-            return false;
-        }
-        self.default_allows || rules.any(|r| r.allow.is_match(key))
+        self.layers.iter().all(|layer| layer.allows(key))
     }
 
     /// Whether the client may see and use `key` of `catalog`: an app
@@ -219,6 +273,9 @@ impl Grant {
     /// show it, so the app of a hidden tool is hidden too, and allowing a
     /// tool allows its app.
     pub(crate) fn allows_in(&self, catalog: &Catalog, key: &str) -> bool {
+        if catalog.is_gateway_tool(key) {
+            return true;
+        }
         match catalog.apps().shown_by(key) {
             Some(tools) => tools.iter().any(|tool| self.allows(tool)),
             None => self.allows(key),
@@ -266,6 +323,18 @@ impl Grant {
                 upstreams.push(owner.clone());
             }
             indices.push(u32::try_from(i).unwrap_or(u32::MAX));
+        }
+        // A progressive view lists few tools; what it can find is part of
+        // the view too.
+        if let (ListKind::Tools, Some(searchable)) = (kind, catalog.searchable()) {
+            for (item, key, owner) in searchable.tools() {
+                if self.allows(key) {
+                    fanout::hash_item(&mut digest, item);
+                    if !upstreams.contains(owner) {
+                        upstreams.push(owner.clone());
+                    }
+                }
+            }
         }
         Derived {
             indices: indices.into(),
@@ -336,69 +405,162 @@ impl ListView {
     }
 }
 
-/// The current policy (none: everything is visible to everyone) and the
-/// catalog it filters. Shared by the router and the notify hub.
-pub(crate) struct Views {
-    catalog: Arc<CatalogStore>,
-    policy: ArcSwapOption<Policy>,
+/// The policy of each view: the whole one's (the global `policy`) and each
+/// endpoint's (the global one with the endpoint's own on top). A view with
+/// neither has none.
+#[derive(Default)]
+pub(crate) struct Policies {
+    global: Option<PolicyConfig>,
+    /// Each endpoint's own section, by name.
+    own: Vec<(Arc<str>, Option<PolicyConfig>)>,
+    whole: Option<Arc<Policy>>,
+    endpoints: HashMap<Arc<str>, Arc<Policy>>,
 }
 
-impl Views {
-    pub(crate) fn new(catalog: Arc<CatalogStore>, config: Option<&PolicyConfig>) -> Views {
-        Views {
-            catalog,
-            policy: ArcSwapOption::new(config.map(|c| Arc::new(Policy::new(c)))),
+impl Policies {
+    pub(crate) fn new(global: Option<&PolicyConfig>, endpoints: &[EndpointConfig]) -> Policies {
+        let own: Vec<(Arc<str>, Option<PolicyConfig>)> = endpoints
+            .iter()
+            .map(|e| (Arc::from(e.name.as_str()), e.policy.clone()))
+            .collect();
+        let endpoints = own
+            .iter()
+            .filter_map(|(name, own)| {
+                let sections: Vec<PolicyConfig> = global
+                    .into_iter()
+                    .cloned()
+                    .chain(own.iter().cloned())
+                    .collect();
+                (!sections.is_empty()).then(|| (name.clone(), Arc::new(Policy::layered(&sections))))
+            })
+            .collect();
+        Policies {
+            global: global.cloned(),
+            own,
+            whole: global.map(|c| Arc::new(Policy::new(c))),
+            endpoints,
         }
     }
 
-    /// The grant a request from `identity` is served under; none (the whole
-    /// catalog) without a policy or without an authenticated client.
-    pub(crate) fn grant(&self, identity: Option<&Identity>) -> Option<Arc<Grant>> {
+    /// The policy of a view (none: the whole one).
+    pub(crate) fn of(&self, endpoint: Option<&str>) -> Option<&Arc<Policy>> {
+        match endpoint {
+            None => self.whole.as_ref(),
+            Some(name) => self.endpoints.get(name),
+        }
+    }
+
+    fn same_as(&self, other: &Policies) -> bool {
+        self.global == other.global && self.own == other.own
+    }
+}
+
+/// The current policies and the catalogs they filter. Shared by the router
+/// and the notify hub.
+pub(crate) struct Views {
+    catalog: Arc<CatalogStore>,
+    policies: ArcSwap<Policies>,
+}
+
+impl Views {
+    pub(crate) fn new(
+        catalog: Arc<CatalogStore>,
+        config: Option<&PolicyConfig>,
+        endpoints: &[EndpointConfig],
+    ) -> Views {
+        Views {
+            catalog,
+            policies: ArcSwap::from_pointee(Policies::new(config, endpoints)),
+        }
+    }
+
+    /// The catalog of a view (none: the whole one).
+    pub(crate) fn catalog(&self, endpoint: Option<&str>) -> Arc<Catalog> {
+        self.catalog.load_view(endpoint)
+    }
+
+    /// The grant a request from `identity` to a view is served under; none
+    /// (the whole view) without a policy or without an authenticated client.
+    pub(crate) fn grant(
+        &self,
+        endpoint: Option<&str>,
+        identity: Option<&Identity>,
+    ) -> Option<Arc<Grant>> {
         let identity = identity?;
-        self.policy.load().as_ref().map(|p| p.grant(identity))
+        self.policies.load().of(endpoint).map(|p| p.grant(identity))
     }
 
-    /// Whether `identity` may see and use the item named `key`.
-    pub(crate) fn allows(&self, identity: Option<&Identity>, key: &str) -> bool {
-        self.grant(identity)
-            .is_none_or(|g| g.allows_in(&self.catalog.load(), key))
+    /// Whether `identity` may see and use the item named `key` in a view.
+    pub(crate) fn allows(
+        &self,
+        endpoint: Option<&str>,
+        identity: Option<&Identity>,
+        key: &str,
+    ) -> bool {
+        let catalog = self.catalog(endpoint);
+        catalog.admits(key)
+            && self
+                .grant(endpoint, identity)
+                .is_none_or(|g| g.allows_in(&catalog, key))
     }
 
-    /// Whether `identity` sees any item of `upstream`.
-    pub(crate) fn sees_upstream(&self, identity: Option<&Identity>, upstream: &str) -> bool {
-        self.grant(identity)
-            .is_none_or(|g| g.sees_upstream(upstream, &self.catalog.load()))
+    /// Whether `identity` sees any item of `upstream` in a view.
+    pub(crate) fn sees_upstream(
+        &self,
+        endpoint: Option<&str>,
+        identity: Option<&Identity>,
+        upstream: &str,
+    ) -> bool {
+        let catalog = self.catalog(endpoint);
+        catalog.shows_upstream(upstream)
+            && self
+                .grant(endpoint, identity)
+                .is_none_or(|g| g.sees_upstream(upstream, &catalog))
     }
 
-    /// The `instructions` `identity` is shown.
-    pub(crate) fn instructions(&self, identity: Option<&Identity>) -> Option<String> {
-        let catalog = self.catalog.load();
-        match self.grant(identity) {
+    /// The `instructions` `identity` is shown in a view.
+    pub(crate) fn instructions(
+        &self,
+        endpoint: Option<&str>,
+        identity: Option<&Identity>,
+    ) -> Option<String> {
+        let catalog = self.catalog(endpoint);
+        match self.grant(endpoint, identity) {
             Some(grant) => grant.instructions(&catalog),
             None => catalog.instructions().map(str::to_owned),
         }
     }
 
-    /// Records what a new subscriber of `identity` sees now, so that only
-    /// later changes of its view are news to it.
-    pub(crate) fn baseline(&self, identity: &Identity, seen: &Seen) {
+    /// Records what a new subscriber of a view sees now, so that only later
+    /// changes of its view are news to it.
+    pub(crate) fn baseline(
+        &self,
+        endpoint: Option<&str>,
+        identity: Option<&Identity>,
+        seen: &Seen,
+    ) {
         let mut fanout = self.fanout();
-        seen.baseline(ListKind::ALL.map(|kind| fanout.digest(identity, kind)));
+        seen.baseline(ListKind::ALL.map(|kind| fanout.digest(endpoint, identity, kind)));
     }
 
     /// The current views, for one fan-out of changes.
     pub(crate) fn fanout(&self) -> Fanout {
-        Fanout::new(self.policy.load_full(), self.catalog.load())
+        Fanout::new(self.policies.load_full(), self.catalog.clone())
     }
 
-    /// Puts `config` in force (a reload); false when it is the policy in
-    /// force already. Requests use the new one from their next lookup.
-    pub(crate) fn replace(&self, config: Option<&PolicyConfig>) -> bool {
-        let old = self.policy.load();
-        if old.as_ref().map(|p| &p.config) == config {
+    /// Puts the policies of `config` and `endpoints` in force (a reload);
+    /// false when they are the ones in force already. Requests use the new
+    /// ones from their next lookup.
+    pub(crate) fn replace(
+        &self,
+        config: Option<&PolicyConfig>,
+        endpoints: &[EndpointConfig],
+    ) -> bool {
+        let next = Policies::new(config, endpoints);
+        if self.policies.load().same_as(&next) {
             return false;
         }
-        self.policy.store(config.map(|c| Arc::new(Policy::new(c))));
+        self.policies.store(Arc::new(next));
         true
     }
 }

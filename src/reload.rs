@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::catalog::CatalogStore;
+use crate::catalog::{CatalogStore, ViewSpec};
 use crate::config::{Config, Lookup, UpstreamConfig};
 use crate::notify::NotifyHub;
 use crate::upstream::{self, Interest, UpstreamSet};
@@ -244,17 +244,67 @@ impl UpstreamManager {
 }
 
 impl UpstreamManager {
-    /// Puts a reloaded `policy` in force: each running session's and listen
-    /// stream's rights follow it from its next request, and those whose
-    /// view changed get `list_changed`. Returns whether it changed.
-    pub(crate) fn apply_policy(&self, policy: Option<&crate::config::PolicyConfig>) -> bool {
-        if !self.hub.views().is_some_and(|v| v.replace(policy)) {
+    /// Puts a reloaded config's views in force: its naming, its endpoints
+    /// and its policies. Each running session's and listen stream's rights
+    /// follow them from its next request, and those whose view changed get
+    /// `list_changed`. Returns whether a policy changed.
+    pub(crate) fn apply_views(&self, config: &crate::config::Config) -> bool {
+        let kinds = self.catalog.set_views(
+            ViewSpec::whole(config.naming.prefix_mode),
+            config.endpoints.iter().map(ViewSpec::endpoint).collect(),
+        );
+        let replaced = self
+            .hub
+            .views()
+            .is_some_and(|v| v.replace(config.policy.as_ref(), &config.endpoints));
+        if !replaced {
+            self.hub.lists_changed(&kinds);
             return false;
         }
         self.hub.policy_changed();
-        tracing::info!(policy = policy.is_some(), "policy reloaded");
+        tracing::info!(
+            policy = config.policy.is_some(),
+            endpoints = config.endpoints.len(),
+            "policies reloaded"
+        );
         true
     }
+}
+
+/// The names that collide, now, in the views of `config` that name items
+/// by `prefix_mode: never`: each an issue at that `prefix_mode`. Such a
+/// config is refused (at start, once the upstreams settled; on a reload,
+/// before anything is applied).
+pub(crate) fn naming_conflicts(
+    catalog: &CatalogStore,
+    config: &crate::config::Config,
+) -> Vec<crate::config::Issue> {
+    use crate::config::{PrefixMode, naming_issue};
+    let whole = (
+        "prefix_mode".to_owned(),
+        config.naming,
+        ViewSpec::whole(config.naming.prefix_mode),
+    );
+    let endpoints = config.endpoints.iter().map(|e| {
+        let label = match e.naming == config.naming {
+            true => format!("prefix_mode (inherited by endpoints.{})", e.name),
+            false => format!("endpoints.{}.prefix_mode", e.name),
+        };
+        (label, e.naming, ViewSpec::endpoint(e))
+    });
+    let mut issues = Vec::new();
+    for (label, naming, spec) in std::iter::once(whole).chain(endpoints) {
+        if naming.prefix_mode != PrefixMode::Never {
+            continue;
+        }
+        for collision in catalog.preview(&spec).collisions() {
+            issues.push(naming_issue(
+                &naming,
+                format!("{label}: never, but the {collision}; use on_collision, or rename with the upstream's tools or prompts settings"),
+            ));
+        }
+    }
+    issues
 }
 
 /// Whether a changed upstream config needs its upstream restarted: any
@@ -308,6 +358,19 @@ pub(crate) async fn watch(
                 continue;
             }
         };
+        let conflicts = naming_conflicts(&manager.catalog, &next);
+        if !conflicts.is_empty() {
+            let lines: Vec<String> = conflicts
+                .iter()
+                .map(|i| format!("{}:{}:{}: {}", path.display(), i.line, i.column, i.message))
+                .collect();
+            for line in &lines {
+                tracing::error!(problem = %line, "config reload rejected; still serving the previous config");
+            }
+            edge.ui
+                .reloaded(None, format!("rejected: {}", lines.join("; ")));
+            continue;
+        }
         let needs_restart = next.listen != current.listen
             || next.http != current.http
             || next.sessions != current.sessions
@@ -322,11 +385,12 @@ pub(crate) async fn watch(
             );
         }
         let diff = manager.apply(&next.upstreams).await;
-        manager.apply_policy(next.policy.as_ref());
+        manager.apply_views(&next);
         if next.auth != current.auth || next.rate_limit != current.rate_limit {
             edge.apply_edge(&next, &stop);
             tracing::info!("authentication and rate limits reloaded");
         }
+        edge.set_endpoints(&next.endpoints);
         tracing::info!(added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed, reshaped = ?diff.reshaped, "config reloaded");
         edge.ui.reloaded(Some(&next), diff.summary());
         current = next;

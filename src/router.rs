@@ -15,6 +15,7 @@ mod observe;
 mod reply;
 mod retry;
 pub(crate) mod rewrite;
+mod search;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -28,7 +29,7 @@ pub(crate) use forward::InflightCall;
 pub(crate) use reply::{CacheHints, PageFrame, Reply};
 
 use crate::auth::Identity;
-use crate::catalog::{CatalogStore, CursorError, ListKind, Page};
+use crate::catalog::{Catalog, CatalogStore, CursorError, ListKind, Page};
 use crate::metrics::{Metrics, Outcome};
 use crate::notify::{LogLevel, NotifyHub, Subscriber};
 use crate::policy::Grant;
@@ -70,6 +71,8 @@ pub(crate) struct RequestContext {
     /// The session's id (`Mcp-Session-Id`), the same on every replica that
     /// serves it; none for a stateless request or an in-process session.
     pub session_id: Option<Arc<str>>,
+    /// The endpoint asked (`/mcp/<name>`); none: the whole view (`/mcp`).
+    pub endpoint: Option<Arc<str>>,
 }
 
 /// Calls one session may have in flight at once; each may hold a task (a
@@ -462,46 +465,74 @@ impl Router {
         capabilities
     }
 
-    /// The `initialize` result for a client that agreed on `version`.
-    pub(crate) fn initialize_result(&self, version: &str, identity: Option<&Identity>) -> String {
+    /// The `initialize` result for a client of a view (none: the whole
+    /// one) that agreed on `version`.
+    pub(crate) fn initialize_result(
+        &self,
+        version: &str,
+        endpoint: Option<&str>,
+        identity: Option<&Identity>,
+    ) -> String {
         let mut result = json!({
             "protocolVersion": version,
             "capabilities": self.capabilities_for(Era::Legacy),
             "serverInfo": { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
         });
-        if let Some(text) = self.instructions(identity) {
+        if let Some(text) = self.instructions(endpoint, identity) {
             result["instructions"] = Value::from(text);
         }
         result.to_string()
     }
 
-    /// The merged `instructions` of the upstreams `identity` sees something of.
-    pub(crate) fn instructions(&self, identity: Option<&Identity>) -> Option<String> {
+    /// The merged `instructions` of the upstreams `identity` sees something
+    /// of in a view.
+    pub(crate) fn instructions(
+        &self,
+        endpoint: Option<&str>,
+        identity: Option<&Identity>,
+    ) -> Option<String> {
         match self.hub.views() {
-            Some(views) => views.instructions(identity),
-            None => self.catalog.load().instructions().map(str::to_owned),
+            Some(views) => views.instructions(endpoint, identity),
+            None => self
+                .catalog
+                .load_view(endpoint)
+                .instructions()
+                .map(str::to_owned),
         }
+    }
+
+    /// The catalog of the view a request asks.
+    fn catalog_for(&self, ctx: &RequestContext) -> Arc<Catalog> {
+        self.catalog.load_view(ctx.endpoint.as_deref())
     }
 
     /// The grant a request is served under: none (everything visible)
     /// without a policy or without an authenticated client.
     fn grant(&self, ctx: &RequestContext) -> Option<Arc<Grant>> {
-        self.hub.views()?.grant(ctx.identity.as_deref())
+        self.hub
+            .views()?
+            .grant(ctx.endpoint.as_deref(), ctx.identity.as_deref())
     }
 
-    /// Whether `identity` is served a view filtered by the policy.
-    pub(crate) fn filters(&self, identity: Option<&Identity>) -> bool {
+    /// Whether `identity` is served a view filtered by a policy.
+    pub(crate) fn filters(&self, endpoint: Option<&str>, identity: Option<&Identity>) -> bool {
         self.hub
             .views()
-            .is_some_and(|views| views.grant(identity).is_some())
+            .is_some_and(|views| views.grant(endpoint, identity).is_some())
     }
 
-    /// Whether `identity` may see and use the tool, prompt or URI `key`.
-    /// A hidden one is answered exactly like an unknown one.
-    pub(crate) fn allows(&self, identity: Option<&Identity>, key: &str) -> bool {
-        self.hub
-            .views()
-            .is_none_or(|views| views.allows(identity, key))
+    /// Whether `identity` may see and use the tool, prompt or URI `key` in
+    /// a view. A hidden one is answered exactly like an unknown one.
+    pub(crate) fn allows(
+        &self,
+        endpoint: Option<&str>,
+        identity: Option<&Identity>,
+        key: &str,
+    ) -> bool {
+        match self.hub.views() {
+            Some(views) => views.allows(endpoint, identity, key),
+            None => self.catalog.load_view(endpoint).admits(key),
+        }
     }
 
     /// Answers one request. `id` is the raw JSON of the client's request id.
@@ -512,6 +543,18 @@ impl Router {
         method: &str,
         params: Option<&RawValue>,
     ) -> Reply {
+        // A progressive view's own tools: a search is answered here, a call
+        // of a found tool goes on as that tool's call.
+        let mut rewritten = None;
+        if ctx.endpoint.is_some() && method == protocol::method::TOOLS_CALL {
+            let catalog = self.catalog_for(ctx);
+            match self.gateway_call(ctx, &catalog, id, params) {
+                None => {}
+                Some(search::GatewayCall::Answered(frame)) => return Reply::Ready(frame),
+                Some(search::GatewayCall::Call(inner)) => rewritten = Some(inner),
+            }
+        }
+        let params = rewritten.as_deref().or(params);
         let Some(telemetry) = &self.telemetry else {
             return self.serve(ctx, id, method, params).await;
         };
@@ -549,15 +592,19 @@ impl Router {
         }
         let grant = self.grant(ctx);
         let grant = grant.as_deref();
+        let catalog = self.catalog_for(ctx);
         let parsed = Method::from_name(method);
         let listing = listed_kind(&parsed);
         if listing.is_some() {
             self.warm(ctx).await;
         }
         let outcome = match parsed {
-            _ if let Some(kind) = listing => self.list(grant, kind, params),
+            _ if let Some(kind) = listing => self.list(&catalog, grant, kind, params),
             Method::Ping => Ok(Page::from("{}".to_owned())),
-            Method::Subscribe => self.subscribe(ctx, grant, params).await.map(Page::from),
+            Method::Subscribe => self
+                .subscribe(ctx, &catalog, grant, params)
+                .await
+                .map(Page::from),
             Method::Unsubscribe => self.unsubscribe(ctx, params).map(Page::from),
             Method::SetLevel => self.set_level(ctx, params).map(Page::from),
             task @ (Method::TasksGet
@@ -569,23 +616,27 @@ impl Router {
             | Method::PromptsGet
             | Method::ResourcesRead
             | Method::Complete) => {
+                let identity = ctx.identity.as_deref();
                 let mut prepared =
-                    self.prepare_call(call.clone(), params, grant, ctx.identity.as_deref());
+                    self.prepare_call(call.clone(), params, &catalog, grant, identity);
                 if let Err(RouteError::UnknownTool(_) | RouteError::UnknownPrompt(_)) = &prepared
                     && self.warm(ctx).await
                 {
-                    prepared =
-                        self.prepare_call(call.clone(), params, grant, ctx.identity.as_deref());
+                    let catalog = self.catalog_for(ctx);
+                    prepared = self.prepare_call(call.clone(), params, &catalog, grant, identity);
                 }
                 if let Err(RouteError::UnknownTool(name) | RouteError::UnknownPrompt(name)) =
                     &prepared
                     && grant.is_none_or(|g| g.allows(name))
-                    && let Some(owner) = self.owner_not_up(name)
+                    && let Some(owner) = self.owner_not_up(&catalog, name)
                 {
                     // Its items are missing because it is not up: say so,
                     // after a short wait if it is starting.
                     prepared = match owner.wait_started().await {
-                        true => self.prepare_call(call, params, grant, ctx.identity.as_deref()),
+                        true => {
+                            let catalog = self.catalog_for(ctx);
+                            self.prepare_call(call, params, &catalog, grant, identity)
+                        }
                         false => Err(RouteError::Upstream(owner.unavailable())),
                     };
                 }
@@ -675,6 +726,7 @@ impl Router {
     /// see [`crate::policy`]).
     fn list(
         &self,
+        catalog: &Catalog,
         grant: Option<&Grant>,
         kind: ListKind,
         params: Option<&RawValue>,
@@ -683,7 +735,6 @@ impl Router {
         let cursor = params
             .optional_string("cursor")
             .map_err(RouteError::InvalidParams)?;
-        let catalog = self.catalog.load();
         let page_size = match kind {
             ListKind::Tools => self.page_size.tools,
             ListKind::Prompts => self.page_size.prompts,
@@ -693,7 +744,7 @@ impl Router {
         let page = match grant {
             None => catalog.page(kind, cursor.as_deref(), page_size)?,
             Some(grant) => {
-                let view = grant.list(kind, &catalog);
+                let view = grant.list(kind, catalog);
                 let subset = grant.subset(&view);
                 catalog.page_in(kind, Some(subset), cursor.as_deref(), page_size)?
             }
@@ -707,12 +758,13 @@ impl Router {
     async fn subscribe(
         &self,
         ctx: &RequestContext,
+        catalog: &Catalog,
         grant: Option<&Grant>,
         params: Option<&RawValue>,
     ) -> Result<String, RouteError> {
         let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
-        if grant.is_some_and(|g| !g.allows(&uri)) {
+        if !catalog.admits(&uri) || grant.is_some_and(|g| !g.allows_in(catalog, &uri)) {
             return Err(RouteError::ResourceNotFound(uri));
         }
         if let Subscribed::WatchSetChanged(modern) =
@@ -733,11 +785,14 @@ impl Router {
         uri: &str,
     ) -> Result<Subscribed, RouteError> {
         // A URI its client may not read is answered like an unknown one.
-        if !self.allows(self.hub.identity_of(subscriber).as_deref(), uri) {
+        let endpoint = self.hub.endpoint_of(subscriber);
+        let endpoint = endpoint.as_deref();
+        if !self.allows(endpoint, self.hub.identity_of(subscriber).as_deref(), uri) {
             return Err(RouteError::ResourceNotFound(uri.to_owned()));
         }
+        let catalog = self.catalog.load_view(endpoint);
         let (upstream, original) = self
-            .split_uri(uri)
+            .split_uri(&catalog, uri)
             .ok_or_else(|| RouteError::ResourceNotFound(uri.to_owned()))?;
         let handle = self.upstream(&upstream)?;
         if handle.hello().is_some_and(|h| !h.can_subscribe()) {
@@ -780,8 +835,11 @@ impl Router {
 
     /// The configured upstream whose prefix `name` carries, when that
     /// upstream is not up (so its items are not in the catalog).
-    fn owner_not_up(&self, name: &str) -> Option<crate::upstream::UpstreamHandle> {
-        let catalog = self.catalog.load();
+    fn owner_not_up(
+        &self,
+        catalog: &Catalog,
+        name: &str,
+    ) -> Option<crate::upstream::UpstreamHandle> {
         let handle = self.upstreams.get(catalog.owner_by_prefix(name)?)?;
         let up = matches!(
             handle.state(),
@@ -807,17 +865,19 @@ impl Router {
         &self,
         method: Method,
         raw: Option<&'p RawValue>,
+        catalog: &Catalog,
         grant: Option<&Grant>,
         identity: Option<&crate::auth::Identity>,
     ) -> Result<forward::Call<'p>, RouteError> {
         let params = Params::parse(raw).map_err(RouteError::InvalidParams)?;
-        let catalog = self.catalog.load();
         // What the client named, for the audit line.
         let mut item = ["name", "uri"]
             .iter()
             .find_map(|key| params.optional_string(key).ok().flatten());
-        let hidden = |key: &str| {
-            let hidden = grant.is_some_and(|g| !g.allows_in(&catalog, key));
+        // What the client named, by its policy key.
+        let hidden = |kind: ListKind, named: &str| {
+            let key = catalog.key_of(kind, named);
+            let hidden = !catalog.admits(key) || grant.is_some_and(|g| !g.allows_in(catalog, key));
             if let (true, Some(identity)) = (hidden, identity) {
                 // Answered like an unknown name; counted as what it is.
                 self.metrics.denied(&identity.client, "policy");
@@ -833,9 +893,9 @@ impl Router {
                 // An app calls its server's tools by their own names.
                 let name = match catalog.tool(&asked) {
                     Some(_) => asked,
-                    None => apps::by_server_name(&catalog, asked, grant)?,
+                    None => apps::by_server_name(catalog, asked, grant)?,
                 };
-                if hidden(&name) {
+                if hidden(ListKind::Tools, &name) {
                     return Err(RouteError::UnknownTool(name));
                 }
                 item = Some(name.clone());
@@ -851,7 +911,7 @@ impl Router {
             }
             Method::PromptsGet => {
                 let name = params.string("name").map_err(RouteError::InvalidParams)?;
-                if hidden(&name) {
+                if hidden(ListKind::Prompts, &name) {
                     return Err(RouteError::UnknownPrompt(name));
                 }
                 let prompt = catalog
@@ -866,11 +926,11 @@ impl Router {
             }
             Method::ResourcesRead => {
                 let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
-                if hidden(&uri) {
+                if hidden(ListKind::Resources, &uri) {
                     return Err(RouteError::ResourceNotFound(uri));
                 }
                 let (upstream, original) = self
-                    .split_uri(&uri)
+                    .split_uri(catalog, &uri)
                     .ok_or(RouteError::ResourceNotFound(uri.clone()))?;
                 target = Some(Arc::from(&*original));
                 (upstream, "uri", json_string(&original))
@@ -883,7 +943,7 @@ impl Router {
                             .get("name")
                             .and_then(Value::as_str)
                             .unwrap_or_default();
-                        if hidden(name) {
+                        if hidden(ListKind::Prompts, name) {
                             return Err(RouteError::UnknownPrompt(name.to_owned()));
                         }
                         let target = catalog
@@ -898,11 +958,11 @@ impl Router {
                             .get("uri")
                             .and_then(Value::as_str)
                             .unwrap_or_default();
-                        if hidden(uri) {
+                        if hidden(ListKind::Resources, uri) {
                             return Err(RouteError::ResourceNotFound(uri.to_owned()));
                         }
                         let (upstream, original) = self
-                            .split_uri(uri)
+                            .split_uri(catalog, uri)
                             .ok_or_else(|| RouteError::ResourceNotFound(uri.to_owned()))?;
                         reference.insert("uri".into(), Value::from(original.into_owned()));
                         upstream
@@ -928,8 +988,11 @@ impl Router {
     }
 
     /// Splits a namespaced URI whose prefix is a configured upstream.
-    fn split_uri<'u>(&self, uri: &'u str) -> Option<(String, std::borrow::Cow<'u, str>)> {
-        let catalog = self.catalog.load();
+    fn split_uri<'u>(
+        &self,
+        catalog: &Catalog,
+        uri: &'u str,
+    ) -> Option<(String, std::borrow::Cow<'u, str>)> {
         let (upstream, original) = catalog.route_uri(uri, |u| self.upstreams.get(u).is_some())?;
         Some((upstream.to_string(), original))
     }

@@ -40,6 +40,9 @@ pub(crate) struct Record {
     pub uris: BTreeSet<String>,
     /// The replica holding its notification stream, if any did.
     pub stream: Option<String>,
+    /// The endpoint it was created at (`/mcp/<name>`); none: `/mcp`.
+    #[serde(default)]
+    pub endpoint: Option<String>,
 }
 
 /// [`crate::auth::Identity`] as stored.

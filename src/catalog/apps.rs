@@ -27,9 +27,15 @@ pub(crate) struct AppIndex {
 }
 
 impl AppIndex {
-    /// Notes tool `exposed` (its server's `original` name), whose app
-    /// resource, if it has one, is `resource` as exposed.
-    pub(super) fn add_tool(&mut self, exposed: &str, original: &str, resource: Option<String>) {
+    /// Notes tool `exposed` (its policy key `key`, its server's `original`
+    /// name), whose app resource, if it has one, is `resource` as exposed.
+    pub(super) fn add_tool(
+        &mut self,
+        exposed: &str,
+        key: &str,
+        original: &str,
+        resource: Option<String>,
+    ) {
         self.by_original
             .entry(original.into())
             .or_default()
@@ -38,7 +44,7 @@ impl AppIndex {
             self.shown_by
                 .entry(resource.into_boxed_str())
                 .or_default()
-                .push(exposed.into());
+                .push(key.into());
         }
     }
 
@@ -137,8 +143,8 @@ mod tests {
     #[test]
     fn the_index_finds_tools_by_their_own_names_and_apps_by_uri() {
         let mut index = AppIndex::default();
-        index.add_tool("a__echo", "echo", None);
-        index.add_tool("b__echo", "echo", Some("ui://b/echo".into()));
+        index.add_tool("a__echo", "a__echo", "echo", None);
+        index.add_tool("b__echo", "b__echo", "echo", Some("ui://b/echo".into()));
         let named: Vec<&str> = index.tools_named("echo").iter().map(|t| &**t).collect();
         assert_eq!(named, ["a__echo", "b__echo"]);
         assert!(index.tools_named("none").is_empty());

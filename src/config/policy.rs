@@ -61,37 +61,43 @@ struct RawRule {
 impl RawPolicy {
     /// Checks every name and glob; patterns and names are not expanded.
     pub(super) fn validate(&self, p: &mut Problems) -> PolicyConfig {
+        self.validate_as("policy", p)
+    }
+
+    /// [`Self::validate`] for a section at `label` (an endpoint's policy).
+    pub(super) fn validate_as(&self, label: &str, p: &mut Problems) -> PolicyConfig {
         let default = match self.default.as_ref().map(|d| (d, d.value.as_str())) {
             None | Some((_, "deny")) => Access::Deny,
             Some((_, "allow")) => Access::Allow,
             Some((d, other)) => {
                 p.at(
                     d.referenced,
-                    format_args!("policy.default: {other:?} is not \"allow\" or \"deny\""),
+                    format_args!("{label}.default: {other:?} is not \"allow\" or \"deny\""),
                 );
                 Access::Deny
             }
         };
         PolicyConfig {
             default,
-            clients: rules(&self.clients, "clients", p),
-            scopes: rules(&self.scopes, "scopes", p),
+            clients: rules(&self.clients, label, "clients", p),
+            scopes: rules(&self.scopes, label, "scopes", p),
         }
     }
 }
 
 fn rules(
     raw: &IndexMap<Spanned<String>, Option<RawRule>>,
+    policy: &str,
     section: &str,
     p: &mut Problems,
 ) -> IndexMap<String, RuleConfig> {
     let mut out = IndexMap::new();
     for (name, rule) in raw {
-        let label = format!("policy.{section}.{}", name.value.escape_debug());
+        let label = format!("{policy}.{section}.{}", name.value.escape_debug());
         if name.value.is_empty() {
             p.at(
                 name.referenced,
-                format_args!("policy.{section}: a name is empty"),
+                format_args!("{policy}.{section}: a name is empty"),
             );
         }
         let mut config = RuleConfig::default();
@@ -99,12 +105,12 @@ fn rules(
             for pattern in &rule.allow {
                 match pattern.value.strip_prefix('!') {
                     Some(denied) => {
-                        if check(pattern, denied, &format!("{label}.allow"), p) {
+                        if check_glob(pattern, denied, &format!("{label}.allow"), p) {
                             config.deny.push(denied.to_owned());
                         }
                     }
                     None => {
-                        if check(pattern, &pattern.value, &format!("{label}.allow"), p) {
+                        if check_glob(pattern, &pattern.value, &format!("{label}.allow"), p) {
                             config.allow.push(pattern.value.clone());
                         }
                     }
@@ -117,7 +123,7 @@ fn rules(
                         pattern.referenced,
                         format_args!("{what}: {:?}: '!' negates only in allow; here write the pattern itself", pattern.value),
                     );
-                } else if check(pattern, &pattern.value, &what, p) {
+                } else if check_glob(pattern, &pattern.value, &what, p) {
                     config.deny.push(pattern.value.clone());
                 }
             }
@@ -128,7 +134,12 @@ fn rules(
 }
 
 /// Whether `glob` (the pattern without any `!`) is a valid glob.
-fn check(written: &Spanned<String>, glob: &str, what: &str, p: &mut Problems) -> bool {
+pub(super) fn check_glob(
+    written: &Spanned<String>,
+    glob: &str,
+    what: &str,
+    p: &mut Problems,
+) -> bool {
     if glob.is_empty() {
         p.at(
             written.referenced,

@@ -24,15 +24,28 @@ pub(crate) async fn identify(
     state: &AppState,
     headers: &HeaderMap,
 ) -> Result<Option<Arc<Identity>>, Response> {
+    identify_at(state, headers, None).await
+}
+
+/// [`identify`] for a request to an endpoint (none: `/mcp`), whose
+/// resource URI is its own (`.../mcp/<name>`).
+#[allow(clippy::result_large_err)]
+pub(crate) async fn identify_at(
+    state: &AppState,
+    headers: &HeaderMap,
+    endpoint: Option<&str>,
+) -> Result<Option<Arc<Identity>>, Response> {
     let Some(auth) = state.auth() else {
         return Ok(None);
     };
     match auth
-        .authenticate(authorization(headers), || resource_uri(state, headers))
+        .authenticate(authorization(headers), || {
+            resource_uri_at(state, headers, endpoint)
+        })
         .await
     {
         Ok(identity) => Ok(Some(identity)),
-        Err(e) => Err(refuse(state, headers, &e)),
+        Err(e) => Err(refuse_at(state, headers, endpoint, &e)),
     }
 }
 
@@ -63,7 +76,17 @@ fn authorization(headers: &HeaderMap) -> Option<&str> {
 
 /// 401 (or 403 for a missing scope) with the `WWW-Authenticate` challenge.
 fn refuse(state: &AppState, headers: &HeaderMap, error: &AuthError) -> Response {
-    let metadata = metadata_url(&resource_uri(state, headers));
+    refuse_at(state, headers, None, error)
+}
+
+/// [`refuse`] for a request to an endpoint, naming the endpoint's metadata.
+pub(crate) fn refuse_at(
+    state: &AppState,
+    headers: &HeaderMap,
+    endpoint: Option<&str>,
+    error: &AuthError,
+) -> Response {
+    let metadata = metadata_url(&resource_uri_at(state, headers, endpoint));
     let (status, challenge) = match error {
         AuthError::Missing => (
             StatusCode::UNAUTHORIZED,
@@ -113,14 +136,25 @@ fn quoted(text: &str) -> String {
 
 /// The gateway's resource URI: configured, or `http://HOST/mcp`.
 fn resource_uri(state: &AppState, headers: &HeaderMap) -> String {
-    if let Some(resource) = state.auth().and_then(|a| a.settings().resource.clone()) {
-        return resource;
+    resource_uri_at(state, headers, None)
+}
+
+/// An endpoint's resource URI: the gateway's with `/<name>` appended.
+fn resource_uri_at(state: &AppState, headers: &HeaderMap, endpoint: Option<&str>) -> String {
+    let base = match state.auth().and_then(|a| a.settings().resource.clone()) {
+        Some(resource) => resource,
+        None => {
+            let host = headers
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("localhost");
+            format!("http://{host}/mcp")
+        }
+    };
+    match endpoint {
+        Some(name) => format!("{}/{name}", base.trim_end_matches('/')),
+        None => base,
     }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("localhost");
-    format!("http://{host}/mcp")
 }
 
 /// RFC 9728 §3.1: the well-known path goes between the origin and the
@@ -135,11 +169,28 @@ fn metadata_url(resource: &str) -> String {
     }
 }
 
-/// `GET /.well-known/oauth-protected-resource[/mcp]`: how to get a token.
+/// `GET /.well-known/oauth-protected-resource[/mcp[/<endpoint>]]`: how to
+/// get a token for the gateway or one of its endpoints.
 pub(crate) async fn protected_resource(
     State(state): State<Arc<AppState>>,
+    resource: Option<axum::extract::Path<String>>,
     headers: HeaderMap,
 ) -> Response {
+    // `/mcp/<name>` after the well-known path names an endpoint.
+    let endpoint = resource.and_then(|axum::extract::Path(path)| {
+        path.strip_prefix("mcp/")
+            .map(|name| name.trim_end_matches('/').to_owned())
+    });
+    if let Some(name) = &endpoint
+        && !state.endpoints.load().contains_key(name.as_str())
+    {
+        return rpc_error_response(
+            StatusCode::NOT_FOUND,
+            None,
+            code::INVALID_REQUEST,
+            format!("there is no endpoint {name:?}"),
+        );
+    }
     let Some(auth) = state.auth() else {
         return rpc_error_response(
             StatusCode::NOT_FOUND,
@@ -158,7 +209,7 @@ pub(crate) async fn protected_resource(
         .collect();
     servers.extend(settings.authorization_servers.iter().cloned());
     let document = json!({
-        "resource": resource_uri(&state, &headers),
+        "resource": resource_uri_at(&state, &headers, endpoint.as_deref()),
         "authorization_servers": servers,
         "scopes_supported": settings.scopes_supported,
         "bearer_methods_supported": ["header"],

@@ -48,6 +48,7 @@ pub(crate) async fn handle(
         log_level: None,
         identity: caller.or(session.identity.as_ref()).cloned(),
         session_id: Some(session.id.clone()),
+        endpoint: session.subscriber.endpoint().map(Arc::from),
     };
     match (kind, envelope.id) {
         (MessageKind::Notification, _) => {
@@ -133,9 +134,11 @@ fn initialize(
                 .set_client_capabilities(&session.subscriber, params);
             protocol::response_frame(
                 id.get(),
-                &state
-                    .router
-                    .initialize_result(version, session.identity.as_deref()),
+                &state.router.initialize_result(
+                    version,
+                    session.subscriber.endpoint(),
+                    session.identity.as_deref(),
+                ),
             )
         }
         Err(e) => protocol::error_frame(Some(id.get()), &e),

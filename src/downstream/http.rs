@@ -55,6 +55,7 @@ fn accepts(headers: &HeaderMap) -> Accepts {
 
 pub(crate) async fn post(
     State(state): State<Arc<AppState>>,
+    at: super::endpoint::At,
     peer: ClientPeer,
     headers: HeaderMap,
     body: Body,
@@ -62,7 +63,7 @@ pub(crate) async fn post(
     if let Err(denied) = state.check_origin(&headers) {
         return denied;
     }
-    let identity = match super::authn::identify(&state, &headers).await {
+    let identity = match at.identify(&state, &headers).await {
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
@@ -87,12 +88,26 @@ pub(crate) async fn post(
         Err(rejected) => return rejected,
     };
     if super::modern::is_modern(&headers, &envelope) {
-        return super::modern::handle(&state, &headers, &envelope, kind, accept.sse, identity)
-            .await;
+        return super::modern::handle(
+            &state,
+            &headers,
+            &envelope,
+            kind,
+            accept.sse,
+            identity,
+            at.shared_name(),
+        )
+        .await;
     }
     let method = envelope.method.as_deref().unwrap_or_default();
     if kind == MessageKind::Request && method == protocol::method::INITIALIZE {
-        let response = initialize(&state, &envelope, client_ip(&peer), identity);
+        let response = initialize(
+            &state,
+            &envelope,
+            client_ip(&peer),
+            identity,
+            at.shared_name(),
+        );
         let id = envelope.id.map_or("null", RawValue::get);
         return super::shared::after_initialize(&state, response, id, envelope.params).await;
     }
@@ -133,6 +148,9 @@ pub(crate) async fn post(
     if let Err(refused) = super::authn::check_owner(session.identity.as_ref(), identity.as_ref()) {
         return refused;
     }
+    if let Err(elsewhere) = at.check_session(&session) {
+        return elsewhere;
+    }
     if let Err(mismatch) = session.check_version(&headers, envelope.id) {
         return mismatch;
     }
@@ -172,13 +190,17 @@ fn initialize(
     envelope: &Envelope<'_>,
     client: Option<std::net::IpAddr>,
     identity: Option<Arc<crate::auth::Identity>>,
+    endpoint: Option<Arc<str>>,
 ) -> Response {
     let id = envelope.id.map_or("null", RawValue::get);
     let version = match dispatch::negotiate(envelope.params) {
         Ok(v) => v,
         Err(e) => return rpc_error_response(StatusCode::BAD_REQUEST, Some(id), e.code, e.message),
     };
-    let session = match state.sessions.create(Some(version), None, client, identity) {
+    let session = match state
+        .sessions
+        .create(Some(version), None, client, identity, endpoint)
+    {
         Ok(s) => s,
         Err(e) => return e.refusal(Some(id)),
     };
@@ -188,9 +210,11 @@ fn initialize(
         .set_client_capabilities(&session.subscriber, envelope.params);
     let frame = protocol::response_frame(
         id,
-        &state
-            .router
-            .initialize_result(version, session.identity.as_deref()),
+        &state.router.initialize_result(
+            version,
+            session.subscriber.endpoint(),
+            session.identity.as_deref(),
+        ),
     );
     let mut response = json_response(frame);
     if let Ok(value) = HeaderValue::from_str(&session.id) {
@@ -199,11 +223,15 @@ fn initialize(
     response
 }
 
-pub(crate) async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub(crate) async fn delete(
+    State(state): State<Arc<AppState>>,
+    at: super::endpoint::At,
+    headers: HeaderMap,
+) -> Response {
     if let Err(denied) = state.check_origin(&headers) {
         return denied;
     }
-    let identity = match super::authn::identify(&state, &headers).await {
+    let identity = match at.identify(&state, &headers).await {
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
@@ -212,8 +240,10 @@ pub(crate) async fn delete(State(state): State<Arc<AppState>>, headers: HeaderMa
         Err(missing) => return missing,
     };
     let owned = match super::shared::touch(&state, session_id).await {
-        Ok(session) => session
-            .map(|s| super::authn::check_owner(s.identity.as_ref(), identity.as_ref()).is_ok()),
+        Ok(session) => session.map(|s| {
+            super::authn::check_owner(s.identity.as_ref(), identity.as_ref()).is_ok()
+                && at.check_session(&s).is_ok()
+        }),
         Err(unavailable) => return unavailable,
     };
     if owned == Some(true) && state.sessions.close(session_id, CloseReason::Deleted) {

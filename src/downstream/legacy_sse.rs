@@ -49,6 +49,7 @@ impl Drop for SessionOnStream {
 
 pub(crate) async fn open(
     State(state): State<Arc<AppState>>,
+    at: super::endpoint::At,
     peer: ClientPeer,
     headers: HeaderMap,
 ) -> Response {
@@ -56,7 +57,7 @@ pub(crate) async fn open(
         return denied;
     }
     let (replies_tx, replies_rx) = mpsc::channel(REPLY_CAPACITY);
-    let identity = match super::authn::identify(&state, &headers).await {
+    let identity = match at.identify(&state, &headers).await {
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
@@ -64,14 +65,18 @@ pub(crate) async fn open(
         return refused;
     }
     let client = client_ip(&peer);
-    let session = match state
-        .sessions
-        .create(None, Some(replies_tx), client, identity)
-    {
-        Ok(s) => s,
-        Err(e) => return e.refusal(None),
+    let session =
+        match state
+            .sessions
+            .create(None, Some(replies_tx), client, identity, at.shared_name())
+        {
+            Ok(s) => s,
+            Err(e) => return e.refusal(None),
+        };
+    let endpoint = match at.name() {
+        Some(name) => format!("/mcp/{name}/message?sessionId={}", session.id),
+        None => format!("/message?sessionId={}", session.id),
     };
-    let endpoint = format!("/message?sessionId={}", session.id);
     let keep = (
         state.sessions.open_stream(&session),
         SessionOnStream {
@@ -108,6 +113,7 @@ pub(crate) struct SessionQuery {
 
 pub(crate) async fn message(
     State(state): State<Arc<AppState>>,
+    at: super::endpoint::At,
     peer: ClientPeer,
     Query(query): Query<SessionQuery>,
     headers: HeaderMap,
@@ -124,14 +130,18 @@ pub(crate) async fn message(
             "missing sessionId query parameter",
         );
     };
-    let identity = match super::authn::identify(&state, &headers).await {
+    let identity = match at.identify(&state, &headers).await {
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
     if let Err(refused) = state.admit_rate(identity.as_ref(), client_ip(&peer)) {
         return refused;
     }
-    let Some(session) = state.sessions.touch(&session_id) else {
+    let Some(session) = state
+        .sessions
+        .touch(&session_id)
+        .filter(|s| at.check_session(s).is_ok())
+    else {
         return rpc_error_response(
             StatusCode::NOT_FOUND,
             None,

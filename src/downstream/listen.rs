@@ -39,6 +39,7 @@ impl Drop for Listening {
 pub(crate) async fn open(
     state: &Arc<AppState>,
     identity: Option<Arc<crate::auth::Identity>>,
+    endpoint: Option<Arc<str>>,
     id: &RawValue,
     params: Option<&RawValue>,
 ) -> Response {
@@ -65,7 +66,7 @@ pub(crate) async fn open(
     let tag = format!("{{\"{}\":{}}}", meta::SUBSCRIPTION_ID, id.get());
     let hub = state.router.hub().clone();
     let listening = Listening {
-        subscriber: hub.register_listener(wants, tag.clone(), identity.clone()),
+        subscriber: hub.register_listener(wants, tag.clone(), endpoint, identity.clone()),
         hub,
     };
     listening.subscriber.set_client_info(client_info.as_ref());

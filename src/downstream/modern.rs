@@ -242,6 +242,7 @@ pub(crate) async fn handle(
     kind: MessageKind,
     can_stream: bool,
     identity: Option<Arc<crate::auth::Identity>>,
+    endpoint: Option<Arc<str>>,
 ) -> Response {
     // The modern HTTP transport has no client notifications; accept and ignore.
     if kind != MessageKind::Request {
@@ -263,16 +264,22 @@ pub(crate) async fn handle(
         return reject(StatusCode::NOT_FOUND, Some(id), error);
     }
     if method == method::TOOLS_CALL
-        && let Err(rejected) = check_param_headers(state, headers, envelope, identity.as_deref())
+        && let Err(rejected) = check_param_headers(
+            state,
+            headers,
+            envelope,
+            endpoint.as_deref(),
+            identity.as_deref(),
+        )
     {
         return rejected;
     }
     match method {
         method::DISCOVER => json(protocol::response_frame(
             id.get(),
-            &discover(state, identity.as_deref()),
+            &discover(state, endpoint.as_deref(), identity.as_deref()),
         )),
-        method::LISTEN => super::listen::open(state, identity, id, envelope.params).await,
+        method::LISTEN => super::listen::open(state, identity, endpoint, id, envelope.params).await,
         _ => {
             let ctx = RequestContext {
                 inflight: Arc::default(),
@@ -282,6 +289,7 @@ pub(crate) async fn handle(
                 log_level: validated.log_level,
                 identity,
                 session_id: None,
+                endpoint,
             };
             match state
                 .router
@@ -367,6 +375,7 @@ fn check_param_headers(
     state: &AppState,
     headers: &HeaderMap,
     envelope: &Envelope<'_>,
+    endpoint: Option<&str>,
     identity: Option<&crate::auth::Identity>,
 ) -> Result<(), Response> {
     let params: Map<String, Value> = envelope
@@ -377,11 +386,11 @@ fn check_param_headers(
         .get("name")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    if !state.router.allows(identity, name) {
+    if !state.router.allows(endpoint, identity, name) {
         // A hidden tool is answered like an unknown one, by the router.
         return Ok(());
     }
-    let catalog = state.router.catalog().load();
+    let catalog = state.router.catalog().load_view(endpoint);
     let Some(header_params) = catalog.tool_headers(name) else {
         return Ok(());
     };
@@ -397,16 +406,20 @@ fn check_param_headers(
 
 /// The `server/discover` result: the merged view's capabilities and every
 /// version the gateway serves.
-fn discover(state: &AppState, identity: Option<&crate::auth::Identity>) -> String {
+fn discover(
+    state: &AppState,
+    endpoint: Option<&str>,
+    identity: Option<&crate::auth::Identity>,
+) -> String {
     let mut result = json!({
         "resultType": "complete",
         "supportedVersions": protocol::ALL_VERSIONS,
         "capabilities": state.router.capabilities_for(Era::Modern),
         "_meta": { meta::SERVER_INFO: { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") } },
         "ttlMs": crate::router::LIST_TTL_MS,
-        "cacheScope": if state.router.filters(identity) { "private" } else { "public" },
+        "cacheScope": if state.router.filters(endpoint, identity) { "private" } else { "public" },
     });
-    if let Some(text) = state.router.instructions(identity) {
+    if let Some(text) = state.router.instructions(endpoint, identity) {
         result["instructions"] = Value::from(text);
     }
     result.to_string()

@@ -142,6 +142,8 @@ pub(crate) enum CloseReason {
     /// The transport that carried the session went away.
     Disconnected,
     Shutdown,
+    /// Its endpoint is no longer configured (a reload removed it).
+    EndpointRemoved,
 }
 
 impl CloseReason {
@@ -153,6 +155,7 @@ impl CloseReason {
             CloseReason::Evicted => "the session was evicted to make room",
             CloseReason::Disconnected => "the client disconnected",
             CloseReason::Shutdown => "the gateway is shutting down",
+            CloseReason::EndpointRemoved => "its endpoint was removed from the configuration",
         }
     }
 }
@@ -359,11 +362,12 @@ impl SessionTable {
         replies: Option<tokio::sync::mpsc::Sender<String>>,
         ip: Option<IpAddr>,
         identity: Option<Arc<crate::auth::Identity>>,
+        endpoint: Option<Arc<str>>,
     ) -> Result<Arc<Session>, TooManySessions> {
         // Prefixed with the replica it lives on (see `crate::replica`).
         let id: Arc<str> =
             format!("{}-{:032x}", crate::replica::id(), rand::random::<u128>()).into();
-        self.insert_new(id, protocol_version, replies, ip, identity)
+        self.insert_new(id, protocol_version, replies, ip, identity, endpoint)
     }
 
     /// A local copy of a session another replica created, under its id;
@@ -374,8 +378,16 @@ impl SessionTable {
         protocol_version: &str,
         ip: Option<IpAddr>,
         identity: Option<Arc<crate::auth::Identity>>,
+        endpoint: Option<Arc<str>>,
     ) -> Result<Arc<Session>, TooManySessions> {
-        self.insert_new(id.into(), Some(protocol_version), None, ip, identity)
+        self.insert_new(
+            id.into(),
+            Some(protocol_version),
+            None,
+            ip,
+            identity,
+            endpoint,
+        )
     }
 
     fn insert_new(
@@ -385,6 +397,7 @@ impl SessionTable {
         replies: Option<tokio::sync::mpsc::Sender<String>>,
         ip: Option<IpAddr>,
         identity: Option<Arc<crate::auth::Identity>>,
+        endpoint: Option<Arc<str>>,
     ) -> Result<Arc<Session>, TooManySessions> {
         let client = super::throttle::client_key(identity.as_ref(), ip);
         let admitting = self.admitting.lock().unwrap_or_else(|e| e.into_inner());
@@ -399,7 +412,7 @@ impl SessionTable {
                 .map_or_else(Default::default, Into::into),
             replies,
             inflight: Arc::default(),
-            subscriber: self.hub.register(),
+            subscriber: self.hub.register_at(endpoint, identity.clone()),
             resumable: PostStreams::default(),
             request_tasks: Arc::new(Semaphore::new(MAX_REQUEST_TASKS)),
             last_seen: AtomicU64::new(self.now_ms()),

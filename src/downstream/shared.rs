@@ -64,7 +64,13 @@ pub(crate) async fn touch(state: &AppState, id: &str) -> Result<Option<Arc<Sessi
     let identity = record.identity.as_ref().map(|i| Arc::new(i.to_identity()));
     let session = state
         .sessions
-        .adopt(id, &record.version, None, identity)
+        .adopt(
+            id,
+            &record.version,
+            None,
+            identity,
+            record.endpoint.as_deref().map(Arc::from),
+        )
         .map_err(|e| e.refusal(None))?;
     let hub = state.router.hub();
     let mut params = Map::new();
@@ -112,6 +118,7 @@ pub(crate) async fn after_initialize(
         },
         client_info: params.remove("clientInfo").unwrap_or(Value::Null),
         identity: session.identity.as_deref().map(StoredIdentity::of),
+        endpoint: session.subscriber.endpoint().map(str::to_owned),
         ..Record::default()
     };
     match store.create(&id, &record).await {

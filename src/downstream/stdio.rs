@@ -42,7 +42,7 @@ where
     let (replies, replies_rx) = mpsc::channel(REPLY_CAPACITY);
     let session = state
         .sessions
-        .create(None, Some(replies.clone()), None, None)
+        .create(None, Some(replies.clone()), None, None, None)
         .map_err(std::io::Error::other)?;
     let _never_idle = state.sessions.open_stream(&session);
     let writer_stop = stop.child_token();

@@ -26,6 +26,7 @@ mod events;
 
 pub(crate) async fn get(
     State(state): State<Arc<AppState>>,
+    at: super::endpoint::At,
     peer: ClientPeer,
     headers: HeaderMap,
 ) -> Response {
@@ -44,7 +45,7 @@ pub(crate) async fn get(
             "GET /mcp opens an SSE stream; Accept must include text/event-stream",
         );
     }
-    let identity = match super::authn::identify(&state, &headers).await {
+    let identity = match at.identify(&state, &headers).await {
         Ok(identity) => identity,
         Err(refused) => return refused,
     };
@@ -78,6 +79,9 @@ pub(crate) async fn get(
     };
     if let Err(refused) = super::authn::check_owner(session.identity.as_ref(), identity.as_ref()) {
         return refused;
+    }
+    if let Err(elsewhere) = at.check_session(&session) {
+        return elsewhere;
     }
     if let Err(mismatch) = session.check_version(&headers, None) {
         return mismatch;

@@ -20,8 +20,12 @@ fn one_update_is_serialized_once_and_shared_by_untagged_subscribers() {
     let hub = NotifyHub::new(Arc::default());
     let uri = "notes+demo://readme";
     let sessions: Vec<_> = (0..3).map(|_| hub.register()).collect();
-    let listener =
-        hub.register_listener(ListFilter::ALL, r#"{"subscriptionId":"s1"}"#.into(), None);
+    let listener = hub.register_listener(
+        ListFilter::ALL,
+        r#"{"subscriptionId":"s1"}"#.into(),
+        None,
+        None,
+    );
     for subscriber in sessions.iter().chain([&listener]) {
         subscribe(&hub, subscriber, uri);
     }

@@ -25,7 +25,7 @@ fn told(subscriber: &Subscriber) -> Vec<String> {
 }
 
 fn hub(store: &Arc<CatalogStore>, policy: &str) -> NotifyHub {
-    let views = Views::new(store.clone(), Some(&policy_config(policy)));
+    let views = Views::new(store.clone(), Some(&policy_config(policy)), &[]);
     NotifyHub::with_views(Arc::default(), Arc::new(views))
 }
 
@@ -76,14 +76,14 @@ fn a_policy_reload_tells_whose_view_changed_and_drops_what_it_no_longer_allows()
     let reader = hub.register_as(Some(Arc::new(who("reader", &[]))));
     let anonymous = hub.register();
     assert!(
-        !views.replace(Some(&policy_config(SECURE))),
+        !views.replace(Some(&policy_config(SECURE)), &[]),
         "the same policy"
     );
 
     let widened = policy_config(
         "policy:\n  clients:\n    ops: { allow: [\"*\"] }\n    reader: { allow: [\"weather__*\", \"weather+*\"] }\n",
     );
-    assert!(views.replace(Some(&widened)));
+    assert!(views.replace(Some(&widened), &[]));
     hub.policy_changed();
     assert_eq!(
         told(&reader),
@@ -101,7 +101,7 @@ fn a_policy_reload_tells_whose_view_changed_and_drops_what_it_no_longer_allows()
     let narrowed = policy_config(
         "policy:\n  clients:\n    ops: { allow: [\"*\"] }\n    reader: { allow: [\"notes__*\"] }\n",
     );
-    assert!(views.replace(Some(&narrowed)));
+    assert!(views.replace(Some(&narrowed), &[]));
     hub.policy_changed();
     assert_eq!(
         told(&reader),
@@ -111,16 +111,16 @@ fn a_policy_reload_tells_whose_view_changed_and_drops_what_it_no_longer_allows()
     assert_eq!(hub.subscriptions().uris_of(ops.id).len(), 1);
     assert!(
         views
-            .grant(Some(&who("reader", &[])))
+            .grant(None, Some(&who("reader", &[])))
             .unwrap()
             .allows("notes__add_00")
     );
 
     // Without a policy the reader sees everything again.
-    assert!(views.replace(None));
+    assert!(views.replace(None, &[]));
     hub.policy_changed();
     assert_eq!(told(&reader).len(), 3);
-    assert!(views.grant(Some(&who("reader", &[]))).is_none());
+    assert!(views.grant(None, Some(&who("reader", &[]))).is_none());
 }
 
 #[test]

@@ -1,7 +1,8 @@
-//! Whether a change is news to a subscriber: each subscriber under a policy
-//! remembers a digest of each view it was last told about ([`Seen`]); a
-//! catalog change or a policy reload tells it `list_changed` for a kind
-//! only when the digest of its current view differs. Runs inside one
+//! Whether a change is news to a subscriber: each subscriber remembers a
+//! digest of each view it was last told about ([`Seen`]), its endpoint's
+//! list (or, under a policy, its grant's view of it); a catalog change or a
+//! policy reload tells it `list_changed` for a kind only when the digest of
+//! its current view differs. A change outside an endpoint is no news there. Runs inside one
 //! notify-hub call, on the task that made the change; each grant's views
 //! are looked up once per change however many subscribers share it.
 
@@ -11,9 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::value::RawValue;
 
-use super::{Grant, Policy};
+use super::{Grant, Policies};
 use crate::auth::Identity;
-use crate::catalog::{Catalog, ListKind};
+use crate::catalog::{Catalog, CatalogStore, ListKind};
 
 /// Adds one list item to a view's digest.
 pub(super) fn hash_item(digest: &mut std::hash::DefaultHasher, item: &RawValue) {
@@ -48,44 +49,63 @@ impl Seen {
 
 /// The current views, for one fan-out.
 pub(crate) struct Fanout {
-    policy: Option<Arc<Policy>>,
-    catalog: Arc<Catalog>,
-    /// Digests per grant (by address; the `Arc` keeps it alive), once asked.
+    policies: Arc<Policies>,
+    store: Arc<CatalogStore>,
+    /// Each view's catalog, once asked.
+    catalogs: HashMap<Option<Arc<str>>, Arc<Catalog>>,
+    /// Digests per grant (by address; the `Arc` keeps it alive; each view
+    /// has its own policy, so a grant belongs to one view), once asked.
     grants: HashMap<usize, (Arc<Grant>, [Option<u64>; 4])>,
 }
 
 impl Fanout {
-    pub(super) fn new(policy: Option<Arc<Policy>>, catalog: Arc<Catalog>) -> Fanout {
+    pub(super) fn new(policies: Arc<Policies>, store: Arc<CatalogStore>) -> Fanout {
         Fanout {
-            policy,
-            catalog,
+            policies,
+            store,
+            catalogs: HashMap::new(),
             grants: HashMap::new(),
         }
     }
 
-    /// Whether a subscriber of `identity` that has `seen` is told that
-    /// `kind` changed: always without an identity; otherwise when its view
-    /// of `kind` is not the one it was last told about (a subscriber of an
-    /// identity is kept up to date even while no policy is in force).
+    fn catalog(&mut self, endpoint: Option<&str>) -> Arc<Catalog> {
+        if let Some(catalog) = self.catalogs.get(&endpoint.map(Arc::from)) {
+            return catalog.clone();
+        }
+        let catalog = self.store.load_view(endpoint);
+        self.catalogs
+            .insert(endpoint.map(Arc::from), catalog.clone());
+        catalog
+    }
+
+    /// Whether a subscriber of a view (and of `identity`, if any) that has
+    /// `seen` is told that `kind` changed: when its view of `kind` is not
+    /// the one it was last told about.
     pub(crate) fn tells(
         &mut self,
+        endpoint: Option<&str>,
         identity: Option<&Identity>,
         seen: &Seen,
         kind: ListKind,
     ) -> bool {
-        match identity {
-            None => true,
-            Some(identity) => seen.update(kind, self.digest(identity, kind)),
-        }
+        seen.update(kind, self.digest(endpoint, identity, kind))
     }
 
-    /// The digest of `identity`'s current view of `kind`. Without a policy
-    /// that is the whole list, identified by its version (a policy coming
-    /// or going therefore counts as a change).
-    pub(super) fn digest(&mut self, identity: &Identity, kind: ListKind) -> u64 {
-        let Some(policy) = &self.policy else {
+    /// The digest of the current view of `kind` that a subscriber of
+    /// `endpoint` and `identity` has. Without a grant that is the view's
+    /// whole list, identified by its version (a policy coming or going
+    /// therefore counts as a change).
+    pub(super) fn digest(
+        &mut self,
+        endpoint: Option<&str>,
+        identity: Option<&Identity>,
+        kind: ListKind,
+    ) -> u64 {
+        let catalog = self.catalog(endpoint);
+        let policy = self.policies.of(endpoint).cloned();
+        let (Some(policy), Some(identity)) = (policy, identity) else {
             let mut digest = std::hash::DefaultHasher::new();
-            self.catalog.version(kind).hash(&mut digest);
+            catalog.version(kind).hash(&mut digest);
             return digest.finish();
         };
         let grant = policy.grant(identity);
@@ -93,7 +113,6 @@ impl Fanout {
             .grants
             .entry(Arc::as_ptr(&grant) as usize)
             .or_insert_with(|| (grant, [None; 4]));
-        let catalog = &self.catalog;
-        *digests[kind as usize].get_or_insert_with(|| grant.list(kind, catalog).digest())
+        *digests[kind as usize].get_or_insert_with(|| grant.list(kind, &catalog).digest())
     }
 }

@@ -158,9 +158,9 @@ fn no_policy_section_means_no_policy() {
     )
     .unwrap();
     assert_eq!(config.policy, None);
-    let views = Views::new(Arc::new(store()), None);
-    assert!(views.grant(Some(&who("anyone", &[]))).is_none());
-    assert!(views.allows(Some(&who("anyone", &[])), "anything"));
+    let views = Views::new(Arc::new(store()), None, &[]);
+    assert!(views.grant(None, Some(&who("anyone", &[]))).is_none());
+    assert!(views.allows(None, Some(&who("anyone", &[])), "anything"));
 }
 
 // --- views of a catalog ---

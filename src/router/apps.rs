@@ -28,7 +28,9 @@ pub(super) fn by_server_name(
         .tools_named(&name)
         .iter()
         .map(|t| &**t)
-        .filter(|exposed| grant.is_none_or(|g| g.allows(exposed)))
+        .filter(|exposed| {
+            grant.is_none_or(|g| g.allows(catalog.key_of(crate::catalog::ListKind::Tools, exposed)))
+        })
         .collect();
     match visible.as_slice() {
         [] => Err(RouteError::UnknownTool(name)),

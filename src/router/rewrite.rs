@@ -36,6 +36,9 @@ pub(crate) enum ParamsError {
     /// A completion `ref` of another type (or none).
     #[error("ref.type must be \"ref/prompt\" or \"ref/resource\", not {0:?}")]
     RefType(Option<String>),
+    /// Anything else wrong with the params, said in full.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// A request's params, member by member.
@@ -124,6 +127,11 @@ impl<'a> Params<'a> {
     /// A `_meta` member.
     pub(crate) fn meta(&self, key: &str) -> Option<&Value> {
         self.meta.as_ref()?.get(key)
+    }
+
+    /// The whole `_meta` object, if the client sent one.
+    pub(crate) fn meta_object(&self) -> Option<&Map<String, Value>> {
+        self.meta.as_ref()
     }
 
     /// The client's `_meta.progressToken`, if it asked for progress.

@@ -92,6 +92,7 @@ fn session(router: &Router, can_stream: bool) -> Arc<RequestContext> {
         log_level: None,
         identity: None,
         session_id: None,
+        endpoint: None,
     })
 }
 
@@ -417,6 +418,7 @@ async fn a_modern_client_closing_its_stream_cancels_the_call() {
         log_level: None,
         identity: None,
         session_id: None,
+        endpoint: None,
     });
     let params = json!({ "name": "alpha__echo", "_meta": { "progressToken": 1 } });
     let Reply::Streaming(frames) = within(call(&gw.router, &ctx, "3", "tools/call", params))
@@ -522,6 +524,7 @@ fn stateless(can_stream: bool) -> Arc<RequestContext> {
         log_level: None,
         identity: None,
         session_id: None,
+        endpoint: None,
     })
 }
 

@@ -105,6 +105,7 @@ impl RedisStore {
                     ("capabilities", json(&record.capabilities)),
                     ("client_info", json(&record.client_info)),
                     ("identity", json(&record.identity)),
+                    ("endpoint", record.endpoint.clone().unwrap_or_default()),
                 ],
             )
             .ignore()
@@ -145,6 +146,7 @@ impl RedisStore {
             log_level: fields.get("log_level").cloned(),
             uris: uris.into_iter().collect(),
             stream: fields.get("stream").cloned(),
+            endpoint: fields.get("endpoint").filter(|e| !e.is_empty()).cloned(),
         }))
     }
 

@@ -45,6 +45,7 @@ fn state() -> Arc<AppState> {
         connector: Arc::new(crate::credentials::Connector::new(None, None)),
         tracker: TaskTracker::new(),
         ui: crate::downstream::ui::UiState::new(&config),
+        endpoints: arc_swap::ArcSwap::default(),
     })
 }
 
@@ -59,6 +60,7 @@ async fn post(state: &Arc<AppState>, session_id: &str, body: &str) -> Response {
     );
     message(
         State(state.clone()),
+        crate::downstream::endpoint::At(None),
         None,
         Query(query),
         headers,
@@ -80,7 +82,7 @@ async fn a_session_at_its_request_task_limit_gets_429_but_may_still_notify() {
     let (replies, mut answers) = mpsc::channel(REPLY_CAPACITY);
     let session = state
         .sessions
-        .create(None, Some(replies), None, None)
+        .create(None, Some(replies), None, None, None)
         .expect("room for a session");
     // Every permit taken, as by that many requests still running.
     let running: Vec<_> = (0..MAX_REQUEST_TASKS)
@@ -140,7 +142,7 @@ async fn a_body_that_does_not_parse_is_refused_before_any_task() {
     let (replies, _answers) = mpsc::channel(REPLY_CAPACITY);
     let session = state
         .sessions
-        .create(None, Some(replies), None, None)
+        .create(None, Some(replies), None, None, None)
         .expect("room for a session");
     let refused = post(&state, &session.id, "{not json").await;
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);

@@ -40,7 +40,7 @@ fn swept() -> Swept {
 }
 
 fn create(table: &SessionTable) -> Arc<Session> {
-    table.create(None, None, None, None).expect("room")
+    table.create(None, None, None, None, None).expect("room")
 }
 
 /// Lets the clock run (the sweeper with it) until `n` sessions are left;

@@ -27,7 +27,7 @@ const B: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
 async fn create(table: &SessionTable, client: Option<IpAddr>) -> Arc<Session> {
     tokio::time::advance(Duration::from_millis(1)).await;
     table
-        .create(None, None, client, None)
+        .create(None, None, client, None, None)
         .expect("room for a session")
 }
 
@@ -66,7 +66,7 @@ async fn busy_sessions_are_never_evicted_and_a_busy_table_refuses() {
     assert!(table.touch(&streaming.id).is_some());
 
     let _second_stream = table.open_stream(&newer);
-    let refused = table.create(None, None, A, None);
+    let refused = table.create(None, None, A, None, None);
     assert!(matches!(refused, Err(TooManySessions::Table(2))));
     assert_eq!(table.len(), 2);
 }
@@ -88,10 +88,10 @@ async fn one_client_at_its_cap_recycles_its_own_sessions_only() {
         streams.push(table.open_stream(&table.touch(&id).unwrap()));
     }
     assert!(matches!(
-        table.create(None, None, A, None),
+        table.create(None, None, A, None, None),
         Err(TooManySessions::Client(2))
     ));
-    assert!(table.create(None, None, B, None).is_ok());
+    assert!(table.create(None, None, B, None, None).is_ok());
     // Closing a session frees its place in the client's count.
     assert!(table.close(&other.id, CloseReason::Deleted));
     assert_eq!(
