@@ -232,10 +232,10 @@ fn assign_names(
                         _ => "tool",
                     };
                     let collision = format!(
-                        "{what} {base:?} of upstream {} collides with {}'s (prefix_mode: never)",
+                        "{what} {base:?} of upstream {} collides with {}'s",
                         c.upstream, owner
                     );
-                    tracing::warn!(view = ?spec.name, "{collision}; left out");
+                    tracing::warn!(view = ?spec.name, "{collision} under prefix_mode: never; left out");
                     collisions.push(collision);
                     return None;
                 }

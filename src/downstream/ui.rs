@@ -321,6 +321,7 @@ fn gather(state: &AppState, connected: &HashMap<String, Vec<String>>) -> render:
                 age: s.age(),
                 in_flight: session.map_or(0, |s| s.inflight.len()),
                 streams: session.map_or(usize::from(s.is_listener()), |s| s.stream_count()),
+                endpoint: s.endpoint().map(|name| format!("/mcp/{name}")),
             }
         })
         .collect();
@@ -348,9 +349,29 @@ fn gather(state: &AppState, connected: &HashMap<String, Vec<String>>) -> render:
         })
         .collect();
     let ui = &state.ui;
+    let views = std::iter::once(state.router.catalog().load())
+        .chain(state.router.catalog().endpoints())
+        .map(|view| render::EndpointRow {
+            path: view
+                .view_name()
+                .map_or_else(|| "/mcp".to_owned(), |name| format!("/mcp/{name}")),
+            upstreams: view
+                .upstream_selection()
+                .map(|names| names.iter().map(|n| n.to_string()).collect()),
+            prefix_mode: view.prefix_mode().as_str(),
+            counts: ListKind::ALL.map(|kind| view.len(kind)),
+            searchable: view.searchable().map(|s| s.len()),
+            sessions: sessions
+                .iter()
+                .filter(|s| s.subscriber.endpoint() == view.view_name().map(|n| &**n))
+                .count(),
+            collisions: view.collisions().to_vec(),
+        })
+        .collect();
     render::Page {
         version: env!("CARGO_PKG_VERSION"),
         upstreams,
+        endpoints: views,
         clients,
         subscriptions,
         figures,

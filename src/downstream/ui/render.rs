@@ -52,6 +52,23 @@ pub(crate) struct ClientRow {
     pub age: Duration,
     pub in_flight: usize,
     pub streams: usize,
+    /// The endpoint it uses (`/mcp/<name>`); none: `/mcp`.
+    pub endpoint: Option<String>,
+}
+
+/// One view: the whole one (`/mcp`) or an endpoint.
+pub(crate) struct EndpointRow {
+    pub path: String,
+    /// The upstreams it shows; none: all.
+    pub upstreams: Option<Vec<String>>,
+    pub prefix_mode: &'static str,
+    /// Listed tools, prompts, resources and templates.
+    pub counts: [usize; 4],
+    /// A progressive view's searchable tools.
+    pub searchable: Option<usize>,
+    pub sessions: usize,
+    /// Items left out by `prefix_mode: never`.
+    pub collisions: Vec<String>,
 }
 
 /// One subscribed URI.
@@ -74,6 +91,8 @@ pub(crate) struct FigureRow {
 pub(crate) struct Page {
     pub version: &'static str,
     pub upstreams: Vec<UpstreamRow>,
+    /// The whole view first, then each endpoint.
+    pub endpoints: Vec<EndpointRow>,
     pub clients: Vec<ClientRow>,
     pub subscriptions: Vec<SubscriptionRow>,
     pub figures: Vec<FigureRow>,
@@ -122,6 +141,7 @@ pub(crate) fn page(page: &Page) -> String {
 <h1>mcpmux <small>{version}</small></h1>
 <nav aria-label="Sections"><ul>
 <li><a href="#upstreams">Upstreams</a></li>
+<li><a href="#endpoints">Endpoints</a></li>
 <li><a href="#clients">Clients</a></li>
 <li><a href="#subscriptions">Subscriptions</a></li>
 <li><a href="#figures">Live figures</a></li>
@@ -134,6 +154,7 @@ pub(crate) fn page(page: &Page) -> String {
         version = text(page.version)
     );
     upstreams(&mut out, &page.upstreams);
+    endpoints(&mut out, &page.endpoints);
     clients(&mut out, &page.clients);
     subscriptions(&mut out, &page.subscriptions);
     figures(&mut out, &page.figures);
@@ -247,13 +268,13 @@ fn clients(out: &mut String, rows: &[ClientRow]) {
         r#"<section id="clients" aria-labelledby="clients-h">
 <h2 id="clients-h">Clients <span class="count">({n})</span></h2>
 <div class="scroll"><table>
-<thead><tr><th scope="col">Kind</th><th scope="col">Id</th><th scope="col">Client</th><th scope="col">Era</th><th scope="col">Identity</th><th scope="col">Age</th><th scope="col">Calls in flight</th><th scope="col">Streams</th></tr></thead>
+<thead><tr><th scope="col">Kind</th><th scope="col">Id</th><th scope="col">Client</th><th scope="col">Endpoint</th><th scope="col">Era</th><th scope="col">Identity</th><th scope="col">Age</th><th scope="col">Calls in flight</th><th scope="col">Streams</th></tr></thead>
 <tbody>
 "#,
         n = rows.len()
     );
     if rows.is_empty() {
-        out.push_str("<tr><td colspan=\"8\">No sessions or listen streams.</td></tr>\n");
+        out.push_str("<tr><td colspan=\"9\">No sessions or listen streams.</td></tr>\n");
     }
     for c in rows {
         let client = c.client.as_ref().map_or_else(
@@ -262,16 +283,58 @@ fn clients(out: &mut String, rows: &[ClientRow]) {
         );
         let _ = writeln!(
             out,
-            "<tr class=\"client\" data-kind=\"{kind}\"><td>{kind}</td><th scope=\"row\">{label}</th><td>{client}</td><td>{era}</td><td>{identity}</td><td>{age}</td><td>{in_flight}</td><td>{streams}</td></tr>",
+            "<tr class=\"client\" data-kind=\"{kind}\"><td>{kind}</td><th scope=\"row\">{label}</th><td>{client}</td><td><code>{endpoint}</code></td><td>{era}</td><td>{identity}</td><td>{age}</td><td>{in_flight}</td><td>{streams}</td></tr>",
             kind = c.kind,
             label = text(&c.label),
             client = text(&client),
+            endpoint = text(c.endpoint.as_deref().unwrap_or("/mcp")),
             era = text(&c.era),
             identity = text(&or_dash(c.identity.as_deref())),
             age = duration(c.age),
             in_flight = c.in_flight,
             streams = c.streams,
         );
+    }
+    out.push_str("</tbody></table></div>\n</section>\n");
+}
+
+fn endpoints(out: &mut String, rows: &[EndpointRow]) {
+    let _ = write!(
+        out,
+        r#"<section id="endpoints" aria-labelledby="endpoints-h">
+<h2 id="endpoints-h">Endpoints <span class="count">({n})</span></h2>
+<div class="scroll"><table>
+<thead><tr><th scope="col">Path</th><th scope="col">Upstreams</th><th scope="col">Names</th><th scope="col">Tools</th><th scope="col">Prompts</th><th scope="col">Resources</th><th scope="col">Templates</th><th scope="col">Search</th><th scope="col">Sessions</th></tr></thead>
+<tbody>
+"#,
+        n = rows.len()
+    );
+    for e in rows {
+        let upstreams = e
+            .upstreams
+            .as_ref()
+            .map_or_else(|| "all".to_owned(), |names| names.join(", "));
+        let search = e.searchable.map_or_else(
+            || "off".to_owned(),
+            |n| format!("progressive ({n} searchable)"),
+        );
+        let [tools, prompts, resources, templates] = e.counts;
+        let _ = writeln!(
+            out,
+            "<tr class=\"endpoint\"><th scope=\"row\"><code>{path}</code></th><td>{upstreams}</td><td>{mode}</td><td>{tools}</td><td>{prompts}</td><td>{resources}</td><td>{templates}</td><td>{search}</td><td>{sessions}</td></tr>",
+            path = text(&e.path),
+            upstreams = text(&upstreams),
+            mode = text(e.prefix_mode),
+            search = text(&search),
+            sessions = e.sessions,
+        );
+        for collision in &e.collisions {
+            let _ = writeln!(
+                out,
+                "<tr class=\"collision\"><td colspan=\"9\">Left out: {}</td></tr>",
+                text(collision)
+            );
+        }
     }
     out.push_str("</tbody></table></div>\n</section>\n");
 }
@@ -402,6 +465,16 @@ mod tests {
                 age: Duration::from_secs(5),
                 in_flight: 0,
                 streams: 1,
+                endpoint: Some(evil.into()),
+            }],
+            endpoints: vec![EndpointRow {
+                path: evil.into(),
+                upstreams: Some(vec![evil.into()]),
+                prefix_mode: "always",
+                counts: [1, 0, 0, 0],
+                searchable: Some(3),
+                sessions: 1,
+                collisions: vec![evil.into()],
             }],
             subscriptions: vec![SubscriptionRow {
                 uri: evil.into(),

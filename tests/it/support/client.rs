@@ -55,6 +55,24 @@ impl McpClient {
         Self::connect_declaring(url, json!({}), extra).await
     }
 
+    /// The raw answer to an `initialize` at `url`, for a test that expects
+    /// it refused.
+    pub async fn connect_raw(url: &str) -> Raw {
+        Self::connect_raw_with(url, &[]).await
+    }
+
+    /// Like [`Self::connect_raw`], sending `extra` headers.
+    pub async fn connect_raw_with(url: &str, extra: &[(&str, &str)]) -> Raw {
+        post(
+            &reqwest::Client::new(),
+            url,
+            None,
+            &initialize_body(json!({})),
+            extra,
+        )
+        .await
+    }
+
     /// Like [`Self::connect_with`], declaring `capabilities` in `initialize`.
     pub async fn connect_declaring(
         url: &str,
@@ -62,11 +80,7 @@ impl McpClient {
         extra: &[(&str, &str)],
     ) -> McpClient {
         let http = reqwest::Client::new();
-        let init = json!({
-            "jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": { "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": { "name": "it", "version": "0" } }
-        });
-        let raw = post(&http, url, None, &init.to_string(), extra).await;
+        let raw = post(&http, url, None, &initialize_body(capabilities), extra).await;
         assert_eq!(
             raw.status,
             StatusCode::OK,
@@ -281,6 +295,15 @@ impl McpClient {
 }
 
 /// POSTs one JSON-RPC body the way a conforming client does.
+/// An `initialize` request declaring `capabilities`.
+fn initialize_body(capabilities: Value) -> String {
+    json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": { "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": { "name": "it", "version": "0" } }
+    })
+    .to_string()
+}
+
 pub async fn post(
     http: &reqwest::Client,
     url: &str,

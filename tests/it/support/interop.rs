@@ -64,6 +64,22 @@ pub fn everything_upstream(name: &str) -> String {
     format!("  {name}:\n    command: {node}\n    args: [{script}, \"stdio\"]\n")
 }
 
+/// YAML for a stdio upstream called `name` that runs
+/// `tests/interop/<script> ARGS` with the venv's Python (a server on the
+/// Python `mcp` SDK).
+pub fn python_upstream(name: &str, script: &str, args: &[&str]) -> String {
+    let python = serde_json::to_string(&python().display().to_string()).unwrap();
+    let mut all = vec![require(dir().join(script)).display().to_string()];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    let args = serde_json::to_string(&all).unwrap();
+    format!(
+        "  {name}:
+    command: {python}
+    args: {args}
+"
+    )
+}
+
 /// Runs `tests/interop/<script>` with the venv's Python and returns its
 /// stdout parsed as JSON; a failing script fails the test with its stderr.
 pub async fn run_python(script: &str, args: &[&str]) -> serde_json::Value {
@@ -76,10 +92,28 @@ pub async fn run_node(script: &str, args: &[&str]) -> serde_json::Value {
     run_json(node(), script, args).await
 }
 
+/// Runs the MCP Inspector's CLI (`@modelcontextprotocol/inspector-cli`)
+/// with `args` (the server's URL first) and returns its answer as JSON. It
+/// runs from its own `build` directory, where it finds its package.json.
+pub async fn run_inspector(args: &[&str]) -> serde_json::Value {
+    let build = require(dir().join("node_modules/@modelcontextprotocol/inspector-cli/build"));
+    run_json_in(node(), &build, "index.js", args).await
+}
+
 async fn run_json(program: PathBuf, script: &str, args: &[&str]) -> serde_json::Value {
+    run_json_in(program, &dir(), script, args).await
+}
+
+async fn run_json_in(
+    program: PathBuf,
+    cwd: &Path,
+    script: &str,
+    args: &[&str],
+) -> serde_json::Value {
     let output = tokio::process::Command::new(program)
-        .arg(dir().join(script))
+        .arg(cwd.join(script))
         .args(args)
+        .current_dir(cwd)
         .kill_on_drop(true)
         .output();
     let output = super::within(script, output).await.expect("python runs");
