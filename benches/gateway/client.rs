@@ -35,6 +35,8 @@ impl Drop for AbortOnDrop {
 pub struct Conn {
     sender: hyper::client::conn::http1::SendRequest<Body>,
     host: HeaderValue,
+    /// The MCP path it posts to: `/mcp`, or an endpoint's.
+    path: String,
     _task: AbortOnDrop,
 }
 
@@ -59,6 +61,7 @@ impl Conn {
         Ok(Conn {
             sender,
             host: HeaderValue::from_str(&addr.to_string())?,
+            path: "/mcp".to_owned(),
             _task: AbortOnDrop(task),
         })
     }
@@ -74,9 +77,15 @@ impl Conn {
             .map_err(Into::into)
     }
 
-    /// POSTs one JSON-RPC message to `/mcp` and reads the whole answer.
+    /// The same connection, speaking to the MCP endpoint at `path`.
+    pub fn at(mut self, path: &str) -> Conn {
+        self.path = path.to_owned();
+        self
+    }
+
+    /// POSTs one JSON-RPC message to the MCP path and reads the whole answer.
     pub async fn post(&mut self, session: Option<&HeaderValue>, body: Bytes) -> Res<Answer> {
-        let mut req = Request::post("/mcp")
+        let mut req = Request::post(self.path.as_str())
             .header(HOST, self.host.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "application/json, text/event-stream")
@@ -100,9 +109,9 @@ impl Conn {
         })
     }
 
-    /// `DELETE /mcp`: ends `session`.
+    /// `DELETE` on the MCP path: ends `session`.
     pub async fn delete(&mut self, session: &HeaderValue) -> Res<()> {
-        let req = Request::delete("/mcp")
+        let req = Request::delete(self.path.as_str())
             .header(HOST, self.host.clone())
             .header("mcp-protocol-version", VERSION)
             .header(SESSION, session.clone())
@@ -135,7 +144,7 @@ impl Conn {
 
     /// Opens the session's `GET /mcp` notification stream; the body is the stream.
     pub async fn open_stream(&mut self, session: &HeaderValue) -> Res<Incoming> {
-        let req = Request::get("/mcp")
+        let req = Request::get(self.path.as_str())
             .header(HOST, self.host.clone())
             .header(ACCEPT, "text/event-stream")
             .header("mcp-protocol-version", VERSION)

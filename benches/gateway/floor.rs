@@ -93,8 +93,9 @@ pub struct Floor {
 
 impl Floor {
     /// A floor listing `tools` tools: `echo`, `notify`, then `tool2`, `tool3`,
-    /// ...; with `stall`, the `stall` tool too.
-    pub fn new(tools: usize, stall: bool) -> Floor {
+    /// ... (with `words`, actions on a service's objects instead, see
+    /// `words`); with `stall`, the `stall` tool too.
+    pub fn new(tools: usize, stall: bool, words: Option<usize>) -> Floor {
         let schema =
             r#"{"type":"object","properties":{"text":{"type":"string"},"uri":{"type":"string"}}}"#;
         let mut items = Vec::with_capacity(tools.max(2));
@@ -105,9 +106,18 @@ impl Floor {
             r#"{{"name":"{NOTIFY}","description":"Emits resources/updated for its uri argument.","inputSchema":{schema}}}"#
         ));
         for i in 2..tools {
-            items.push(format!(
-                r#"{{"name":"tool{i}","description":"Benchmark filler tool number {i}; it is never called.","inputSchema":{schema}}}"#
-            ));
+            match words {
+                Some(seed) => {
+                    let (name, description, [id, note]) =
+                        crate::words::tool(seed, (i - 2) % crate::words::MAX_TOOLS);
+                    items.push(format!(
+                        r#"{{"name":"{name}","description":"{description}","inputSchema":{{"type":"object","properties":{{"{id}":{{"type":"string"}},"{note}":{{"type":"string"}}}}}}}}"#
+                    ));
+                }
+                None => items.push(format!(
+                    r#"{{"name":"tool{i}","description":"Benchmark filler tool number {i}; it is never called.","inputSchema":{schema}}}"#
+                )),
+            }
         }
         if stall {
             items.push(format!(
@@ -234,8 +244,8 @@ fn error(id: &str, code: i32, message: &str) -> String {
 
 /// `floor stdio`: one line in, its notifications and its answer out, each
 /// with one `write`, until stdin closes.
-pub fn run_stdio(tools: usize) -> Res<()> {
-    let floor = Floor::new(tools, false);
+pub fn run_stdio(tools: usize, words: Option<usize>) -> Res<()> {
+    let floor = Floor::new(tools, false, words);
     let stdin = std::io::stdin().lock();
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     for line in stdin.lines() {
@@ -273,7 +283,7 @@ pub fn run_http(tools: usize, threads: usize, stall: bool) -> Res<()> {
             .build()?
     };
     runtime.block_on(async move {
-        let floor = Arc::new(Floor::new(tools, stall));
+        let floor = Arc::new(Floor::new(tools, stall, None));
         serve_until_stdin_closes(|stream| {
             let floor = floor.clone();
             tokio::spawn(async move {

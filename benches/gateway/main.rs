@@ -16,7 +16,9 @@
 //! their tools; fan-out of one `resources/updated` to N open streams, and the
 //! gateway's memory per idle session and per session with a stream and a
 //! subscription, beside the floor's own streams and one `write()` per socket; and, with one upstream stalled and saturated (issue 15),
-//! the other upstream's call latency against the same with it idle; and,
+//! the other upstream's call latency against the same with it idle; tool
+//! search over many upstreams' tools on a progressive endpoint beside a
+//! full one (issue 29); and,
 //! with `--baseline PATH`, this build against another build in paired rounds.
 //!
 //! Without `--bench` on its command line (as under `cargo test --all-targets`)
@@ -32,8 +34,10 @@ mod floor;
 mod procs;
 mod proxy;
 mod report;
+mod search;
 mod stall;
 mod tables;
+mod words;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -51,7 +55,7 @@ pub fn fail(message: impl Into<String>) -> Error {
 
 const USAGE: &str = "\
 usage: cargo bench --bench gateway -- [--quick] [--rounds N] [--out FILE]
-                                      [--mcpmux PATH] [--only calls,catalog,fanout,stall,baseline]
+                                      [--mcpmux PATH] [--only calls,catalog,search,fanout,stall,baseline]
                                       [--floor-threads N] [--fanout N,M]
                                       [--baseline PATH [--baseline-label TEXT]]
   --quick    a short run (well under a minute) to check the pipeline
@@ -77,6 +81,8 @@ struct Plan {
     inits: usize,
     catalog: catalog::Shape,
     catalog_rounds: usize,
+    search: search::Shape,
+    search_rounds: usize,
     fanout: Vec<usize>,
     fanout_rounds: usize,
     stall: stall::Shape,
@@ -98,6 +104,13 @@ impl Plan {
                 fetches: 20,
             },
             catalog_rounds: 5,
+            search: search::Shape {
+                upstreams: 50,
+                tools_each: 100,
+                queries: 500,
+                fetches: 10,
+            },
+            search_rounds: 3,
             fanout: vec![1000, 10_000],
             fanout_rounds: 3,
             stall: stall::Shape {
@@ -123,6 +136,13 @@ impl Plan {
                 fetches: 3,
             },
             catalog_rounds: 1,
+            search: search::Shape {
+                upstreams: 10,
+                tools_each: 100,
+                queries: 100,
+                fetches: 2,
+            },
+            search_rounds: 1,
             fanout: vec![100, 1000],
             fanout_rounds: 1,
             stall: stall::Shape {
@@ -169,6 +189,7 @@ impl Options {
                 "--rounds" => {
                     plan.rounds = value()?.parse()?;
                     plan.catalog_rounds = plan.rounds;
+                    plan.search_rounds = plan.rounds.min(plan.search_rounds.max(1));
                     plan.fanout_rounds = plan.rounds.min(plan.fanout_rounds.max(1));
                 }
                 "--out" => out = Some(PathBuf::from(value()?)),
@@ -260,15 +281,19 @@ fn floor_main(args: &[String]) -> ExitCode {
             .unwrap_or(default)
     };
     let tools = number("--tools", 2);
+    let words = args
+        .iter()
+        .position(|a| a == "--words")
+        .and_then(|i| args.get(i + 1)?.parse().ok());
     let outcome = match args.first().map(String::as_str) {
         Some("http") => floor::run_http(
             tools,
             number("--threads", 1),
             args.iter().any(|a| a == "--stall"),
         ),
-        Some("stdio") => floor::run_stdio(tools),
+        Some("stdio") => floor::run_stdio(tools, words),
         _ => Err(fail(
-            "usage: gateway floor http [--threads N] [--tools N] [--stall] | stdio [--tools N]",
+            "usage: gateway floor http [--threads N] [--tools N] [--stall] | stdio [--tools N] [--words SEED]",
         )),
     };
     match outcome {
@@ -317,10 +342,19 @@ pub fn gateway_yaml(upstreams: &str) -> String {
 
 /// YAML for a stdio floor upstream listing `tools` tools.
 pub fn stdio_upstream(name: &str, exe: &Path, tools: usize) -> String {
+    stdio_upstream_with(name, exe, tools, &[])
+}
+
+/// [`stdio_upstream`] with more floor arguments.
+pub fn stdio_upstream_with(name: &str, exe: &Path, tools: usize, more: &[&str]) -> String {
     let command = exe.to_string_lossy().replace('$', "$$");
+    let tools = tools.to_string();
+    let mut args = vec!["floor", "stdio", "--tools", tools.as_str()];
+    args.extend_from_slice(more);
     format!(
-        "  {name}:\n    command: {}\n    args: [\"floor\", \"stdio\", \"--tools\", \"{tools}\"]\n    required: true\n",
-        serde_json::to_string(&command).expect("a string serializes")
+        "  {name}:\n    command: {}\n    args: {}\n    required: true\n",
+        serde_json::to_string(&command).expect("a string serializes"),
+        serde_json::to_string(&args).expect("strings serialize")
     )
 }
 
@@ -361,6 +395,12 @@ async fn run(options: &Options) -> Res<()> {
         for round in 0..plan.catalog_rounds {
             eprintln!("catalog round {}/{}", round + 1, plan.catalog_rounds);
             catalog::round(mcpmux, &exe, &scratch, &plan.catalog, &mut res).await?;
+        }
+    }
+    if options.runs("search") {
+        for round in 0..plan.search_rounds {
+            eprintln!("search round {}/{}", round + 1, plan.search_rounds);
+            search::round(mcpmux, &exe, &scratch, &plan.search, &mut res).await?;
         }
     }
     if options.runs("fanout") {

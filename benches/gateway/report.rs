@@ -202,6 +202,13 @@ Then, each with a fresh gateway:
   upstreams of 100 tools each, and one client fetching every page of the
   merged 5,000-tool `tools/list` (at the default page size; the report
   gives the number of pages);
+- tool search (issue 29): the same 50 × 100 tools, named and described as
+  actions on each upstream's objects, behind two endpoints, one listing
+  every tool and one progressive (`search: { mode: progressive }`); the
+  first `search_tools` call (which builds the index) and the gateway's
+  memory before and after it; `search_tools` latency p50/p99 over 500
+  searches, each the description of one tool, and how often that tool was
+  in the top 3; the whole `tools/list` of each endpoint, bytes and time;
 - fan-out: 1,000 and 10,000 sessions, each with an open `GET /mcp` stream
   and a subscription to one resource; the floor emits one
   `resources/updated`; delivery latency p50/p99 across streams and gateway
@@ -230,7 +237,7 @@ Then, each with a fresh gateway:
 
 Options (after `scripts/bench.sh` or `cargo bench --bench gateway --`):
 `--quick`, `--rounds N`, `--out FILE`, `--mcpmux PATH`,
-`--only calls,catalog,fanout,stall,baseline`, `--fanout 1000,10000` (the fan-out sizes),
+`--only calls,catalog,search,fanout,stall,baseline`, `--fanout 1000,10000` (the fan-out sizes),
 `--baseline PATH` with `--baseline-label TEXT` (what to call it in the report),
 `--floor-threads N` (the HTTP floor's worker threads; default the CPU
 count, 1 for a current-thread runtime: cheaper per call, one core at

@@ -166,6 +166,61 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize], baseline: Option<&str>)
     );
     tables.push(catalog);
 
+    let shape = &plan.search;
+    let mut search = Table::new(
+        &format!(
+            "Tool search: {} stdio upstreams × {} tools, a progressive endpoint beside a full one",
+            shape.upstreams, shape.tools_each
+        ),
+        &["metric", "value"],
+    );
+    for (key, label) in [
+        (
+            "search_first_ms",
+            "first search, which builds the index (ms)",
+        ),
+        (
+            "search_index_kb",
+            "gateway memory added by the first search: the index (KB)",
+        ),
+        ("search_p50_us", "search_tools latency p50 (µs)"),
+        ("search_p99_us", "search_tools latency p99 (µs)"),
+        (
+            "search_top3_pct",
+            "searches from a tool's description with that tool in the top 3 (%)",
+        ),
+        (
+            "search_list_full_kb",
+            "tools/list of the full endpoint, every page (KB)",
+        ),
+        (
+            "search_list_find_kb",
+            "tools/list of the progressive endpoint (KB)",
+        ),
+        ("search_listed_find", "tools the progressive endpoint lists"),
+        (
+            "search_list_full_ms",
+            "tools/list of the full endpoint, every page (ms)",
+        ),
+        (
+            "search_list_find_ms",
+            "tools/list of the progressive endpoint (ms)",
+        ),
+    ] {
+        search.row(vec![label.to_owned(), cell(res.get(key))]);
+    }
+    search.note(format!(
+        "Each floor is a service whose tools are actions on its objects \
+         (`benches/gateway/words.rs`); {} searches per round, each the description of \
+         one tool of the full listing that no other tool shares, asking for 3 matches; \
+         a search is one `tools/call` of `search_tools` through the gateway, timed by \
+         the load client.",
+        shape.queries
+    ));
+    if !search.is_empty() {
+        tables.push(search);
+    }
+
     let mut fan = Table::new("Fan-out and memory per session (HTTP upstream)", &[]);
     fan.header = std::iter::once("metric".to_owned())
         .chain(fanout.iter().map(|n| format!("{n} sessions")))

@@ -33,7 +33,12 @@ pub(crate) struct Searchable {
     index: OnceLock<Index>,
 }
 
-struct Index(bm25::SearchEngine<u32>);
+/// The fitted embedder (tokenizer, BM25 parameters, average length) and
+/// the scorer with every tool's embedding (its inverted index).
+struct Index {
+    embedder: bm25::Embedder,
+    scorer: bm25::Scorer<u32>,
+}
 
 impl std::fmt::Debug for Index {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -90,18 +95,14 @@ impl Searchable {
 
     fn index(&self) -> &Index {
         self.index.get_or_init(|| {
-            let documents = self
-                .documents
-                .iter()
-                .enumerate()
-                .map(|(i, text)| bm25::Document::new(i as u32, text.as_str()));
-            Index(
-                bm25::SearchEngineBuilder::<u32>::with_documents(
-                    bm25::Language::English,
-                    documents,
-                )
-                .build(),
-            )
+            let corpus: Vec<&str> = self.documents.iter().map(String::as_str).collect();
+            let embedder: bm25::Embedder =
+                bm25::EmbedderBuilder::with_fit_to_corpus(bm25::Language::English, &corpus).build();
+            let mut scorer = bm25::Scorer::new();
+            for (i, text) in corpus.iter().enumerate() {
+                scorer.upsert(&(i as u32), embedder.embed(text));
+            }
+            Index { embedder, scorer }
         })
     }
 
@@ -117,13 +118,13 @@ impl Searchable {
         if self.items.is_empty() || limit == 0 {
             return Vec::new();
         }
-        let query = words(query);
-        let mut hits: Vec<(u32, f32)> = self
-            .index()
-            .0
-            .search(&query, None)
+        let index = self.index();
+        let query = index.embedder.embed(&words(query));
+        let mut hits: Vec<(u32, f32)> = index
+            .scorer
+            .matches(&query)
             .into_iter()
-            .map(|hit| (hit.document.id, hit.score))
+            .map(|hit| (hit.id, hit.score))
             .collect();
         // Best first; equal scores in list order, the same on every run.
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));

@@ -65,7 +65,8 @@ pub(crate) enum SearchConfig {
     Progressive {
         /// Globs on tool keys: these are listed as well.
         pinned: Vec<String>,
-        /// Most matches one search returns (the caller may ask for fewer).
+        /// Matches one search returns unless the caller asks for another
+        /// number (at most [`MAX_SEARCH_RESULTS`]).
         results: usize,
     },
 }
