@@ -18,6 +18,7 @@ mod page;
 pub(crate) use page::Page;
 pub(crate) mod search;
 mod shape;
+mod uris;
 pub(crate) mod view;
 
 pub(crate) use view::ViewSpec;
@@ -388,6 +389,7 @@ impl Catalog {
 /// they are built from.
 pub(crate) struct CatalogStore {
     snapshot: ArcSwap<Snapshots>,
+    uri_forms: Arc<UriForms>,
     /// Config order of upstreams and their views (None while an upstream
     /// is down), and the views to build. Held only by a rebuild, never
     /// across an await.
@@ -405,11 +407,32 @@ struct Sources {
     order: IndexMap<Arc<str>, SourceEntry>,
     whole: Arc<ViewSpec>,
     endpoints: Vec<Arc<ViewSpec>>,
+    /// How the URIs of upstreams without their own `namespace_uris` are
+    /// exposed (the same in every view).
+    uri_mode: crate::config::PrefixMode,
+}
+
+/// Which upstreams' resource URIs are exposed unchanged now, shared with
+/// the upstream handles (which rewrite URIs in results) and the hub (which
+/// maps an upstream's `resources/updated` to the URI clients know).
+#[derive(Debug, Default)]
+pub(crate) struct UriForms {
+    plain: ArcSwap<std::collections::HashSet<Arc<str>>>,
+}
+
+impl UriForms {
+    /// Whether `upstream`'s URIs are exposed as `{upstream}+{uri}`.
+    pub(crate) fn namespaces(&self, upstream: &str) -> bool {
+        !self.plain.load().contains(upstream)
+    }
 }
 
 struct SourceEntry {
     prefix: String,
-    namespace_uris: bool,
+    /// Its own `namespace_uris`; none: as the gateway's mode decides.
+    namespace_uris: Option<bool>,
+    /// Whether its URIs are namespaced now (decided at each rebuild).
+    namespaces: bool,
     view: Option<Arc<UpstreamView>>,
     /// Its view when it was last up: names it had still count as taken
     /// under `prefix_mode: on_collision` while it is down.
@@ -421,13 +444,16 @@ struct SourceEntry {
 impl CatalogStore {
     /// A store for these upstreams `(name, prefix, namespace_uris)`, in
     /// config order, all down, and the whole view only.
-    pub(crate) fn new(upstreams: impl IntoIterator<Item = (Arc<str>, String, bool)>) -> Self {
+    pub(crate) fn new(
+        upstreams: impl IntoIterator<Item = (Arc<str>, String, Option<bool>)>,
+    ) -> Self {
         let order: IndexMap<Arc<str>, SourceEntry> = upstreams
             .into_iter()
             .map(|(name, prefix, namespace_uris)| {
                 let entry = SourceEntry {
                     prefix,
                     namespace_uris,
+                    namespaces: namespace_uris.unwrap_or(true),
                     view: None,
                     last_view: None,
                     shape: None,
@@ -439,9 +465,11 @@ impl CatalogStore {
             order,
             whole: Arc::new(ViewSpec::default()),
             endpoints: Vec::new(),
+            uri_mode: crate::config::PrefixMode::Always,
         };
         let store = Self {
             snapshot: ArcSwap::from_pointee(Snapshots::default()),
+            uri_forms: Arc::default(),
             sources: Mutex::new(sources),
         };
         {
@@ -460,7 +488,7 @@ impl CatalogStore {
     /// Returns the list kinds whose merged content changed in any view.
     pub(crate) fn set_upstreams(
         &self,
-        upstreams: impl IntoIterator<Item = (Arc<str>, String, bool)>,
+        upstreams: impl IntoIterator<Item = (Arc<str>, String, Option<bool>)>,
     ) -> Vec<ListKind> {
         let mut sources = self.lock();
         let mut previous = std::mem::take(&mut sources.order);
@@ -473,6 +501,7 @@ impl CatalogStore {
                 let entry = SourceEntry {
                     prefix,
                     namespace_uris,
+                    namespaces: namespace_uris.unwrap_or(true),
                     view,
                     last_view,
                     shape,
@@ -483,13 +512,31 @@ impl CatalogStore {
         self.rebuild(&mut sources)
     }
 
-    /// Sets the views to build: the whole one and the endpoints (a start or
-    /// a reload). Returns the list kinds whose content changed in any view.
-    pub(crate) fn set_views(&self, whole: ViewSpec, endpoints: Vec<ViewSpec>) -> Vec<ListKind> {
+    /// Sets the views to build: the whole one and the endpoints, and how
+    /// URIs are exposed (a start or a reload). Returns the list kinds whose
+    /// content changed in any view.
+    pub(crate) fn set_views(
+        &self,
+        whole: ViewSpec,
+        endpoints: Vec<ViewSpec>,
+        uri_mode: crate::config::PrefixMode,
+    ) -> Vec<ListKind> {
         let mut sources = self.lock();
         sources.whole = Arc::new(whole);
         sources.endpoints = endpoints.into_iter().map(Arc::new).collect();
+        sources.uri_mode = uri_mode;
         self.rebuild(&mut sources)
+    }
+
+    /// Which upstreams' URIs are exposed unchanged, kept current.
+    pub(crate) fn uri_forms(&self) -> Arc<UriForms> {
+        self.uri_forms.clone()
+    }
+
+    /// The URIs that would collide now among upstreams whose URIs `mode`
+    /// leaves unchanged (to refuse a `namespace_uris: never` config).
+    pub(crate) fn uri_collisions(&self, mode: crate::config::PrefixMode) -> Vec<String> {
+        uris::forms(&self.lock().order, mode).1
     }
 
     /// Sets how each named upstream's items are exposed (its `tools`,
@@ -551,6 +598,11 @@ impl CatalogStore {
     /// Swaps in catalogs built from `sources`; returns the kinds that
     /// changed in any view.
     fn rebuild(&self, sources: &mut Sources) -> Vec<ListKind> {
+        let (plain, _) = uris::forms(&sources.order, sources.uri_mode);
+        for (name, entry) in sources.order.iter_mut() {
+            entry.namespaces = !plain.contains(name);
+        }
+        self.uri_forms.plain.store(Arc::new(plain));
         let old = self.snapshot.load();
         let mut changed = Vec::new();
         let mut next = |spec: &Arc<ViewSpec>, old: Option<&Catalog>| {

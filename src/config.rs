@@ -131,6 +131,9 @@ pub struct Config {
     pub(crate) naming: Naming,
     /// More views, each at `/mcp/<name>`, in file order.
     pub(crate) endpoints: Vec<EndpointConfig>,
+    /// How resource URIs of upstreams without their own `namespace_uris`
+    /// are exposed, the same in every view (URIs are subscription keys).
+    pub(crate) uri_naming: Naming,
 }
 
 /// A per-client request rate: `requests_per_second`, after a `burst`.
@@ -191,10 +194,11 @@ pub(crate) struct UpstreamConfig {
     pub timeout: Duration,
     /// Which protocol era to speak to it.
     pub era: EraChoice,
-    /// Expose resource URIs as `{upstream}+{uri}` (default). With `false`
-    /// they are exposed unchanged and a URI no namespaced upstream claims is
-    /// routed to the first such upstream that lists it (or the first one).
-    pub namespace_uris: bool,
+    /// `true`: expose resource URIs as `{upstream}+{uri}`; `false`: unchanged
+    /// (a URI no namespaced upstream claims is routed to the first such
+    /// upstream that lists it, or the first one); none: as the top-level
+    /// `namespace_uris` mode decides (by default, namespaced).
+    pub namespace_uris: Option<bool>,
     /// `/readyz` fails while a required upstream is not ready.
     pub required: bool,
     /// How long a call waits for this upstream while it is starting before
@@ -444,6 +448,8 @@ struct RawConfig {
     credentials: Option<upstream_auth::RawCredentials>,
     #[serde(default)]
     prefix_mode: Option<Spanned<String>>,
+    #[serde(default)]
+    namespace_uris: Option<Spanned<String>>,
     #[serde(default)]
     endpoints: Option<Spanned<IndexMap<Spanned<String>, endpoints::RawEndpoint>>>,
 }
@@ -847,6 +853,7 @@ impl RawConfig {
         }
 
         let naming = endpoints::naming(self.prefix_mode.as_ref(), "prefix_mode", &mut p);
+        let uri_naming = endpoints::naming(self.namespace_uris.as_ref(), "namespace_uris", &mut p);
         let upstream_names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
         let endpoints = self
             .endpoints
@@ -887,6 +894,7 @@ impl RawConfig {
             credentials,
             naming,
             endpoints,
+            uri_naming,
         })
     }
 }

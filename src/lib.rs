@@ -175,12 +175,13 @@ impl Gateway {
         })));
         catalog.set_shapes(config.upstreams.iter().map(|u| (u.name.as_str(), &u.shape)));
         catalog.set_views(
-            catalog::ViewSpec::whole(config.naming.prefix_mode),
+            catalog::ViewSpec::whole(config.naming.mode),
             config
                 .endpoints
                 .iter()
                 .map(catalog::ViewSpec::endpoint)
                 .collect(),
+            config.uri_naming.mode,
         );
         let upstreams = Arc::new(UpstreamSet::default());
         let views = Arc::new(policy::Views::new(
@@ -460,7 +461,8 @@ impl Gateway {
     pub async fn naming_conflicts_once_settled(&self) -> Vec<Issue> {
         let never = std::iter::once(self.config.naming)
             .chain(self.config.endpoints.iter().map(|e| e.naming))
-            .any(|n| n.prefix_mode == config::PrefixMode::Never);
+            .any(|n| n.mode == config::PrefixMode::Never)
+            || self.config.uri_naming.mode == config::PrefixMode::Never;
         if !never {
             return Vec::new();
         }

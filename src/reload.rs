@@ -152,7 +152,7 @@ impl UpstreamManager {
         }
     }
 
-    fn catalog_order(configs: &[UpstreamConfig]) -> Vec<(Arc<str>, String, bool)> {
+    fn catalog_order(configs: &[UpstreamConfig]) -> Vec<(Arc<str>, String, Option<bool>)> {
         configs
             .iter()
             .map(|u| {
@@ -250,8 +250,9 @@ impl UpstreamManager {
     /// `list_changed`. Returns whether a policy changed.
     pub(crate) fn apply_views(&self, config: &crate::config::Config) -> bool {
         let kinds = self.catalog.set_views(
-            ViewSpec::whole(config.naming.prefix_mode),
+            ViewSpec::whole(config.naming.mode),
             config.endpoints.iter().map(ViewSpec::endpoint).collect(),
+            config.uri_naming.mode,
         );
         let replaced = self
             .hub
@@ -272,7 +273,8 @@ impl UpstreamManager {
 }
 
 /// The names that collide, now, in the views of `config` that name items
-/// by `prefix_mode: never`: each an issue at that `prefix_mode`. Such a
+/// by `prefix_mode: never` (and the URIs, under `namespace_uris: never`):
+/// each an issue at that `prefix_mode` (or `namespace_uris`). Such a
 /// config is refused (at start, once the upstreams settled; on a reload,
 /// before anything is applied).
 pub(crate) fn naming_conflicts(
@@ -283,7 +285,7 @@ pub(crate) fn naming_conflicts(
     let whole = (
         "prefix_mode".to_owned(),
         config.naming,
-        ViewSpec::whole(config.naming.prefix_mode),
+        ViewSpec::whole(config.naming.mode),
     );
     let endpoints = config.endpoints.iter().map(|e| {
         let label = match e.naming == config.naming {
@@ -293,8 +295,16 @@ pub(crate) fn naming_conflicts(
         (label, e.naming, ViewSpec::endpoint(e))
     });
     let mut issues = Vec::new();
+    if config.uri_naming.mode == PrefixMode::Never {
+        for collision in catalog.uri_collisions(PrefixMode::Never) {
+            issues.push(naming_issue(
+                &config.uri_naming,
+                format!("namespace_uris: never, but the {collision}; use on_collision, or set namespace_uris: true on one of the upstreams"),
+            ));
+        }
+    }
     for (label, naming, spec) in std::iter::once(whole).chain(endpoints) {
-        if naming.prefix_mode != PrefixMode::Never {
+        if naming.mode != PrefixMode::Never {
             continue;
         }
         for collision in catalog.preview(&spec).collisions() {

@@ -267,8 +267,8 @@ struct Shared {
     reconnect_now: tokio::sync::Notify,
     /// Remote upstreams reconnect on demand; stdio ones keep their backoff.
     remote: bool,
-    /// Whether its resource URIs are exposed as `{upstream}+{uri}`.
-    namespace_uris: bool,
+    /// Which upstreams' URIs are exposed unchanged (the catalog decides).
+    uri_forms: Arc<crate::catalog::UriForms>,
     /// Whether `/readyz` waits for it.
     required: bool,
     /// How it is reached, for `/status` (no URL or command: they may hold secrets).
@@ -648,7 +648,7 @@ impl UpstreamHandle {
 
     /// Whether its resource URIs are exposed as `{upstream}+{uri}`.
     pub(crate) fn namespaces_uris(&self) -> bool {
-        self.shared.namespace_uris
+        self.shared.uri_forms.namespaces(self.name())
     }
 
     /// Lines of stderr or stray stdout dropped by the log rate limit.

@@ -64,7 +64,7 @@ pub(super) fn plain_upstreams(
 ) -> Vec<Arc<str>> {
     order
         .iter()
-        .filter(|(name, e)| !e.namespace_uris && spec.shows_upstream(name))
+        .filter(|(name, e)| !e.namespaces && spec.shows_upstream(name))
         .map(|(name, _)| name.clone())
         .collect()
 }
@@ -171,7 +171,7 @@ fn collect(
         None => original.clone(),
     };
     let app = match kind {
-        ListKind::Tools => apps::namespace_tool_meta(&mut item, upstream, entry.namespace_uris),
+        ListKind::Tools => apps::namespace_tool_meta(&mut item, upstream, entry.namespaces),
         _ => None,
     };
     if let Some(app) = &app {
@@ -362,7 +362,7 @@ fn resources(
                     ListKind::Resources => "uri",
                     _ => "uriTemplate",
                 };
-                if entry.namespace_uris {
+                if entry.namespaces {
                     namespace_member(&mut item, member, name);
                 }
                 let Some(key) = item.get(member).and_then(Value::as_str).map(str::to_owned) else {
@@ -380,7 +380,7 @@ fn resources(
                     if !seen_uris.insert(key.clone()) {
                         continue;
                     }
-                    if !entry.namespace_uris {
+                    if !entry.namespaces {
                         catalog.plain_uris.insert(key.as_str().into(), name.clone());
                     }
                 }

@@ -38,7 +38,7 @@ fn lists(sizes: [usize; 4], salt: &str) -> UpstreamLists {
 }
 
 fn store_with(sizes: [usize; 4]) -> CatalogStore {
-    let store = CatalogStore::new([("alpha".into(), "alpha".to_owned(), true)]);
+    let store = CatalogStore::new([("alpha".into(), "alpha".to_owned(), None)]);
     store.publish(
         "alpha",
         Some(Arc::new(UpstreamView {

@@ -243,8 +243,8 @@ mod tests {
     #[test]
     fn shaping_filters_renames_and_overrides_while_the_catalog_is_built() {
         let store = CatalogStore::new([
-            ("weather".into(), "weather".to_owned(), true),
-            ("plain".into(), "plain".to_owned(), true),
+            ("weather".into(), "weather".to_owned(), None),
+            ("plain".into(), "plain".to_owned(), None),
         ]);
         store.set_shapes([("weather", &shaped())]);
         store.publish("weather", view());

@@ -33,8 +33,8 @@ fn view(tools: &[&str]) -> Option<Arc<UpstreamView>> {
 
 fn store() -> CatalogStore {
     CatalogStore::new([
-        ("alpha".into(), "alpha".to_owned(), true),
-        ("beta".into(), "".to_owned(), true),
+        ("alpha".into(), "alpha".to_owned(), None),
+        ("beta".into(), "".to_owned(), None),
     ])
 }
 
@@ -189,8 +189,8 @@ fn down_upstream_leaves_the_view() {
 #[test]
 fn plain_uri_upstreams_expose_and_route_uris_unchanged() {
     let store = CatalogStore::new([
-        ("alpha".into(), "alpha".to_owned(), true),
-        ("plain".into(), "".to_owned(), false),
+        ("alpha".into(), "alpha".to_owned(), None),
+        ("plain".into(), "".to_owned(), Some(false)),
     ]);
     store.publish("alpha", view(&[]));
     store.publish("plain", view(&[]));

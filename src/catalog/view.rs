@@ -96,7 +96,7 @@ impl ViewSpec {
                 .as_ref()
                 .map(|names| names.iter().map(|n| Arc::from(n.as_str())).collect()),
             items: config.items.as_ref().map(Selection::new),
-            prefix_mode: config.naming.prefix_mode,
+            prefix_mode: config.naming.mode,
             search: match &config.search {
                 SearchConfig::Off => None,
                 SearchConfig::Progressive { pinned, results } => Some(SearchSpec {

@@ -32,9 +32,9 @@ fn tools(names: &[(&str, &str)]) -> Option<Arc<UpstreamView>> {
 
 fn store() -> CatalogStore {
     CatalogStore::new([
-        ("gh".into(), "gh".to_owned(), true),
-        ("jira".into(), "jira".to_owned(), true),
-        ("docs".into(), "docs".to_owned(), true),
+        ("gh".into(), "gh".to_owned(), None),
+        ("jira".into(), "jira".to_owned(), None),
+        ("docs".into(), "docs".to_owned(), None),
     ])
 }
 
@@ -85,7 +85,11 @@ fn with_three_upstreams() -> CatalogStore {
 #[test]
 fn on_collision_prefixes_only_the_names_two_upstreams_share() {
     let store = with_three_upstreams();
-    store.set_views(ViewSpec::whole(PrefixMode::OnCollision), Vec::new());
+    store.set_views(
+        ViewSpec::whole(PrefixMode::OnCollision),
+        Vec::new(),
+        PrefixMode::Always,
+    );
     let whole = store.load();
     assert_eq!(
         names(&whole, ListKind::Tools),
@@ -116,8 +120,8 @@ fn on_collision_prefixes_only_the_names_two_upstreams_share() {
     );
     // Removed from the config, it no longer counts.
     store.set_upstreams([
-        ("gh".into(), "gh".to_owned(), true),
-        ("docs".into(), "docs".to_owned(), true),
+        ("gh".into(), "gh".to_owned(), None),
+        ("docs".into(), "docs".to_owned(), None),
     ]);
     assert_eq!(
         names(&store.load(), ListKind::Tools),
@@ -128,7 +132,11 @@ fn on_collision_prefixes_only_the_names_two_upstreams_share() {
 #[test]
 fn never_leaves_a_colliding_name_out_and_says_so() {
     let store = with_three_upstreams();
-    store.set_views(ViewSpec::whole(PrefixMode::Never), Vec::new());
+    store.set_views(
+        ViewSpec::whole(PrefixMode::Never),
+        Vec::new(),
+        PrefixMode::Always,
+    );
     let whole = store.load();
     assert_eq!(
         names(&whole, ListKind::Tools),
@@ -153,10 +161,11 @@ fn an_endpoint_shows_its_upstreams_and_items_and_names_them_its_own_way() {
         ],
         deny: vec!["*assign*".into()],
     });
-    team.naming.prefix_mode = PrefixMode::OnCollision;
+    team.naming.mode = PrefixMode::OnCollision;
     store.set_views(
         ViewSpec::whole(PrefixMode::Always),
         vec![ViewSpec::endpoint(&team)],
+        PrefixMode::Always,
     );
     let view = store.load_view(Some("team"));
     assert_eq!(
@@ -174,7 +183,11 @@ fn an_endpoint_shows_its_upstreams_and_items_and_names_them_its_own_way() {
     assert_eq!(store.load().len(ListKind::Tools), 5);
     assert!(store.load().tool("gh__create_issue").is_some());
     // A gone endpoint is an empty view.
-    store.set_views(ViewSpec::whole(PrefixMode::Always), Vec::new());
+    store.set_views(
+        ViewSpec::whole(PrefixMode::Always),
+        Vec::new(),
+        PrefixMode::Always,
+    );
     assert_eq!(store.load_view(Some("team")).len(ListKind::Tools), 0);
 }
 
@@ -186,6 +199,7 @@ fn a_change_outside_an_endpoint_keeps_its_versions() {
     store.set_views(
         ViewSpec::whole(PrefixMode::Always),
         vec![ViewSpec::endpoint(&team)],
+        PrefixMode::Always,
     );
     let before = store.load_view(Some("team")).version(ListKind::Tools);
     let whole_before = store.load().version(ListKind::Tools);
@@ -216,6 +230,7 @@ fn a_progressive_endpoint_lists_pinned_tools_and_its_own_two_and_finds_the_rest(
     store.set_views(
         ViewSpec::whole(PrefixMode::Always),
         vec![ViewSpec::endpoint(&team)],
+        PrefixMode::Always,
     );
     let view = store.load_view(Some("team"));
     assert_eq!(
@@ -254,7 +269,7 @@ fn a_progressive_endpoint_lists_pinned_tools_and_its_own_two_and_finds_the_rest(
 
 #[test]
 fn a_progressive_view_reserves_its_tool_names() {
-    let store = CatalogStore::new([("x".into(), "".to_owned(), true)]);
+    let store = CatalogStore::new([("x".into(), "".to_owned(), None)]);
     store.publish("x", tools(&[("search_tools", "its own search")]));
     let mut team = endpoint("team");
     team.search = SearchConfig::Progressive {
@@ -264,9 +279,79 @@ fn a_progressive_view_reserves_its_tool_names() {
     store.set_views(
         ViewSpec::whole(PrefixMode::Always),
         vec![ViewSpec::endpoint(&team)],
+        PrefixMode::Always,
     );
     let listed = names(&store.load_view(Some("team")), ListKind::Tools);
     assert_eq!(listed.len(), 3);
     assert!(listed[0].starts_with("search_tools_"), "{listed:?}");
     assert_eq!(&listed[1..], ["search_tools", "call_tool"]);
+}
+
+fn with_resources(uris: &[&str]) -> Option<Arc<UpstreamView>> {
+    Some(Arc::new(UpstreamView {
+        lists: UpstreamLists {
+            resources: uris
+                .iter()
+                .map(|u| json!({"uri": u, "name": u}).as_object().unwrap().clone())
+                .collect(),
+            ..UpstreamLists::default()
+        },
+        instructions: None,
+    }))
+}
+
+#[test]
+fn namespace_uris_on_collision_leaves_unique_uris_bare() {
+    let store = CatalogStore::new([
+        ("a".into(), "a".to_owned(), None),
+        ("b".into(), "b".to_owned(), None),
+        ("c".into(), "c".to_owned(), None),
+        ("d".into(), "d".to_owned(), Some(true)),
+    ]);
+    store.publish("a", with_resources(&["file:///shared", "file:///only-a"]));
+    store.publish("b", with_resources(&["file:///shared"]));
+    store.publish("c", with_resources(&["file:///only-c"]));
+    store.publish("d", with_resources(&["file:///only-c"]));
+    store.set_views(
+        ViewSpec::whole(PrefixMode::Always),
+        Vec::new(),
+        PrefixMode::OnCollision,
+    );
+    let whole = store.load();
+    assert_eq!(
+        names(&whole, ListKind::Resources),
+        [
+            "a+file:///shared",
+            "a+file:///only-a",
+            "b+file:///shared",
+            "file:///only-c",
+            "d+file:///only-c"
+        ]
+    );
+    let forms = store.uri_forms();
+    assert!(forms.namespaces("a") && forms.namespaces("b") && forms.namespaces("d"));
+    assert!(!forms.namespaces("c"));
+    assert_eq!(
+        whole
+            .route_uri("file:///only-c", |_| true)
+            .unwrap()
+            .0
+            .as_ref(),
+        "c"
+    );
+    assert!(store.uri_collisions(PrefixMode::OnCollision).is_empty());
+    // Under never the same lists collide; a's and b's share one URI.
+    let collisions = store.uri_collisions(PrefixMode::Never);
+    assert_eq!(collisions.len(), 1, "{collisions:?}");
+    assert!(
+        collisions[0].contains("\"file:///shared\""),
+        "{collisions:?}"
+    );
+    // Always: everything without its own setting is namespaced again.
+    store.set_views(
+        ViewSpec::whole(PrefixMode::Always),
+        Vec::new(),
+        PrefixMode::Always,
+    );
+    assert!(store.uri_forms().namespaces("c"));
 }

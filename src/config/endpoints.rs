@@ -46,11 +46,12 @@ impl PrefixMode {
     }
 }
 
-/// A view's `prefix_mode`, and where it was written (for the error that
-/// names a collision under `never`).
+/// A naming mode (a view's `prefix_mode`, or the gateway's
+/// `namespace_uris`), and where it was written (for the error that names a
+/// collision under `never`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Naming {
-    pub prefix_mode: PrefixMode,
+    pub mode: PrefixMode,
     /// Line and column of the `prefix_mode` value; none for the default.
     pub at: Option<(u64, u64)>,
 }
@@ -130,14 +131,14 @@ struct RawSearch {
     results: Option<Spanned<u64>>,
 }
 
-/// Reads a `prefix_mode` value.
+/// Reads a `prefix_mode` (or top-level `namespace_uris`) value.
 pub(super) fn naming(raw: Option<&Spanned<String>>, what: &str, p: &mut Problems) -> Naming {
     let Some(raw) = raw else {
         return Naming::default();
     };
     let at = Some((raw.referenced.line(), raw.referenced.column()));
     match PrefixMode::parse(raw.value.trim()) {
-        Some(prefix_mode) => Naming { prefix_mode, at },
+        Some(mode) => Naming { mode, at },
         None => {
             p.at(
                 raw.referenced,

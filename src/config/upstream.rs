@@ -237,7 +237,7 @@ impl RawUpstream {
             transport: transport?,
             timeout: timeout?,
             era,
-            namespace_uris: self.namespace_uris.unwrap_or(true),
+            namespace_uris: self.namespace_uris,
             required: self.required.unwrap_or(false),
             start_wait: start_wait?,
             health: health?,

@@ -187,8 +187,8 @@ pub(crate) fn lists(upstream: &str, tools: &[&str]) -> Option<Arc<UpstreamView>>
 
 fn store() -> CatalogStore {
     CatalogStore::new([
-        ("weather".into(), "weather".to_owned(), true),
-        ("notes".into(), "notes".to_owned(), true),
+        ("weather".into(), "weather".to_owned(), None),
+        ("notes".into(), "notes".to_owned(), None),
     ])
 }
 

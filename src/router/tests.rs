@@ -42,8 +42,8 @@ fn object(value: Value) -> Map<String, Value> {
 
 fn gateway(timeout: Duration) -> Gateway {
     let catalog = Arc::new(CatalogStore::new([
-        ("alpha".into(), "alpha".to_owned(), true),
-        ("beta".into(), "beta".to_owned(), true),
+        ("alpha".into(), "alpha".to_owned(), None),
+        ("beta".into(), "beta".to_owned(), None),
     ]));
     let upstreams = Arc::new(UpstreamSet::default());
     let (alpha, beta) = (FakeUpstream::new("alpha"), FakeUpstream::new("beta"));

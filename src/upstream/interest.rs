@@ -67,8 +67,13 @@ impl Interest {
         &self.table
     }
 
-    /// The URI clients know for `upstream`'s `original` one.
+    /// The URI clients know for `upstream`'s `original` one: the one they
+    /// subscribed with (its form may have changed since, under
+    /// `namespace_uris: on_collision`), else its form now.
     pub(crate) fn exposed_uri(&self, upstream: &str, original: &str) -> Arc<str> {
+        if let Some(key) = self.table.key_of(upstream, original) {
+            return key;
+        }
         let plain = self
             .upstreams
             .get(upstream)

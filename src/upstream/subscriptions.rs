@@ -133,6 +133,18 @@ impl SubscriptionTable {
             .unwrap_or_default()
     }
 
+    /// The URI clients subscribed with to `upstream`'s `original` one, if
+    /// any did (a few lookups per URI `upstream` has subscribers for).
+    pub(crate) fn key_of(&self, upstream: &str, original: &str) -> Option<Arc<str>> {
+        let t = self.lock();
+        t.by_upstream.get(upstream)?.iter().find_map(|key| {
+            t.by_uri
+                .get(key)
+                .filter(|entry| &*entry.original == original)
+                .map(|_| key.clone())
+        })
+    }
+
     /// Every URI of `upstream` that has subscribers, as the upstream knows it.
     pub(crate) fn originals_of_upstream(&self, upstream: &str) -> Vec<Arc<str>> {
         let t = self.lock();

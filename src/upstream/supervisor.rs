@@ -110,7 +110,15 @@ pub(crate) fn spawn(
         },
         _ => None,
     };
-    let mut handle = new_handle(&config, noise, instances, identities, credentials);
+    let uri_forms = catalog.uri_forms();
+    let mut handle = new_handle(
+        &config,
+        uri_forms,
+        noise,
+        instances,
+        identities,
+        credentials,
+    );
     if let Some(shared) = Arc::get_mut(&mut handle.shared) {
         shared.identity_lists = identity_lists;
     }
@@ -163,6 +171,7 @@ fn spawn_sweep(
 /// A fresh handle for one supervisor (shared or a session's instance).
 fn new_handle(
     config: &UpstreamConfig,
+    uri_forms: Arc<crate::catalog::UriForms>,
     noise: Arc<noise::NoiseFilter>,
     instances: Option<Arc<isolated::Instances>>,
     identities: Option<Arc<identities::IdentityPool>>,
@@ -188,7 +197,7 @@ fn new_handle(
             listen_generation: watch::Sender::new(0),
             reconnect_now: tokio::sync::Notify::new(),
             remote: matches!(config.transport, crate::config::Transport::Remote(_)),
-            namespace_uris: config.namespace_uris,
+            uri_forms,
             required: config.required,
             transport: match &config.transport {
                 crate::config::Transport::Stdio(_) => "stdio",

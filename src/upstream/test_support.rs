@@ -243,7 +243,7 @@ impl UpstreamHandle {
                 listen_generation: watch::Sender::new(0),
                 reconnect_now: tokio::sync::Notify::new(),
                 remote: false,
-                namespace_uris: true,
+                uri_forms: Arc::default(),
                 required: false,
                 transport: "stdio",
                 counts: Default::default(),

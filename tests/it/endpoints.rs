@@ -382,3 +382,66 @@ async fn prefix_mode_never_refuses_upstreams_whose_names_collide() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn namespace_uris_on_collision_namespaces_only_uris_two_servers_share() {
+    let yaml = format!(
+        "namespace_uris: on_collision\nupstreams:\n{}{}{}",
+        everything_upstream("everything"),
+        everything_upstream("twin"),
+        fixture_upstream("alpha", &["--test-controls"]),
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let client = McpClient::connect(&gw.url).await;
+    let (resources, _) = client.list_all("resources/list", "resources").await;
+    let uris = names(&resources, "uri");
+    // server-everything twice: every URI collides, so both are namespaced;
+    // the fixture's are its own and stay as it wrote them.
+    assert!(
+        uris.iter().any(|u| u.starts_with("everything+demo://")),
+        "{uris:?}"
+    );
+    assert!(
+        uris.iter().any(|u| u.starts_with("twin+demo://")),
+        "{uris:?}"
+    );
+    assert!(uris.contains(&"demo://alpha/readme".to_owned()), "{uris:?}");
+    assert!(!uris.iter().any(|u| u.starts_with("alpha+")), "{uris:?}");
+    let read = client
+        .result("resources/read", json!({ "uri": "demo://alpha/readme" }))
+        .await;
+    assert_eq!(read["contents"][0]["uri"], "demo://alpha/readme", "{read}");
+    // A subscription to the bare URI hears its updates.
+    let mut events = client.listen(None).await;
+    client.subscribe("demo://alpha/readme").await;
+    client
+        .call_tool("alpha__touch", json!({ "uri": "demo://alpha/readme" }))
+        .await;
+    let update = events.next_skipping_list_changed().await.unwrap();
+    assert_eq!(update["method"], "notifications/resources/updated");
+    assert_eq!(update["params"]["uri"], "demo://alpha/readme", "{update}");
+    gw.stop().await;
+
+    // Under never, the same two servers are refused at start.
+    let path = tempdir().join("never-uris.yaml");
+    let never = format!(
+        "auth: {{ mode: off }}\nnamespace_uris: never\nupstreams:\n{}{}",
+        everything_upstream("everything"),
+        everything_upstream("twin"),
+    );
+    std::fs::write(&path, &never).unwrap();
+    let path = path.to_str().unwrap();
+    let (code, _, err) =
+        run_mcpmux(&["serve", "--config", path, "--listen", "127.0.0.1:0"], &[]).await;
+    assert_eq!(code, 64, "{err}");
+    assert!(
+        err.contains(&format!(
+            "{path}:2:17: namespace_uris: never, but the resource URI \"demo://"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("of upstream twin collides with everything's"),
+        "{err}"
+    );
+}

@@ -72,7 +72,10 @@ async fn the_page_shows_states_sessions_subscriptions_and_live_figures_in_chromi
     let clients = seen["clients"].as_array().unwrap();
     assert!(
         clients.iter().any(|row| {
-            row[0] == "session" && row[2] == "it 0" && row[3] == client.version.as_str()
+            row[0] == "session"
+                && row[2] == "it 0"
+                && row[3] == "/mcp"
+                && row[4] == client.version.as_str()
         }),
         "the session is listed with its client name and era: {seen:#}"
     );

@@ -42,7 +42,14 @@ impl Parts {
         identity: Option<Arc<str>>,
         span: tracing::Span,
     ) -> isolated::Started {
-        let handle = new_handle(&self.config, self.noise.clone(), None, None, None);
+        let handle = new_handle(
+            &self.config,
+            self.catalog.uri_forms(),
+            self.noise.clone(),
+            None,
+            None,
+            None,
+        );
         let stop = self.shutdown.child_token();
         let supervisor = Supervisor {
             handle: handle.clone(),
