@@ -51,6 +51,11 @@ fn endpoint(name: &str) -> EndpointConfig {
     }
 }
 
+/// Builds the whole view only, naming tools by `names` and URIs by `uris`.
+fn whole_only(store: &CatalogStore, names: PrefixMode, uris: PrefixMode) {
+    store.set_views(ViewSpec::whole(names), Vec::new(), uris);
+}
+
 fn names(catalog: &Catalog, kind: ListKind) -> Vec<String> {
     let page: Value = serde_json::from_str(&catalog.page(kind, None, 1000).unwrap()).unwrap();
     page[kind.result_key()]
@@ -85,11 +90,7 @@ fn with_three_upstreams() -> CatalogStore {
 #[test]
 fn on_collision_prefixes_only_the_names_two_upstreams_share() {
     let store = with_three_upstreams();
-    store.set_views(
-        ViewSpec::whole(PrefixMode::OnCollision),
-        Vec::new(),
-        PrefixMode::Always,
-    );
+    whole_only(&store, PrefixMode::OnCollision, PrefixMode::Always);
     let whole = store.load();
     assert_eq!(
         names(&whole, ListKind::Tools),
@@ -132,11 +133,7 @@ fn on_collision_prefixes_only_the_names_two_upstreams_share() {
 #[test]
 fn never_leaves_a_colliding_name_out_and_says_so() {
     let store = with_three_upstreams();
-    store.set_views(
-        ViewSpec::whole(PrefixMode::Never),
-        Vec::new(),
-        PrefixMode::Always,
-    );
+    whole_only(&store, PrefixMode::Never, PrefixMode::Always);
     let whole = store.load();
     assert_eq!(
         names(&whole, ListKind::Tools),
@@ -183,11 +180,7 @@ fn an_endpoint_shows_its_upstreams_and_items_and_names_them_its_own_way() {
     assert_eq!(store.load().len(ListKind::Tools), 5);
     assert!(store.load().tool("gh__create_issue").is_some());
     // A gone endpoint is an empty view.
-    store.set_views(
-        ViewSpec::whole(PrefixMode::Always),
-        Vec::new(),
-        PrefixMode::Always,
-    );
+    whole_only(&store, PrefixMode::Always, PrefixMode::Always);
     assert_eq!(store.load_view(Some("team")).len(ListKind::Tools), 0);
 }
 
@@ -312,11 +305,7 @@ fn namespace_uris_on_collision_leaves_unique_uris_bare() {
     store.publish("b", with_resources(&["file:///shared"]));
     store.publish("c", with_resources(&["file:///only-c"]));
     store.publish("d", with_resources(&["file:///only-c"]));
-    store.set_views(
-        ViewSpec::whole(PrefixMode::Always),
-        Vec::new(),
-        PrefixMode::OnCollision,
-    );
+    whole_only(&store, PrefixMode::Always, PrefixMode::OnCollision);
     let whole = store.load();
     assert_eq!(
         names(&whole, ListKind::Resources),
@@ -348,10 +337,6 @@ fn namespace_uris_on_collision_leaves_unique_uris_bare() {
         "{collisions:?}"
     );
     // Always: everything without its own setting is namespaced again.
-    store.set_views(
-        ViewSpec::whole(PrefixMode::Always),
-        Vec::new(),
-        PrefixMode::Always,
-    );
+    whole_only(&store, PrefixMode::Always, PrefixMode::Always);
     assert!(store.uri_forms().namespaces("c"));
 }

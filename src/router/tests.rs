@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::*;
 use crate::catalog::{UpstreamLists, UpstreamView};
+use crate::protocol::code;
 use crate::upstream::test_support::{FakeUpstream, frame_of, within};
 use crate::upstream::{Interest, Origin, UpstreamHandle};
 

@@ -15,7 +15,8 @@ use crate::support::interop::{
     everything_upstream, python_upstream, run_inspector, run_node, run_python,
 };
 use crate::support::{
-    McpClient, TestGateway, example_upstream, fixture_upstream, get_json, run_mcpmux, tempdir,
+    McpClient, TestGateway, example_upstream, fixture_upstream, get_json, get_text, run_mcpmux,
+    tempdir,
 };
 
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
@@ -194,22 +195,12 @@ async fn two_endpoints_over_real_upstreams_each_see_only_their_part_everywhere()
     assert_eq!(endpoints[1]["prefixMode"], "on_collision");
     assert_eq!(endpoints[1]["tools"], 42);
     assert!(endpoints[0]["sessions"].as_u64().unwrap() >= 1, "{status}");
-    let metrics = reqwest::get(gw.url.replace("/mcp", "/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = get_text(&gw.url.replace("/mcp", "/metrics")).await;
     assert!(
         metrics.contains("mcpmux_endpoint_items{endpoint=\"python\",kind=\"tools\"} 42"),
         "{metrics}"
     );
-    let page = reqwest::get(gw.url.replace("/mcp", "/ui"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = get_text(&gw.url.replace("/mcp", "/ui")).await;
     assert!(
         page.contains("<code>/mcp/python</code>"),
         "the page lists the endpoint"

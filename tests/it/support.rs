@@ -47,6 +47,12 @@ pub async fn get_json(url: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{url}: not JSON ({e}): {text}"))
 }
 
+/// `GET url`, its body as text.
+pub async fn get_text(url: &str) -> String {
+    let response = within(url, reqwest::get(url)).await.unwrap();
+    within(url, response.text()).await.unwrap()
+}
+
 /// Runs `fut` with the test-wide deadline.
 pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
     match tokio::time::timeout(WAIT, fut).await {
