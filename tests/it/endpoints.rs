@@ -1,5 +1,5 @@
-//! Endpoints over real upstreams (server-everything, a server on the Python
-//! SDK) and through real clients (the TypeScript SDK, the Inspector CLI, the
+//! Endpoints over real upstreams (server-everything, the reference Time
+//! server and a generated one, both on the Python SDK) and through real clients (the TypeScript SDK, the Inspector CLI, the
 //! Python SDK over legacy SSE): each endpoint sees only its part in both
 //! eras and every transport, a change outside an endpoint is not announced
 //! there, endpoints ask more of callers than the gateway does, a reload
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::auth::{AUDIENCE, ISSUER, claims, rsa_signer};
 use crate::support::client::{Raw, post};
 use crate::support::interop::{
-    everything_upstream, python_upstream, run_inspector, run_node, run_python,
+    everything_upstream, python_upstream, run_inspector, run_node, run_python, time_upstream,
 };
 use crate::support::{
     McpClient, TestGateway, example_upstream, fixture_upstream, get_json, get_text, run_mcpmux,
@@ -46,10 +46,11 @@ async fn tool_names(client: &McpClient) -> Vec<String> {
 #[tokio::test]
 async fn two_endpoints_over_real_upstreams_each_see_only_their_part_everywhere() {
     let yaml = format!(
-        "upstreams:\n{}{}{}endpoints:\n  demo:\n    upstreams: [everything, alpha]\n  python:\n    upstreams: [py]\n    prefix_mode: on_collision\n",
+        "upstreams:\n{}{}{}{}endpoints:\n  demo:\n    upstreams: [everything, alpha]\n  python:\n    upstreams: [py, time]\n    prefix_mode: on_collision\n",
         everything_upstream("everything"),
         fixture_upstream("alpha", &["--test-controls"]),
         python_upstream("py", "many_tools_server.py", &["40"]),
+        time_upstream("time"),
     );
     let gw = TestGateway::start(&yaml).await;
     let demo_url = format!("{}/demo", gw.url);
@@ -71,13 +72,22 @@ async fn two_endpoints_over_real_upstreams_each_see_only_their_part_everywhere()
     assert!(demo_tools.contains(&"everything__echo".to_owned()));
     let expected_python: Vec<String> = all
         .iter()
-        .filter_map(|n| n.strip_prefix("py__").map(str::to_owned))
+        .filter_map(|n| {
+            n.strip_prefix("py__")
+                .or_else(|| n.strip_prefix("time__"))
+                .map(str::to_owned)
+        })
         .collect();
-    assert_eq!(python_tools.len(), 41, "{python_tools:?}");
+    assert_eq!(python_tools.len(), 43, "{python_tools:?}");
     assert_eq!(
         python_tools, expected_python,
-        "one upstream: every name is bare"
+        "no name collides: every name is bare"
     );
+    assert!(python_tools.contains(&"get_current_time".to_owned()));
+    let now = python
+        .call_tool("get_current_time", json!({ "timezone": "UTC" }))
+        .await;
+    assert!(now.to_string().contains("UTC"), "{now}");
     let (demo_resources, _) = demo.list_all("resources/list", "resources").await;
     assert!(
         names(&demo_resources, "uri")
@@ -142,7 +152,7 @@ async fn two_endpoints_over_real_upstreams_each_see_only_their_part_everywhere()
         stateless.json()["result"]["tools"].as_array().unwrap(),
         "name",
     );
-    assert_eq!(listed.len(), 42, "{listed:?}");
+    assert_eq!(listed.len(), 44, "{listed:?}");
     assert!(listed.iter().all(|n| !n.contains("__")), "{listed:?}");
 
     // A session belongs to the endpoint it was created at.
@@ -193,11 +203,11 @@ async fn two_endpoints_over_real_upstreams_each_see_only_their_part_everywhere()
     assert_eq!(endpoints.len(), 2, "{status}");
     assert_eq!(endpoints[1]["name"], "python");
     assert_eq!(endpoints[1]["prefixMode"], "on_collision");
-    assert_eq!(endpoints[1]["tools"], 42);
+    assert_eq!(endpoints[1]["tools"], 44);
     assert!(endpoints[0]["sessions"].as_u64().unwrap() >= 1, "{status}");
     let metrics = get_text(&gw.url.replace("/mcp", "/metrics")).await;
     assert!(
-        metrics.contains("mcpmux_endpoint_items{endpoint=\"python\",kind=\"tools\"} 42"),
+        metrics.contains("mcpmux_endpoint_items{endpoint=\"python\",kind=\"tools\"} 44"),
         "{metrics}"
     );
     let page = get_text(&gw.url.replace("/mcp", "/ui")).await;

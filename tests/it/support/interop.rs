@@ -80,6 +80,15 @@ pub fn python_upstream(name: &str, script: &str, args: &[&str]) -> String {
     )
 }
 
+/// YAML for the reference Time server (`mcp-server-time` from PyPI, on the
+/// Python SDK) as a stdio upstream called `name`.
+pub fn time_upstream(name: &str) -> String {
+    let python = serde_json::to_string(&python().display().to_string()).unwrap();
+    format!(
+        "  {name}:\n    command: {python}\n    args: [\"-m\", \"mcp_server_time\", \"--local-timezone\", \"UTC\"]\n"
+    )
+}
+
 /// Runs `tests/interop/<script>` with the venv's Python and returns its
 /// stdout parsed as JSON; a failing script fails the test with its stderr.
 pub async fn run_python(script: &str, args: &[&str]) -> serde_json::Value {
