@@ -51,8 +51,9 @@ impl Seen {
 pub(crate) struct Fanout {
     policies: Arc<Policies>,
     store: Arc<CatalogStore>,
-    /// Each view's catalog, once asked.
-    catalogs: HashMap<Option<Arc<str>>, Arc<Catalog>>,
+    /// The whole view's catalog and each endpoint's, once asked.
+    whole: Option<Arc<Catalog>>,
+    endpoints: HashMap<Arc<str>, Arc<Catalog>>,
     /// Digests per grant (by address; the `Arc` keeps it alive; each view
     /// has its own policy, so a grant belongs to one view), once asked.
     grants: HashMap<usize, (Arc<Grant>, [Option<u64>; 4])>,
@@ -63,19 +64,28 @@ impl Fanout {
         Fanout {
             policies,
             store,
-            catalogs: HashMap::new(),
+            whole: None,
+            endpoints: HashMap::new(),
             grants: HashMap::new(),
         }
     }
 
     fn catalog(&mut self, endpoint: Option<&str>) -> Arc<Catalog> {
-        if let Some(catalog) = self.catalogs.get(&endpoint.map(Arc::from)) {
-            return catalog.clone();
+        let store = &self.store;
+        match endpoint {
+            None => self
+                .whole
+                .get_or_insert_with(|| store.load_view(None))
+                .clone(),
+            Some(name) => match self.endpoints.get(name) {
+                Some(catalog) => catalog.clone(),
+                None => {
+                    let catalog = store.load_view(Some(name));
+                    self.endpoints.insert(name.into(), catalog.clone());
+                    catalog
+                }
+            },
         }
-        let catalog = self.store.load_view(endpoint);
-        self.catalogs
-            .insert(endpoint.map(Arc::from), catalog.clone());
-        catalog
     }
 
     /// Whether a subscriber of a view (and of `identity`, if any) that has

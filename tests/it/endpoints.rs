@@ -21,6 +21,27 @@ use crate::support::{
 
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 
+/// A `subscriptions/listen` stream (2026-07-28) at `url` for tool list changes.
+async fn listen_for_tools(url: &str) -> crate::support::client::SseReader {
+    let mut params = json!({ "notifications": { "toolsListChanged": true } });
+    params["_meta"] = serde_json::from_str(META).unwrap();
+    let body =
+        json!({ "jsonrpc": "2.0", "id": "l1", "method": "subscriptions/listen", "params": params })
+            .to_string();
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    crate::support::client::SseReader::from_response(response)
+}
+
 /// A stateless (2026-07-28) request to `url`.
 async fn modern(url: &str, method: &str, mut params: Value) -> Raw {
     params["_meta"] = serde_json::from_str(META).unwrap();
@@ -115,6 +136,11 @@ async fn two_endpoints_over_real_upstreams_each_see_only_their_part_everywhere()
     let mut whole_events = whole.listen(None).await;
     let mut demo_events = demo.listen(None).await;
     let mut python_events = python.listen(None).await;
+    let mut python_listen = listen_for_tools(&python_url).await;
+    assert_eq!(
+        python_listen.next().await.unwrap()["method"],
+        "notifications/subscriptions/acknowledged"
+    );
     python
         .call_tool(
             "add_tool",
@@ -128,6 +154,12 @@ async fn two_endpoints_over_real_upstreams_each_see_only_their_part_everywhere()
     assert_eq!(
         whole_events.next().await.unwrap()["method"],
         "notifications/tools/list_changed"
+    );
+    let tagged = python_listen.next().await.unwrap();
+    assert_eq!(tagged["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        tagged["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "l1",
+        "{tagged}"
     );
     assert!(tool_names(&python).await.contains(&"late_tool".to_owned()));
     // The hub marked every view it changed in the same step as python's; a

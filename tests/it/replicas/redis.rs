@@ -295,3 +295,43 @@ async fn sessions_move_between_replicas_through_redis() {
     assert!(metrics.contains("mcpmux_session_store_up{kind=\"redis\"} 1"));
     redis.stop().await;
 }
+
+#[tokio::test]
+async fn a_session_keeps_its_endpoint_on_every_replica() {
+    let redis = RedisServer::start(free_port()).await;
+    let path = tempdir().join("mcpmux.yaml");
+    let yaml = format!(
+        "upstreams:\n{}{}endpoints:\n  team:\n    upstreams: [alpha]\nsession_store: {:?}\n",
+        crate::support::example_upstream("alpha", &[]),
+        crate::support::example_upstream("beta", &[]),
+        redis.url()
+    );
+    std::fs::write(&path, with_auth_off(&yaml)).unwrap();
+    let a = Replica::start(&path, 2).await;
+    let b = Replica::start(&path, 2).await;
+
+    // Initialized at A's /mcp/team, used at B's: B adopts it with its
+    // endpoint and serves that endpoint's view.
+    let on_a = McpClient::connect(&format!("{}/team", a.url)).await;
+    let on_b = on_a.on(&format!("{}/team", b.url));
+    let (tools, _) = on_b.list_all("tools/list", "tools").await;
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(!names.is_empty(), "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("alpha__")), "{names:?}");
+    // The same session id at B's /mcp is another endpoint's: unknown there.
+    let elsewhere = post(
+        &reqwest::Client::new(),
+        &b.url,
+        Some((&on_a.session, &on_a.version)),
+        &json!({ "jsonrpc": "2.0", "id": 7, "method": "tools/list" }).to_string(),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        elsewhere.status,
+        StatusCode::NOT_FOUND,
+        "{}",
+        elsewhere.body
+    );
+    redis.stop().await;
+}
