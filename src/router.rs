@@ -10,6 +10,7 @@
 
 mod apps;
 mod cached;
+mod call;
 mod error;
 mod forward;
 mod observe;
@@ -241,7 +242,7 @@ impl Router {
     }
 
     /// Sends a resolved call to its upstream (see [`forward::run`]).
-    async fn forward(&self, call: forward::Call<'_>, ctx: &RequestContext, id: &RawValue) -> Reply {
+    async fn forward(&self, call: call::Call<'_>, ctx: &RequestContext, id: &RawValue) -> Reply {
         forward::run(
             call,
             ctx,
@@ -694,7 +695,7 @@ impl Router {
         catalog: &Catalog,
         grant: Option<&Grant>,
         identity: Option<&crate::auth::Identity>,
-    ) -> Result<forward::Call<'p>, RouteError> {
+    ) -> Result<call::Call<'p>, RouteError> {
         let params = Params::parse(raw).map_err(RouteError::InvalidParams)?;
         // What the client named, for the audit line.
         let mut item = ["name", "uri"]
@@ -801,7 +802,7 @@ impl Router {
             }
         };
         let handle = self.upstream(&upstream)?;
-        Ok(forward::Call {
+        Ok(call::Call {
             repeatable: retry::repeatable(&method, tool_marked),
             method,
             handle,

@@ -22,7 +22,7 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 
 use super::RequestContext;
-use super::forward::Call;
+use super::call::Call;
 use super::rewrite;
 use crate::cache::{Flight, FlightGuard, Hit, Item, ResultCache, Store};
 use crate::protocol::{self, Era, Method};

@@ -18,6 +18,7 @@ mod park;
 
 pub(crate) use park::Parking;
 
+use super::call::Call;
 use super::rewrite::{self, Params};
 use super::{Admitted, Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
@@ -31,22 +32,6 @@ use crate::upstream::{
 /// Frames buffered for a streaming reply. Progress beyond this is dropped
 /// (see [`ProgressRoute::sink`]); the final response always gets through.
 const STREAM_CAPACITY: usize = 64;
-
-/// A call resolved to its upstream, ready to send.
-pub(super) struct Call<'p> {
-    pub method: Method,
-    pub handle: UpstreamHandle,
-    pub params: Params<'p>,
-    /// The params member that changes (`name`, `uri` or `ref`) and its new JSON.
-    pub key: &'static str,
-    pub value: String,
-    /// What the client asked for (its name, URI or reference), for the audit log.
-    pub item: String,
-    /// The tool or prompt name, or the URI, as the upstream knows it.
-    pub target: Option<Arc<str>>,
-    /// Safe to send twice (see `retry`).
-    pub repeatable: bool,
-}
 
 /// Where a client's in-flight request went upstream.
 pub(crate) struct InflightCall {

@@ -25,7 +25,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use super::forward::Call;
+use super::call::Call;
 use super::rewrite::{Params, json_string};
 use super::{Reply, RequestContext, RouteError, Router};
 use crate::notify::tasks::{Owner, Route};
