@@ -106,7 +106,7 @@ struct Listed {
 /// Every page of `tools/list`: (tools, pages, the time spent waiting for
 /// answers, from each request sent to its body's last byte, without the
 /// client's own parsing).
-async fn list_all(session: &mut Session) -> Res<(usize, usize, Duration)> {
+pub async fn list_all(session: &mut Session) -> Res<(usize, usize, Duration)> {
     let mut cursor: Option<String> = None;
     let mut tools = 0;
     let mut waited = Duration::ZERO;
