@@ -283,3 +283,151 @@ fn rust_version_is_what_the_locked_dependencies_need() {
         needed.1, needed.0
     );
 }
+
+/// One module of ARCHITECTURE.md's table: its name and the children it
+/// names in parentheses (which may name theirs).
+#[derive(Debug)]
+struct Listed {
+    name: String,
+    children: Vec<Listed>,
+}
+
+/// The modules a table row's first cell names: `` `a` (`b`, `c` (`d`)), `e` ``.
+fn listed_modules(cell: &str) -> Vec<Listed> {
+    fn list(tokens: &mut std::iter::Peekable<std::vec::IntoIter<String>>) -> Vec<Listed> {
+        let mut out: Vec<Listed> = Vec::new();
+        while let Some(token) = tokens.next() {
+            match token.as_str() {
+                "(" => {
+                    let children = list(tokens);
+                    if let Some(last) = out.last_mut() {
+                        last.children = children;
+                    }
+                }
+                ")" => return out,
+                "," => {}
+                name => out.push(Listed {
+                    name: name.to_owned(),
+                    children: Vec::new(),
+                }),
+            }
+        }
+        out
+    }
+    let mut tokens = Vec::new();
+    let mut chars = cell.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '`' => tokens.push(chars.by_ref().take_while(|c| *c != '`').collect()),
+            '(' | ')' | ',' => tokens.push(c.to_string()),
+            _ => {}
+        }
+    }
+    list(&mut tokens.into_iter().peekable())
+}
+
+/// The modules of a directory: its `.rs` files and subdirectories, without
+/// test-only ones and crate roots (`main.rs`, `lib.rs`, listed as rows).
+fn modules_in(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            match e.path().is_dir() {
+                true => Some(name),
+                false => name.strip_suffix(".rs").map(str::to_owned),
+            }
+        })
+        .filter(|n| {
+            !(n == "tests"
+                || n.ends_with("_tests")
+                || n == "proptests"
+                || n == "test_support"
+                || n == "main"
+                || n == "lib")
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Checks `listed` against `dir`: every child it names exists there, and
+/// every module there is named. Returns what is wrong.
+fn check_listed(listed: &Listed, dir: &Path, problems: &mut Vec<String>) {
+    let here = dir.join(&listed.name);
+    let found = modules_in(&here);
+    for child in &listed.children {
+        if !found.contains(&child.name) {
+            problems.push(format!(
+                "{}: names `{}`, which is not there",
+                here.display(),
+                child.name
+            ));
+        }
+        check_listed(child, &here, problems);
+    }
+    if !listed.children.is_empty() || here.is_dir() {
+        for module in &found {
+            if !listed.children.iter().any(|c| &c.name == module) {
+                problems.push(format!(
+                    "{}: `{module}` is not in the table",
+                    here.display()
+                ));
+            }
+        }
+    }
+}
+
+#[test]
+fn architecture_lists_every_module_and_only_modules_that_exist() {
+    let text = std::fs::read_to_string(repo().join("ARCHITECTURE.md")).unwrap();
+    let table: Vec<&str> = text
+        .split("## Modules")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .collect();
+    let mut problems = Vec::new();
+    let mut top: Vec<String> = Vec::new();
+    for row in table {
+        let cell = row.split('|').nth(1).unwrap();
+        for module in listed_modules(cell) {
+            let (dir, name) = match module.name.strip_suffix('/') {
+                // A directory at the repository's root (`fixture/`).
+                Some(path) => (repo(), path.to_owned()),
+                None => (repo().join("src"), module.name.clone()),
+            };
+            let name = name.strip_suffix(".rs").unwrap_or(&name).to_owned();
+            let exists = dir.join(format!("{name}.rs")).is_file() || dir.join(&name).is_dir();
+            if !exists {
+                problems.push(format!("`{}` is not a module", module.name));
+            }
+            check_listed(
+                &Listed {
+                    name: name.clone(),
+                    children: module.children,
+                },
+                &dir,
+                &mut problems,
+            );
+            top.push(name);
+        }
+    }
+    for module in modules_in(&repo().join("src")) {
+        if !top.contains(&module) {
+            problems.push(format!("src/{module} is not in the table"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "ARCHITECTURE.md's modules:\n{}",
+        problems.join("\n")
+    );
+}
