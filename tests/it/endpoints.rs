@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::auth::{AUDIENCE, ISSUER, claims, rsa_signer};
-use crate::support::client::{Raw, post};
+use crate::support::client::{modern_post, open_listen, post};
 use crate::support::interop::{
     everything_upstream, python_upstream, run_inspector, run_node, run_python, time_upstream,
 };
@@ -18,40 +18,6 @@ use crate::support::{
     McpClient, TestGateway, example_upstream, fixture_upstream, get_json, get_text, run_mcpmux,
     tempdir,
 };
-
-const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
-
-/// A `subscriptions/listen` stream (2026-07-28) at `url` for tool list changes.
-async fn listen_for_tools(url: &str) -> crate::support::client::SseReader {
-    let mut params = json!({ "notifications": { "toolsListChanged": true } });
-    params["_meta"] = serde_json::from_str(META).unwrap();
-    let body =
-        json!({ "jsonrpc": "2.0", "id": "l1", "method": "subscriptions/listen", "params": params })
-            .to_string();
-    let response = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    crate::support::client::SseReader::from_response(response)
-}
-
-/// A stateless (2026-07-28) request to `url`.
-async fn modern(url: &str, method: &str, mut params: Value) -> Raw {
-    params["_meta"] = serde_json::from_str(META).unwrap();
-    let body = json!({ "jsonrpc": "2.0", "id": 9, "method": method, "params": params }).to_string();
-    let headers = [
-        ("mcp-protocol-version", "2026-07-28"),
-        ("mcp-method", method),
-    ];
-    post(&reqwest::Client::new(), url, None, &body, &headers).await
-}
 
 fn names(items: &[Value], key: &str) -> Vec<String> {
     items
@@ -136,7 +102,12 @@ async fn two_endpoints_over_real_upstreams_each_see_only_their_part_everywhere()
     let mut whole_events = whole.listen(None).await;
     let mut demo_events = demo.listen(None).await;
     let mut python_events = python.listen(None).await;
-    let mut python_listen = listen_for_tools(&python_url).await;
+    let mut python_listen = open_listen(
+        &python_url,
+        json!("l1"),
+        json!({ "toolsListChanged": true }),
+    )
+    .await;
     assert_eq!(
         python_listen.next().await.unwrap()["method"],
         "notifications/subscriptions/acknowledged"
@@ -178,7 +149,7 @@ async fn two_endpoints_over_real_upstreams_each_see_only_their_part_everywhere()
     );
 
     // The 2026-07-28 era sees the same views.
-    let stateless = modern(&python_url, "tools/list", json!({})).await;
+    let stateless = modern_post(&python_url, "tools/list", json!({}), &[]).await;
     assert_eq!(stateless.status, StatusCode::OK, "{}", stateless.body);
     let listed = names(
         stateless.json()["result"]["tools"].as_array().unwrap(),

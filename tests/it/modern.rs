@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::support::interop::{everything_documents, everything_upstream, run_python};
 use crate::support::{McpClient, TestGateway, fixture_upstream, read_jsonl, tempdir, within};
 
-const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+use crate::support::client::{MODERN_META as META, modern_post as modern, open_listen};
 
 /// Config with one upstream `fixture`: the conformance fixture refusing
 /// `initialize` (2026-07-28 only), recording what it receives to `record`.
@@ -19,44 +19,6 @@ fn modern_only_fixture(record: &std::path::Path) -> String {
         record.to_str().unwrap(),
     ];
     format!("upstreams:\n{}", fixture_upstream("fixture", &args))
-}
-
-/// Opens a raw `subscriptions/listen` stream with `filter` and request `id`.
-async fn open_listen(url: &str, id: Value, filter: Value) -> crate::support::client::SseReader {
-    let mut params = json!({ "notifications": filter });
-    params["_meta"] = serde_json::from_str(META).unwrap();
-    let body =
-        json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params })
-            .to_string();
-    let response = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), reqwest::StatusCode::OK);
-    crate::support::client::SseReader::from_response(response)
-}
-
-/// POSTs a modern request with the mirrored headers.
-async fn modern(
-    url: &str,
-    method: &str,
-    mut params: Value,
-    extra: &[(&str, &str)],
-) -> crate::support::client::Raw {
-    params["_meta"] = serde_json::from_str(META).unwrap();
-    let body = json!({ "jsonrpc": "2.0", "id": 9, "method": method, "params": params }).to_string();
-    let mut headers = vec![
-        ("mcp-protocol-version", "2026-07-28"),
-        ("mcp-method", method),
-    ];
-    headers.extend_from_slice(extra);
-    crate::support::client::post(&reqwest::Client::new(), url, None, &body, &headers).await
 }
 
 #[tokio::test]

@@ -416,3 +416,46 @@ impl SseReader {
         }
     }
 }
+
+/// The `_meta` a 2026-07-28 request carries.
+pub const MODERN_META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+/// Opens a raw 2026-07-28 `subscriptions/listen` stream at `url` with
+/// `filter` (its `notifications`) and request `id`.
+pub async fn open_listen(url: &str, id: Value, filter: Value) -> SseReader {
+    let mut params = json!({ "notifications": filter });
+    params["_meta"] = serde_json::from_str(MODERN_META).unwrap();
+    let body =
+        json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params })
+            .to_string();
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    SseReader::from_response(response)
+}
+
+/// POSTs a stateless 2026-07-28 request with the mirrored headers (and
+/// `extra`).
+pub async fn modern_post(
+    url: &str,
+    method: &str,
+    mut params: Value,
+    extra: &[(&str, &str)],
+) -> Raw {
+    params["_meta"] = serde_json::from_str(MODERN_META).unwrap();
+    let body = json!({ "jsonrpc": "2.0", "id": 9, "method": method, "params": params }).to_string();
+    let mut headers = vec![
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+    ];
+    headers.extend_from_slice(extra);
+    post(&reqwest::Client::new(), url, None, &body, &headers).await
+}
