@@ -276,13 +276,14 @@ impl Router {
         &self.upstreams
     }
 
-    /// What the gateway offers clients of `era`: [`capabilities`], plus
-    /// tasks when an upstream of that era offers them.
-    pub(crate) fn capabilities_for(&self, era: Era) -> Value {
+    /// What the gateway offers clients of `era` at a view (none: the
+    /// whole one): [`capabilities`], plus tasks when an upstream of that era
+    /// offers them.
+    pub(crate) fn capabilities_for(&self, era: Era, endpoint: Option<&str>) -> Value {
         let mut capabilities = capabilities();
         tasks::declare(&mut capabilities, &self.upstreams, era);
-        // MCP Apps, once an upstream offers one (a tool with an app).
-        if self.catalog.load().apps().any() {
+        // MCP Apps, once the view shows one (a tool with an app).
+        if self.catalog.load_view(endpoint).apps().any() {
             apps::declare_extension(
                 &mut capabilities,
                 protocol::meta::UI_EXTENSION,
@@ -302,7 +303,7 @@ impl Router {
     ) -> String {
         let mut result = json!({
             "protocolVersion": version,
-            "capabilities": self.capabilities_for(Era::Legacy),
+            "capabilities": self.capabilities_for(Era::Legacy, endpoint),
             "serverInfo": { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") },
         });
         if let Some(text) = self.instructions(endpoint, identity) {

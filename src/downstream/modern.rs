@@ -414,7 +414,7 @@ fn discover(
     let mut result = json!({
         "resultType": "complete",
         "supportedVersions": protocol::ALL_VERSIONS,
-        "capabilities": state.router.capabilities_for(Era::Modern),
+        "capabilities": state.router.capabilities_for(Era::Modern, endpoint),
         "_meta": { meta::SERVER_INFO: { "name": "mcpmux", "version": env!("CARGO_PKG_VERSION") } },
         "ttlMs": crate::router::LIST_TTL_MS,
         "cacheScope": if state.router.filters(endpoint, identity) { "private" } else { "public" },

@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use crate::auth::{AUDIENCE, ISSUER, claims, rsa_signer};
 use crate::support::client::{modern_post, open_listen, post};
 use crate::support::interop::{
-    everything_upstream, python_upstream, run_inspector, run_node, run_python, time_upstream,
+    apps_upstream, everything_upstream, python_upstream, run_inspector, run_node, run_python,
+    time_upstream,
 };
 use crate::support::{
     McpClient, TestGateway, example_upstream, fixture_upstream, get_json, get_text, run_mcpmux,
@@ -33,11 +34,12 @@ async fn tool_names(client: &McpClient) -> Vec<String> {
 #[tokio::test]
 async fn two_endpoints_over_real_upstreams_each_see_only_their_part_everywhere() {
     let yaml = format!(
-        "upstreams:\n{}{}{}{}endpoints:\n  demo:\n    upstreams: [everything, alpha]\n  python:\n    upstreams: [py, time]\n    prefix_mode: on_collision\n",
+        "upstreams:\n{}{}{}{}{}endpoints:\n  demo:\n    upstreams: [everything, alpha]\n  python:\n    upstreams: [py, time]\n    prefix_mode: on_collision\n",
         everything_upstream("everything"),
         fixture_upstream("alpha", &["--test-controls"]),
         python_upstream("py", "many_tools_server.py", &["40"]),
         time_upstream("time"),
+        apps_upstream("apps"),
     );
     let gw = TestGateway::start(&yaml).await;
     let demo_url = format!("{}/demo", gw.url);
@@ -45,6 +47,20 @@ async fn two_endpoints_over_real_upstreams_each_see_only_their_part_everywhere()
     let whole = McpClient::connect(&gw.url).await;
     let demo = McpClient::connect(&demo_url).await;
     let python = McpClient::connect(&python_url).await;
+
+    // The MCP Apps extension is declared where the view shows an app (the
+    // ext-apps example server is only in the whole view).
+    let ui = "io.modelcontextprotocol/ui";
+    let whole_init = McpClient::connect_raw(&gw.url).await.json();
+    assert!(
+        whole_init["result"]["capabilities"]["extensions"][ui].is_object(),
+        "{whole_init}"
+    );
+    let python_init = McpClient::connect_raw(&python_url).await.json();
+    assert!(
+        python_init["result"]["capabilities"]["extensions"][ui].is_null(),
+        "{python_init}"
+    );
 
     // Each endpoint lists exactly its upstreams' items, named its own way.
     let all = tool_names(&whole).await;
