@@ -241,6 +241,12 @@ impl Catalog {
         }
     }
 
+    /// Whether the view selects items by `items` globs (else it shows all
+    /// of its upstreams' items, and [`Self::admits`] is always true).
+    pub(crate) fn selects_items(&self) -> bool {
+        self.spec.items.is_some()
+    }
+
     /// The policy key of a tool or prompt the client named: its key when
     /// the view has it, else the name itself.
     pub(crate) fn key_of<'n>(&'n self, kind: ListKind, exposed: &'n str) -> &'n str {

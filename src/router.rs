@@ -704,8 +704,16 @@ impl Router {
             .find_map(|key| params.optional_string(key).ok().flatten());
         // What the client named, by its policy key.
         let hidden = |kind: ListKind, named: &str| {
+            // The whole view without a policy hides nothing: no lookups.
+            if grant.is_none() && !catalog.selects_items() {
+                return false;
+            }
             let key = catalog.key_of(kind, named);
-            let hidden = !catalog.admits(key) || grant.is_some_and(|g| !g.allows_in(catalog, key));
+            // Outside the view's items: simply not there.
+            if !catalog.admits(key) {
+                return true;
+            }
+            let hidden = grant.is_some_and(|g| !g.allows_in(catalog, key));
             if let (true, Some(identity)) = (hidden, identity) {
                 // Answered like an unknown name; counted as what it is.
                 self.metrics.denied(&identity.client, "policy");

@@ -56,6 +56,15 @@ fn whole_only(store: &CatalogStore, names: PrefixMode, uris: PrefixMode) {
     store.set_views(ViewSpec::whole(names), Vec::new(), uris);
 }
 
+/// Builds the whole view (always prefixed) and the endpoint `team`.
+fn with_endpoint(store: &CatalogStore, team: &EndpointConfig) {
+    store.set_views(
+        ViewSpec::whole(PrefixMode::Always),
+        vec![ViewSpec::endpoint(team)],
+        PrefixMode::Always,
+    );
+}
+
 fn names(catalog: &Catalog, kind: ListKind) -> Vec<String> {
     let page: Value = serde_json::from_str(&catalog.page(kind, None, 1000).unwrap()).unwrap();
     page[kind.result_key()]
@@ -159,11 +168,7 @@ fn an_endpoint_shows_its_upstreams_and_items_and_names_them_its_own_way() {
         deny: vec!["*assign*".into()],
     });
     team.naming.mode = PrefixMode::OnCollision;
-    store.set_views(
-        ViewSpec::whole(PrefixMode::Always),
-        vec![ViewSpec::endpoint(&team)],
-        PrefixMode::Always,
-    );
+    with_endpoint(&store, &team);
     let view = store.load_view(Some("team"));
     assert_eq!(
         names(&view, ListKind::Tools),
@@ -189,11 +194,7 @@ fn a_change_outside_an_endpoint_keeps_its_versions() {
     let store = with_three_upstreams();
     let mut team = endpoint("team");
     team.upstreams = Some(vec!["docs".into()]);
-    store.set_views(
-        ViewSpec::whole(PrefixMode::Always),
-        vec![ViewSpec::endpoint(&team)],
-        PrefixMode::Always,
-    );
+    with_endpoint(&store, &team);
     let before = store.load_view(Some("team")).version(ListKind::Tools);
     let whole_before = store.load().version(ListKind::Tools);
     store.publish("gh", tools(&[("search", "Search code")]));
@@ -220,11 +221,7 @@ fn a_progressive_endpoint_lists_pinned_tools_and_its_own_two_and_finds_the_rest(
         pinned: vec!["docs__*".into()],
         results: 3,
     };
-    store.set_views(
-        ViewSpec::whole(PrefixMode::Always),
-        vec![ViewSpec::endpoint(&team)],
-        PrefixMode::Always,
-    );
+    with_endpoint(&store, &team);
     let view = store.load_view(Some("team"));
     assert_eq!(
         names(&view, ListKind::Tools),
@@ -269,11 +266,7 @@ fn a_progressive_view_reserves_its_tool_names() {
         pinned: vec!["*".into()],
         results: 3,
     };
-    store.set_views(
-        ViewSpec::whole(PrefixMode::Always),
-        vec![ViewSpec::endpoint(&team)],
-        PrefixMode::Always,
-    );
+    with_endpoint(&store, &team);
     let listed = names(&store.load_view(Some("team")), ListKind::Tools);
     assert_eq!(listed.len(), 3);
     assert!(listed[0].starts_with("search_tools_"), "{listed:?}");
