@@ -58,6 +58,7 @@ pub(crate) mod credentials;
 pub(crate) mod downstream;
 pub mod example_server;
 pub mod import;
+pub(crate) mod inline_wake;
 mod inspect;
 pub(crate) mod live;
 mod local;

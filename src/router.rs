@@ -364,7 +364,20 @@ impl Router {
     }
 
     /// Answers one request. `id` is the raw JSON of the client's request id.
+    /// Wakes that come while the request is being polled (the answer read
+    /// by the POST this task drives) re-poll it in place (see
+    /// [`crate::inline_wake`]).
     pub(crate) async fn request(
+        &self,
+        ctx: &RequestContext,
+        id: &RawValue,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Reply {
+        crate::inline_wake::inline_wakes(self.request_here(ctx, id, method, params)).await
+    }
+
+    async fn request_here(
         &self,
         ctx: &RequestContext,
         id: &RawValue,

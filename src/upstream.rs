@@ -24,6 +24,7 @@ pub(crate) mod link;
 mod listen;
 mod message;
 pub(crate) mod noise;
+mod pool;
 mod poster;
 pub(crate) mod protect;
 mod remote;

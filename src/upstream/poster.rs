@@ -1,9 +1,9 @@
 //! The POST client of a Streamable HTTP link.
 //!
 //! A plain `http://` upstream with no proxy configured in the environment
-//! is POSTed to through a pooled hyper client whose fixed parts (the URI,
-//! the configured headers, `Content-Type` and `Accept`) are built once per
-//! link, so a call costs no URL parsing, proxy matching or redirect
+//! is POSTed to through its own kept HTTP/1.1 connections (`pool`), with
+//! the fixed parts (the path, the configured headers, `Content-Type` and
+//! `Accept`) built once per link, so a call costs no URL parsing, proxy matching or redirect
 //! bookkeeping. Everything else (`https://`, an `HTTP_PROXY`/`ALL_PROXY`
 //! in the environment) goes through reqwest as before, and so does a POST
 //! the fast client got a redirect for, so redirects are followed the same
@@ -15,9 +15,6 @@ use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full};
 use hyper::http;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use reqwest::Url;
 use reqwest::header::{self, HeaderMap, HeaderValue};
 
@@ -49,10 +46,11 @@ pub(super) struct Poster {
     fixed: HeaderMap,
 }
 
-/// The pooled hyper client and the request parts built once.
+/// The upstream's kept connections and the request parts built once.
 struct FastPost {
-    client: Client<HttpConnector, Full<Bytes>>,
-    uri: http::Uri,
+    pool: super::pool::Pool,
+    /// The URL's path and query: what an HTTP/1.1 request line names.
+    path: http::Uri,
 }
 
 /// Proxy settings reqwest honours; with any of them set, every POST goes
@@ -80,14 +78,10 @@ impl Poster {
             .iter()
             .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()));
         let fast = match (url.scheme(), proxied) {
-            ("http", false) => url.as_str().parse::<http::Uri>().ok().map(|uri| {
-                let mut connector = HttpConnector::new();
-                connector.set_connect_timeout(Some(connect_timeout));
-                connector.set_nodelay(true);
-                let client = Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(idle_timeout)
-                    .build(connector);
-                FastPost { client, uri }
+            ("http", false) => url.as_str().parse::<http::Uri>().ok().and_then(|uri| {
+                let path = uri.path_and_query()?.as_str().parse().ok()?;
+                let pool = super::pool::Pool::new(&uri, connect_timeout, idle_timeout)?;
+                Some(FastPost { pool, path })
             }),
             _ => None,
         };
@@ -114,9 +108,9 @@ impl Poster {
             );
             let mut request = http::Request::new(Full::new(body.clone()));
             *request.method_mut() = http::Method::POST;
-            *request.uri_mut() = fast.uri.clone();
+            *request.uri_mut() = fast.path.clone();
             *request.headers_mut() = headers;
-            let answer = fast.client.request(request).await.map_err(|e| PostError {
+            let answer = fast.pool.send(request).await.map_err(|e| PostError {
                 connect: e.is_connect(),
                 message: describe(&e),
             })?;
