@@ -9,31 +9,23 @@
 //! in-flight request, withdraws the upstream's items, and restarts it with
 //! exponential backoff and jitter. Shutdown never triggers a restart.
 
-pub(crate) mod breaker;
 pub(crate) mod connection;
 mod events;
 pub(crate) mod handshake;
-pub(crate) mod http;
 mod identities;
 mod interest;
 mod isolated;
 pub(crate) mod journal;
-mod legacy_sse;
-pub(crate) mod limits;
 pub(crate) mod link;
 mod listen;
 mod message;
 pub(crate) mod noise;
-mod pool;
-mod poster;
 pub(crate) mod protect;
-mod remote;
-mod retry_budget;
-pub(crate) mod stdio;
 mod subscriptions;
 mod supervisor;
 #[cfg(test)]
 pub(crate) mod test_support;
+pub(crate) mod transport;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -23,7 +23,7 @@ use super::AppState;
 use super::dispatch::{self, Outcome, Outgoing};
 use super::session::CloseReason;
 use crate::protocol::{self, Envelope, RpcError, code};
-use crate::upstream::stdio::read_line_capped;
+use crate::upstream::transport::stdio::read_line_capped;
 
 /// Answers queued before request tasks wait for the writer.
 const REPLY_CAPACITY: usize = 256;

@@ -24,7 +24,7 @@ use super::{Admitted, Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
 use crate::protocol::Method;
 use crate::protocol::{self, Era, RpcError, code};
-use crate::upstream::limits::ClientKey;
+use crate::upstream::protect::limits::ClientKey;
 use crate::upstream::{
     Connection, Origin, ProgressRoute, Request, Sent, UpstreamError, UpstreamHandle,
 };

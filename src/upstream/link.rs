@@ -9,9 +9,9 @@ use tokio_util::task::TaskTracker;
 
 use super::LinkError;
 use super::connection::Connection;
-use super::http::HttpLink;
 use super::message::Outgoing;
-use super::stdio::StdioChild;
+use super::transport::http::HttpLink;
+use super::transport::stdio::StdioChild;
 use crate::config::Transport;
 
 pub(crate) enum Link {

@@ -3,15 +3,19 @@
 //! the upstream's handle; the router asks [`Protection::admit`] before a
 //! call and records how the call ended on the [`Admission`].
 
+pub(crate) mod breaker;
+pub(crate) mod limits;
+mod retry_budget;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::UpstreamError;
-use super::breaker::{Breaker, BreakerSnapshot, Ticket, Verdict};
-use super::limits::{ClientKey, Limiter, LimiterSnapshot, Permit};
-use super::retry_budget::RetryBudget;
-pub(crate) use super::retry_budget::{MIN_RETRIES, RATIO as RETRY_RATIO, WINDOW as RETRY_WINDOW};
 use crate::config::ProtectConfig;
+use breaker::{Breaker, BreakerSnapshot, Ticket, Verdict};
+use limits::{ClientKey, Limiter, LimiterSnapshot, Permit};
+use retry_budget::RetryBudget;
+pub(crate) use retry_budget::{MIN_RETRIES, RATIO as RETRY_RATIO, WINDOW as RETRY_WINDOW};
 
 /// When a client refused for saturation should try again.
 pub(crate) const OVERLOAD_RETRY_AFTER: Duration = Duration::from_secs(1);

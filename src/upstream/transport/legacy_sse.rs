@@ -14,9 +14,9 @@ use reqwest::Url;
 use reqwest::header;
 use tokio::sync::oneshot;
 
-use super::UpstreamError;
 use super::remote::RemoteSession;
 use crate::sse::SseParser;
+use crate::upstream::UpstreamError;
 
 /// How long the server has to name its message endpoint.
 const ENDPOINT_TIMEOUT: Duration = Duration::from_secs(10);

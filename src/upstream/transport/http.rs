@@ -28,16 +28,16 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::connection::{Connection, DirectSend, Routed};
 use super::legacy_sse;
-use super::message::Outgoing;
 use super::poster::{HttpAnswer, Poster, from_reqwest};
-use super::remote::{Mode, RemoteSession};
-use super::{LinkError, UpstreamError};
+use super::remote::{Mode, RemoteSession, SessionState};
 use crate::config::{RemoteConfig, RemoteMode};
 use crate::credentials::cell::TokenCell;
 use crate::protocol::Method;
 use crate::sse::SseParser;
+use crate::upstream::connection::{Connection, DirectSend, Routed};
+use crate::upstream::message::Outgoing;
+use crate::upstream::{LinkError, UpstreamError};
 
 /// POSTs in flight at once per upstream; more wait for a slot.
 pub(crate) const MAX_CONCURRENT_POSTS: usize = 64;
@@ -102,15 +102,11 @@ impl HttpLink {
             url,
             headers,
             bearer,
-            mode: Mutex::new(mode),
-            session_id: Mutex::new(None),
-            version: Mutex::new(None),
+            state: Mutex::new(SessionState::new(mode)),
             conn,
             ended: CancellationToken::new(),
-            end_reason: Mutex::new(None),
             listening: AtomicBool::new(false),
             session_confirmed: AtomicBool::new(false),
-            last_event_id: Mutex::new(None),
             posts: dashmap::DashMap::new(),
             slots: Arc::new(Semaphore::new(MAX_CONCURRENT_POSTS)),
             tasks: tasks.clone(),
@@ -139,12 +135,7 @@ impl HttpLink {
         let was_running = !self.shared.ended.is_cancelled();
         self.shared.end("stopped by the gateway");
         self.writer.abort();
-        let session = self
-            .shared
-            .session_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let session = self.shared.state().session_id.clone();
         if was_running && let Some(session) = session {
             let mut headers = self.shared.headers.clone();
             if let Some(bearer) = &self.shared.bearer
@@ -223,10 +214,7 @@ async fn write_loop(
 /// no task per POST); the rest goes through the writer in order.
 impl DirectSend for RemoteSession {
     fn direct(self: Arc<Self>, message: Outgoing) -> Routed {
-        let settled = matches!(
-            *self.mode.lock().unwrap_or_else(|e| e.into_inner()),
-            Mode::Streamable
-        );
+        let settled = matches!(self.state().mode, Mode::Streamable);
         if !settled || self.ended.is_cancelled() || message.is(&Method::Initialize) {
             return Routed::Queue(message);
         }
@@ -291,7 +279,7 @@ impl RemoteSession {
                     tracing::info!(upstream = %self.upstream, status = %response.status(), "Streamable HTTP refused; trying the legacy HTTP+SSE transport");
                 }
                 Ok((response, used)) => {
-                    *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = Mode::Streamable;
+                    self.state().mode = Mode::Streamable;
                     self.handle_response(&sent, response, used).await;
                     return;
                 }
@@ -300,7 +288,7 @@ impl RemoteSession {
         }
         match legacy_sse::open(self.clone()).await {
             Ok(post_url) => {
-                *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = Mode::Sse { post_url };
+                self.state().mode = Mode::Sse { post_url };
                 self.send(sent).await;
             }
             Err(e) => {
@@ -312,7 +300,7 @@ impl RemoteSession {
 
     /// Sends one message in the link's mode and handles the answer.
     async fn send(self: &Arc<Self>, sent: Outgoing) {
-        let mode = self.mode.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mode = self.state().mode.clone();
         if let Mode::Sse { post_url } = mode {
             if let Err(e) = legacy_sse::post(self, &post_url, sent.frame.clone()).await {
                 self.fail(&sent, e);
@@ -394,21 +382,12 @@ impl RemoteSession {
 
     /// Adds the session id and negotiated version of a session-based link.
     fn session_headers(&self, headers: &mut HeaderMap) {
-        if let Some(session) = self
-            .session_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        {
-            headers.insert("mcp-session-id", session);
+        let state = self.state();
+        if let Some(session) = &state.session_id {
+            headers.insert("mcp-session-id", session.clone());
         }
-        if let Some(version) = self
-            .version
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        {
-            headers.insert("mcp-protocol-version", version);
+        if let Some(version) = &state.version {
+            headers.insert("mcp-protocol-version", version.clone());
         }
     }
 
@@ -418,15 +397,14 @@ impl RemoteSession {
         response: HttpAnswer,
         used: Option<HeaderValue>,
     ) {
-        if let Some(session) = response.headers().get("mcp-session-id") {
-            *self.session_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
-        }
         let status = response.status();
-        let had_session = self
-            .session_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some();
+        let had_session = {
+            let mut state = self.state();
+            if let Some(session) = response.headers().get("mcp-session-id") {
+                state.session_id = Some(session.clone());
+            }
+            state.session_id.is_some()
+        };
         if status == StatusCode::NOT_FOUND && self.lost_session(status, had_session, sent) {
             // Failed first: closing the link would fail it as merely pending.
             self.fail(sent, self.conn_error());
@@ -619,11 +597,7 @@ impl RemoteSession {
     async fn listen(self: Arc<Self>) {
         let mut delay = DEFAULT_RETRY;
         while !self.ended.is_cancelled() {
-            let from = self
-                .last_event_id
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            let from = self.state().last_event_id.clone();
             match self.get(from.as_deref()).await {
                 Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => {
                     tracing::debug!(upstream = %self.upstream, "no standalone notification stream (405); notifications arrive on POST streams");
@@ -643,7 +617,7 @@ impl RemoteSession {
                     if let Err(e) = self.read_events(r, &mut last, &mut retry, None).await {
                         tracing::debug!(upstream = %self.upstream, error = %e, "notification stream broke");
                     }
-                    *self.last_event_id.lock().unwrap_or_else(|e| e.into_inner()) = last;
+                    self.state().last_event_id = last;
                     delay = delay.max(retry);
                 }
                 Ok(r) => {

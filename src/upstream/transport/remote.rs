@@ -13,8 +13,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::UpstreamError;
-use super::connection::Connection;
+use crate::upstream::UpstreamError;
+use crate::upstream::connection::Connection;
 
 /// Which wire the link speaks; decided by the first (initialize) POST.
 #[derive(Debug, Clone)]
@@ -22,6 +22,33 @@ pub(super) enum Mode {
     Detect,
     Streamable,
     Sse { post_url: Url },
+}
+
+/// What one session with a remote upstream knows of itself, behind one
+/// lock ([`RemoteSession::state`]). It is held only to read or write these
+/// fields, never across an await, and nothing else is locked while it is.
+pub(super) struct SessionState {
+    pub(super) mode: Mode,
+    /// The server's `Mcp-Session-Id` (session-based servers).
+    pub(super) session_id: Option<HeaderValue>,
+    /// The negotiated `MCP-Protocol-Version`, from the initialize answer.
+    pub(super) version: Option<HeaderValue>,
+    /// Why the link ended, once it has (the first reason wins).
+    pub(super) end_reason: Option<String>,
+    /// The last event id of the standalone notification stream.
+    pub(super) last_event_id: Option<String>,
+}
+
+impl SessionState {
+    pub(super) fn new(mode: Mode) -> SessionState {
+        SessionState {
+            mode,
+            session_id: None,
+            version: None,
+            end_reason: None,
+            last_event_id: None,
+        }
+    }
 }
 
 /// The state of one session with a remote upstream, shared by the link's
@@ -36,19 +63,17 @@ pub(super) struct RemoteSession {
     pub(super) headers: HeaderMap,
     /// The bearer token of an upstream with an `auth:` section.
     pub(super) bearer: Option<Arc<crate::credentials::cell::TokenCell>>,
-    pub(super) mode: Mutex<Mode>,
-    pub(super) session_id: Mutex<Option<HeaderValue>>,
-    pub(super) version: Mutex<Option<HeaderValue>>,
+    /// The session's own state: the one lock, see [`SessionState`]; read
+    /// and written through [`RemoteSession::state`].
+    pub(super) state: Mutex<SessionState>,
     pub(super) conn: Arc<Connection>,
     /// Cancelled when the link ends; `end_reason` says why.
     pub(super) ended: CancellationToken,
-    pub(super) end_reason: Mutex<Option<String>>,
     pub(super) listening: AtomicBool,
     /// Set once a request carrying our session id succeeded: from then on
     /// a 400 that does not answer the request means the session is gone
     /// (real servers answer a lost session with 400 as well as 404).
     pub(super) session_confirmed: AtomicBool,
-    pub(super) last_event_id: Mutex<Option<String>>,
     /// Requests whose POST is in flight, so a modern cancellation can close
     /// the response stream. Entries leave when the POST ends.
     pub(super) posts: dashmap::DashMap<u64, tokio::task::AbortHandle>,
@@ -61,6 +86,11 @@ pub(super) struct RemoteSession {
 }
 
 impl RemoteSession {
+    /// The session's state, locked (see [`SessionState`]).
+    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, SessionState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Runs one of the link's tasks on the tracker, in the link's span.
     pub(super) fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
     where
@@ -92,21 +122,19 @@ impl RemoteSession {
     }
 
     pub(super) fn reason(&self) -> String {
-        self.end_reason
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.state()
+            .end_reason
             .clone()
             .unwrap_or_else(|| "the link ended".into())
     }
 
     /// Ends the link (first reason wins).
     pub(super) fn end(&self, reason: impl Into<String>) {
-        let mut slot = self.end_reason.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            *slot = Some(reason.into());
-        }
-        let reason = slot.clone().unwrap_or_default();
-        drop(slot);
+        let reason = self
+            .state()
+            .end_reason
+            .get_or_insert_with(|| reason.into())
+            .clone();
         self.ended.cancel();
         // Calls must not pick this connection up while the supervisor tears down.
         self.conn.close(reason);
@@ -130,11 +158,7 @@ impl RemoteSession {
     /// version the initialize answer carries. `via` is the request whose
     /// POST stream carried it (none: the standalone or legacy stream).
     pub(super) async fn deliver(&self, message: &str, via: Option<u64>) {
-        let unknown_version = self
-            .version
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none();
+        let unknown_version = self.state().version.is_none();
         if unknown_version
             && let Ok(value) = serde_json::from_str::<Value>(message)
             && let Some(version) = value
@@ -142,7 +166,7 @@ impl RemoteSession {
                 .and_then(Value::as_str)
             && let Ok(header) = HeaderValue::from_str(version)
         {
-            *self.version.lock().unwrap_or_else(|e| e.into_inner()) = Some(header);
+            self.state().version = Some(header);
         }
         self.conn.dispatch_from(message, via).await;
     }

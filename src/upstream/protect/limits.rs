@@ -26,7 +26,7 @@ use crate::config::LimitsConfig;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum ClientKey {
     Client(Arc<str>),
-    Session(super::SubscriberId),
+    Session(crate::upstream::SubscriberId),
     Anonymous,
 }
 

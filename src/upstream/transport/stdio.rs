@@ -23,10 +23,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
-use super::connection::Connection;
-use super::message::Outgoing;
-use super::noise::NoiseFilter;
 use crate::config::StdioConfig;
+use crate::upstream::connection::Connection;
+use crate::upstream::message::Outgoing;
+use crate::upstream::noise::NoiseFilter;
 
 /// Longest JSON-RPC line accepted from a child; longer ones are skipped.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
