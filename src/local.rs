@@ -172,7 +172,7 @@ async fn send(
         .request(ctx, &id, method, params.as_deref())
         .await
     {
-        Reply::Ready(frame) => frame,
+        Reply::Ready(frame) => frame.into_text(),
         Reply::Page(page) => page.into_text(),
         Reply::Streaming(mut frames) => {
             let mut last = None;

@@ -99,6 +99,19 @@ pub(crate) fn is_supported_downstream(version: &str) -> bool {
     DOWNSTREAM_VERSIONS.contains(&version)
 }
 
+/// The `code` of a JSON-RPC error object (-32603 when it has none that
+/// fits an integer). Read once, where an answer enters the gateway.
+pub(crate) fn error_code(error: &RawValue) -> i64 {
+    #[derive(Deserialize)]
+    struct Code {
+        code: Option<serde_json::Number>,
+    }
+    serde_json::from_str::<Code>(error.get())
+        .ok()
+        .and_then(|c| c.code?.as_i64())
+        .unwrap_or(code::INTERNAL_ERROR)
+}
+
 /// Deepest nesting of arrays and objects accepted in a client's message.
 /// Deeper messages are refused before they reach any upstream (some
 /// servers drop them silently, leaving the client waiting).

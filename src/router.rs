@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 pub(crate) use error::RouteError;
 pub(crate) use forward::InflightCall;
-pub(crate) use reply::{CacheHints, PageFrame, Reply};
+pub(crate) use reply::{CacheHints, Ended, Frame, PageFrame, Reply};
 
 use crate::auth::Identity;
 use crate::catalog::{Catalog, CatalogStore, ListKind, Page};
@@ -533,13 +533,13 @@ impl Router {
         });
         match outcome {
             Ok(page) if listing.is_some() => Reply::Page(PageFrame::new(id.get(), page, hints)),
-            Ok(result) => Reply::Ready(match hints {
+            Ok(result) => Reply::Ready(Frame::result(match hints {
                 Some(hints) => protocol::response_frame(
                     id.get(),
                     &rewrite::cacheable(&result, hints.ttl_ms, hints.scope),
                 ),
                 None => protocol::response_frame(id.get(), &result),
-            }),
+            })),
             Err(e) => Reply::Ready(e.to_frame(id.get(), ctx.era)),
         }
     }

@@ -111,6 +111,8 @@ pub(crate) enum UpstreamError {
     #[error("upstream '{upstream}' answered with an error")]
     Rpc {
         upstream: String,
+        /// The error's `code`, read once where the answer came in.
+        code: i64,
         error: Box<RawValue>,
     },
 }

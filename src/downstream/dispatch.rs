@@ -16,7 +16,7 @@ use super::AppState;
 use super::session::Session;
 use crate::notify::outbox::Event;
 use crate::protocol::{self, Envelope, MessageKind, RpcError, code};
-use crate::router::{Reply, RequestContext};
+use crate::router::{Frame, Reply, RequestContext};
 
 /// What became of one message.
 pub(crate) enum Outcome {
@@ -124,7 +124,7 @@ fn initialize(
     session: &Session,
     id: &RawValue,
     params: Option<&RawValue>,
-) -> String {
+) -> Frame {
     match negotiate(params) {
         Ok(version) => {
             let _ = session.protocol_version.set(version.to_owned());
@@ -132,16 +132,16 @@ fn initialize(
                 .router
                 .hub()
                 .set_client_capabilities(&session.subscriber, params);
-            protocol::response_frame(
+            Frame::result(protocol::response_frame(
                 id.get(),
                 &state.router.initialize_result(
                     version,
                     session.subscriber.endpoint(),
                     session.identity.as_deref(),
                 ),
-            )
+            ))
         }
-        Err(e) => protocol::error_frame(Some(id.get()), &e),
+        Err(e) => Frame::error(protocol::error_frame(Some(id.get()), &e), e.code, None),
     }
 }
 
@@ -149,7 +149,7 @@ fn initialize(
 pub(crate) async fn send_reply(replies: &mpsc::Sender<String>, reply: Reply) {
     match reply {
         Reply::Ready(frame) => {
-            let _ = replies.send(frame).await;
+            let _ = replies.send(frame.into_text()).await;
         }
         Reply::Page(page) => {
             let _ = replies.send(page.into_text()).await;

@@ -165,13 +165,13 @@ pub(crate) async fn post(
     .await
     {
         Outcome::Accepted => StatusCode::ACCEPTED.into_response(),
-        Outcome::Reply(Reply::Ready(frame)) if accept.json => json_response(frame),
+        Outcome::Reply(Reply::Ready(frame)) if accept.json => json_response(frame.into_text()),
         Outcome::Reply(Reply::Page(page)) if accept.json => page_response(page),
         Outcome::Reply(Reply::Page(page)) => {
             super::resume::respond(&state, &session, single(page.into_text()))
         }
         Outcome::Reply(Reply::Ready(frame)) => {
-            super::resume::respond(&state, &session, single(frame))
+            super::resume::respond(&state, &session, single(frame.into_text()))
         }
         Outcome::Reply(Reply::Streaming(frames)) => {
             super::resume::respond(&state, &session, frames)

@@ -26,7 +26,7 @@ use super::AppState;
 use super::wire::{SESSION_HEADER, VERSION_HEADER, json_response as json, page_response};
 use crate::notify::LogLevel;
 use crate::protocol::{self, Envelope, Era, MessageKind, RpcError, code, meta, method};
-use crate::router::{Reply, RequestContext};
+use crate::router::{Ended, Reply, RequestContext};
 
 /// Methods a modern client may call on the gateway.
 const METHODS: &[&str] = &[
@@ -296,16 +296,19 @@ pub(crate) async fn handle(
                 .request(&ctx, id, method, envelope.params)
                 .await
             {
-                Reply::Ready(frame) => match error_of(&frame) {
-                    None => json(frame),
-                    Some(error) => match retry_after(&error) {
+                Reply::Ready(frame) => match frame.ended() {
+                    Ended::Result => json(frame.into_text()),
+                    Ended::Error {
+                        code,
+                        retry_after_ms,
+                    } => match retry_after(code, retry_after_ms) {
                         Some(secs) => (
                             StatusCode::SERVICE_UNAVAILABLE,
                             [(axum::http::header::RETRY_AFTER, secs.to_string())],
-                            json(frame),
+                            json(frame.into_text()),
                         )
                             .into_response(),
-                        None => (status_of(error.code), json(frame)).into_response(),
+                        None => (status_of(code), json(frame.into_text())).into_response(),
                     },
                 },
                 Reply::Page(page) => page_response(page),
@@ -329,34 +332,12 @@ fn status_of(code: i64) -> StatusCode {
 /// For an upstream refused by its protection (saturated, circuit open):
 /// the whole seconds of its `Retry-After` (HTTP 503), from the error's
 /// `data.retryAfterMs`.
-fn retry_after(error: &AnswerError) -> Option<u64> {
-    if !matches!(
-        error.code,
-        code::UPSTREAM_SATURATED | code::UPSTREAM_CIRCUIT_OPEN
-    ) {
+fn retry_after(code: i64, retry_after_ms: Option<u64>) -> Option<u64> {
+    if !matches!(code, code::UPSTREAM_SATURATED | code::UPSTREAM_CIRCUIT_OPEN) {
         return None;
     }
-    let ms = error
-        .data
-        .as_ref()
-        .and_then(|d| d.get("retryAfterMs"))
-        .and_then(Value::as_u64)
-        .unwrap_or(1000);
+    let ms = retry_after_ms.unwrap_or(1000);
     Some(ms.div_ceil(1000).max(1))
-}
-
-/// The error of a JSON-RPC answer.
-#[derive(Deserialize)]
-struct AnswerError {
-    code: i64,
-    data: Option<Value>,
-}
-
-/// The `error` of a JSON-RPC answer, read once; none for a result (whose
-/// body stays unparsed) or a frame that is not an answer.
-fn error_of(frame: &str) -> Option<AnswerError> {
-    let error = Envelope::parse(frame).ok()?.error?;
-    serde_json::from_str(error.get()).ok()
 }
 
 /// A streamed answer (progress, then the response) as `text/event-stream`.
@@ -460,41 +441,25 @@ mod tests {
 
     #[test]
     fn only_a_request_refusal_is_a_400() {
-        let error = |code: i64| protocol::error_frame(Some("1"), &RpcError::new(code, "no"));
-        let status = |frame: &str| error_of(frame).map_or(StatusCode::OK, |e| status_of(e.code));
+        assert_eq!(status_of(code::HEADER_MISMATCH), StatusCode::BAD_REQUEST);
         assert_eq!(
-            status(&error(code::HEADER_MISMATCH)),
+            status_of(code::UNSUPPORTED_VERSION),
             StatusCode::BAD_REQUEST
         );
         assert_eq!(
-            status(&error(code::UNSUPPORTED_VERSION)),
+            status_of(code::MISSING_CLIENT_CAPABILITY),
             StatusCode::BAD_REQUEST
         );
-        assert_eq!(status(&error(code::INTERNAL_ERROR)), StatusCode::OK);
-        // A result that merely mentions an error is a result.
-        let result = protocol::response_frame(
-            "1",
-            &json!({ "content": [{ "type": "text", "text": "\"error\":{\"code\":-32020}" }], "error": { "code": -32020 } }).to_string(),
-        );
-        assert!(error_of(&result).is_none());
-        assert_eq!(status(&result), StatusCode::OK);
-        assert_eq!(error_of(&error(-32020)).map(|e| e.code), Some(-32020));
+        assert_eq!(status_of(code::INTERNAL_ERROR), StatusCode::OK);
+        assert_eq!(status_of(code::UPSTREAM_SATURATED), StatusCode::OK);
     }
 
     #[test]
     fn a_refusal_by_protection_waits_the_whole_seconds_it_names() {
-        let refusal = |code: i64, data: Value| {
-            let frame =
-                protocol::error_frame(Some("1"), &RpcError::new(code, "busy").with_data(data));
-            error_of(&frame).and_then(|e| retry_after(&e))
-        };
         let saturated = code::UPSTREAM_SATURATED;
-        assert_eq!(refusal(saturated, json!({ "retryAfterMs": 1500 })), Some(2));
-        assert_eq!(refusal(saturated, json!({ "retryAfterMs": 0 })), Some(1));
-        assert_eq!(refusal(code::UPSTREAM_CIRCUIT_OPEN, json!({})), Some(1));
-        assert_eq!(
-            refusal(code::INTERNAL_ERROR, json!({ "retryAfterMs": 9000 })),
-            None
-        );
+        assert_eq!(retry_after(saturated, Some(1500)), Some(2));
+        assert_eq!(retry_after(saturated, Some(0)), Some(1));
+        assert_eq!(retry_after(code::UPSTREAM_CIRCUIT_OPEN, None), Some(1));
+        assert_eq!(retry_after(code::INTERNAL_ERROR, Some(1500)), None);
     }
 }

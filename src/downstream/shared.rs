@@ -147,8 +147,7 @@ pub(crate) async fn after_request(
         return;
     }
     let Reply::Ready(frame) = reply else { return };
-    let succeeded = serde_json::from_str::<Map<String, Value>>(frame)
-        .is_ok_and(|answer| answer.contains_key("result"));
+    let succeeded = frame.error_code().is_none();
     let params: Map<String, Value> = params
         .and_then(|p| serde_json::from_str(p.get()).ok())
         .unwrap_or_default();

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::reply::Frame;
 use super::rewrite;
 use crate::catalog::CursorError;
 use crate::metrics::Outcome;
@@ -166,21 +167,109 @@ impl RouteError {
         }
     }
 
-    /// The error response frame for request `id`. An upstream's own
-    /// JSON-RPC error is passed through unchanged, except that a modern
-    /// client gets -32602 where a legacy upstream said -32002.
-    pub(crate) fn to_frame(&self, id: &str, era: Era) -> String {
-        if let Self::Upstream(UpstreamError::Rpc { error, .. }) = self {
+    /// The error response frame for request `id`, with its outcome. An
+    /// upstream's own JSON-RPC error is passed through unchanged, except
+    /// that a modern client gets -32602 where a legacy upstream said -32002.
+    pub(crate) fn to_frame(&self, id: &str, era: Era) -> Frame {
+        if let Self::Upstream(UpstreamError::Rpc { error, code, .. }) = self {
             if era == Era::Modern
+                && *code == code::RESOURCE_NOT_FOUND
                 && let Ok(mut object) =
                     serde_json::from_str::<serde_json::Map<String, Value>>(error.get())
-                && object.get("code").and_then(Value::as_i64) == Some(code::RESOURCE_NOT_FOUND)
             {
                 object.insert("code".into(), Value::from(code::INVALID_PARAMS));
-                return protocol::error_frame_raw(id, &Value::Object(object).to_string());
+                let text = protocol::error_frame_raw(id, &Value::Object(object).to_string());
+                return Frame::error(text, code::INVALID_PARAMS, None);
             }
-            return protocol::error_frame_raw(id, error.get());
+            // Another gateway's refusal keeps its advice on when to retry.
+            let retry_after_ms = matches!(
+                *code,
+                code::UPSTREAM_SATURATED | code::UPSTREAM_CIRCUIT_OPEN
+            )
+            .then(|| retry_after_ms(error))
+            .flatten();
+            return Frame::error(
+                protocol::error_frame_raw(id, error.get()),
+                *code,
+                retry_after_ms,
+            );
         }
-        protocol::error_frame(Some(id), &self.to_rpc(era).1)
+        let error = self.to_rpc(era).1;
+        let retry_after_ms = match self {
+            Self::Upstream(e) => e.retry_after().map(|after| after.as_millis() as u64),
+            _ => None,
+        };
+        Frame::error(
+            protocol::error_frame(Some(id), &error),
+            error.code,
+            retry_after_ms,
+        )
+    }
+}
+
+/// `data.retryAfterMs` of an error object.
+fn retry_after_ms(error: &serde_json::value::RawValue) -> Option<u64> {
+    let object: Value = serde_json::from_str(error.get()).ok()?;
+    object.pointer("/data/retryAfterMs")?.as_u64()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::value::RawValue;
+
+    use super::*;
+    use crate::router::Ended;
+
+    fn rpc(error: &str) -> RouteError {
+        let error = RawValue::from_string(error.to_owned()).expect("json");
+        RouteError::Upstream(UpstreamError::Rpc {
+            upstream: "a".into(),
+            code: protocol::error_code(&error),
+            error,
+        })
+    }
+
+    #[test]
+    fn a_frame_carries_how_the_request_ended() {
+        // An upstream's own error passes through with its code.
+        let frame = rpc(r#"{"code":-32602,"message":"bad"}"#).to_frame("1", Era::Legacy);
+        assert_eq!(frame.error_code(), Some(-32602));
+        assert!(frame.into_text().contains(r#""message":"bad""#));
+        // A modern client gets -32602 for a legacy upstream's -32002.
+        let frame = rpc(r#"{"code":-32002,"message":"gone"}"#).to_frame("1", Era::Modern);
+        assert_eq!(frame.error_code(), Some(code::INVALID_PARAMS));
+        assert!(frame.into_text().contains("-32602"));
+        // The gateway's own refusal keeps its retry advice.
+        let busy = RouteError::Upstream(UpstreamError::Overloaded {
+            upstream: "a".into(),
+            reason: "full".into(),
+            retry_after: Duration::from_millis(1500),
+        });
+        assert_eq!(
+            busy.to_frame("1", Era::Modern).ended(),
+            Ended::Error {
+                code: code::UPSTREAM_SATURATED,
+                retry_after_ms: Some(1500)
+            }
+        );
+        // So does another gateway's, passed through.
+        let frame = rpc(r#"{"code":-32053,"message":"busy","data":{"retryAfterMs":900}}"#)
+            .to_frame("1", Era::Legacy);
+        assert_eq!(
+            frame.ended(),
+            Ended::Error {
+                code: code::UPSTREAM_SATURATED,
+                retry_after_ms: Some(900)
+            }
+        );
+        // An error object without a usable code counts as an internal error.
+        assert_eq!(
+            rpc(r#"{"message":"no code"}"#)
+                .to_frame("1", Era::Legacy)
+                .error_code(),
+            Some(code::INTERNAL_ERROR)
+        );
     }
 }

@@ -20,7 +20,7 @@ pub(crate) use park::Parking;
 
 use super::call::Call;
 use super::rewrite::{self, Params};
-use super::{Admitted, Reply, RequestContext, RouteError};
+use super::{Admitted, Frame, Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
 use crate::protocol::Method;
 use crate::protocol::{self, Era, RpcError, code};
@@ -135,7 +135,7 @@ pub(super) async fn run(
                 took,
                 id.get(),
             );
-            return Reply::Ready(frame);
+            return Reply::Ready(Frame::result(frame));
         }
         super::cached::Before::Miss(plan) => plan,
     };
@@ -258,7 +258,7 @@ async fn send(
         && call.handle.holds_place()
     {
         let result = connect::connected_result(call.handle.name());
-        return Reply::Ready(protocol::response_frame(id.get(), &result));
+        return Reply::Ready(Frame::result(protocol::response_frame(id.get(), &result)));
     }
     // A stateless client's call to a 2025-era upstream may be asked for
     // input; the client's retry then continues it (see `park`).
@@ -333,16 +333,14 @@ async fn send(
                 "request id {} is already in flight in this session",
                 id.get()
             );
-            let error = RpcError::new(code::INVALID_REQUEST, message);
-            return Reply::Ready(protocol::error_frame(Some(id.get()), &error));
+            return Reply::Ready(refuse_request(id, message));
         }
         Admitted::Full => {
             let message = format!(
                 "this session already has {} calls in flight; wait for some to finish",
                 super::MAX_CALLS_IN_FLIGHT
             );
-            let error = RpcError::new(code::INVALID_REQUEST, message);
-            return Reply::Ready(protocol::error_frame(Some(id.get()), &error));
+            return Reply::Ready(refuse_request(id, message));
         }
     }
     let guard = CallGuard {
@@ -471,7 +469,7 @@ async fn send(
     let finish = async move {
         let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
         // The client may have gone; nothing else waits for this frame.
-        let _ = sink.send(frame).await;
+        let _ = sink.send(frame.into_text()).await;
         drop(guard);
     };
     tasks.spawn(tracing::Instrument::instrument(finish, span));
@@ -482,7 +480,7 @@ async fn send(
 /// then the reply becomes a stream of those requests and the answer, fed
 /// by a task (on the tracker) until the call ends.
 async fn answer_or_stream(
-    mut finishing: std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>,
+    mut finishing: std::pin::Pin<Box<dyn std::future::Future<Output = Frame> + Send>>,
     mut frames: mpsc::Receiver<String>,
     tasks: &tokio_util::task::TaskTracker,
 ) -> Reply {
@@ -505,7 +503,7 @@ async fn answer_or_stream(
             };
             tokio::select! {
                 frame = &mut finishing => {
-                    let _ = out.send(frame).await;
+                    let _ = out.send(frame.into_text()).await;
                     return;
                 }
                 more = next => {
@@ -658,7 +656,7 @@ impl Exchange {
         conn: &Connection,
         upstream_id: u64,
         rx: Result<Sent, UpstreamError>,
-    ) -> String {
+    ) -> Frame {
         let mut answer = self.answer(conn, upstream_id, rx).await;
         if let Err(RouteError::Upstream(e)) = &answer
             && let Some(next) = super::retry::decide(e, self.repeatable, self.handle.protection())
@@ -743,13 +741,13 @@ impl Exchange {
                     Some(plan) => plan.store(body, self.era),
                     None => body,
                 };
-                match self.era {
+                Frame::result(match self.era {
                     Era::Legacy => protocol::response_frame(&self.client_id, &body),
                     Era::Modern => protocol::response_frame(
                         &self.client_id,
                         &rewrite::modern_result(self.method.name(), &body),
                     ),
-                }
+                })
             }
             Err(e) => e.to_frame(&self.client_id, self.era),
         }
@@ -845,6 +843,16 @@ impl Exchange {
             }
         }
     }
+}
+
+/// A request refused before it was sent: -32600 and why.
+fn refuse_request(id: &RawValue, message: String) -> Frame {
+    let error = RpcError::new(code::INVALID_REQUEST, message);
+    Frame::error(
+        protocol::error_frame(Some(id.get()), &error),
+        code::INVALID_REQUEST,
+        None,
+    )
 }
 
 /// Requests for a stateless call's client queued at once; beyond it, the

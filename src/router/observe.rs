@@ -45,12 +45,8 @@ pub(super) fn finished(
 /// The JSON-RPC error code a failed call ends with: the upstream's own, or
 /// the gateway's.
 pub(super) fn error_code(e: &RouteError, era: crate::protocol::Era) -> i64 {
-    if let RouteError::Upstream(UpstreamError::Rpc { error, .. }) = e
-        && let Some(code) = serde_json::from_str::<serde_json::Value>(error.get())
-            .ok()
-            .and_then(|v| v.get("code").and_then(serde_json::Value::as_i64))
-    {
-        return code;
+    if let RouteError::Upstream(UpstreamError::Rpc { code, .. }) = e {
+        return *code;
     }
     e.to_rpc(era).1.code
 }
@@ -80,14 +76,14 @@ impl Router {
         let cx = telemetry.server_span(method, id.get(), params);
         let served = self.serve(ctx, id, method, params);
         let reply = opentelemetry::context::FutureExt::with_context(served, cx.clone()).await;
-        let frame = match &reply {
-            Reply::Ready(frame) => Some(frame.as_str()),
+        let error_code = match &reply {
+            Reply::Ready(frame) => frame.error_code(),
             // A list page is a result.
             Reply::Page(_) => None,
             // A streamed answer's span ends when the stream starts.
             Reply::Streaming(_) => None,
         };
-        Telemetry::end_server(&cx, frame);
+        Telemetry::end_server(&cx, error_code);
         reply
     }
 }

@@ -17,12 +17,78 @@ use crate::protocol;
 /// The answer to one request.
 pub(crate) enum Reply {
     /// A complete JSON-RPC response frame.
-    Ready(String),
+    Ready(Frame),
     /// A list page's complete response frame, in pieces.
     Page(PageFrame),
     /// Frames of a forwarded call that streams progress: notifications
     /// first, the response frame last, then the channel closes.
     Streaming(mpsc::Receiver<String>),
+}
+
+/// A whole response frame and how the request ended, decided where the
+/// frame was built, so no layer reads the frame again to learn it.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    text: String,
+    ended: Ended,
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// With a `result`.
+    Result,
+    /// With an `error`: its code, and for an upstream refused by its
+    /// protection (saturated, circuit open) when to come back.
+    Error {
+        code: i64,
+        retry_after_ms: Option<u64>,
+    },
+}
+
+impl Frame {
+    /// A frame whose answer is a `result`.
+    pub(crate) fn result(text: String) -> Frame {
+        Frame {
+            text,
+            ended: Ended::Result,
+        }
+    }
+
+    /// A frame whose answer is an `error` with `code`.
+    pub(crate) fn error(text: String, code: i64, retry_after_ms: Option<u64>) -> Frame {
+        Frame {
+            text,
+            ended: Ended::Error {
+                code,
+                retry_after_ms,
+            },
+        }
+    }
+
+    pub(crate) fn into_text(self) -> String {
+        self.text
+    }
+
+    pub(crate) fn ended(&self) -> Ended {
+        self.ended
+    }
+
+    /// The JSON-RPC error code, if the request ended with an error.
+    pub(crate) fn error_code(&self) -> Option<i64> {
+        match self.ended {
+            Ended::Result => None,
+            Ended::Error { code, .. } => Some(code),
+        }
+    }
+
+    /// The same answer with its text rewritten (the outcome is kept).
+    pub(crate) fn map_text(self, map: impl FnOnce(String) -> String) -> Frame {
+        Frame {
+            text: map(self.text),
+            ended: self.ended,
+        }
+    }
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"result":PAGE}`, as the envelope's head, the

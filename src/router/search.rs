@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::rewrite::{self, Params};
-use super::{RequestContext, RouteError, Router};
+use super::{Frame, RequestContext, RouteError, Router};
 use crate::catalog::Catalog;
 use crate::catalog::search::{CALL_TOOL, SEARCH_TOOL};
 use crate::metrics::Outcome;
@@ -17,7 +17,7 @@ use crate::protocol::{self, Era};
 /// What a `tools/call` of a progressive view asks of the gateway itself.
 pub(super) enum GatewayCall {
     /// A search, answered with this frame.
-    Answered(String),
+    Answered(Frame),
     /// A call of the found tool: these are its `tools/call` params.
     Call(Box<RawValue>),
 }
@@ -66,13 +66,13 @@ impl Router {
             id.get(),
         );
         Some(GatewayCall::Answered(match answer {
-            Ok(result) => match ctx.era {
+            Ok(result) => Frame::result(match ctx.era {
                 Era::Legacy => protocol::response_frame(id.get(), &result),
                 Era::Modern => protocol::response_frame(
                     id.get(),
                     &rewrite::modern_result(protocol::method::TOOLS_CALL, &result),
                 ),
-            },
+            }),
             Err(e) => e.to_frame(id.get(), ctx.era),
         }))
     }

@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 
 use super::call::Call;
 use super::rewrite::{Params, json_string};
-use super::{Reply, RequestContext, RouteError, Router};
+use super::{Frame, Reply, RequestContext, RouteError, Router};
 use crate::notify::tasks::{Owner, Route};
 use crate::protocol::{self, Era, Method, RpcError, code};
 use crate::seal::Sealer;
@@ -61,7 +61,7 @@ pub(crate) enum TaskError {
 }
 
 impl TaskError {
-    fn to_frame(&self, id: &str, era: Era) -> String {
+    fn to_frame(&self, id: &str, era: Era) -> Frame {
         let message = self.to_string();
         let error = match self {
             Self::Unknown(task) => {
@@ -72,7 +72,7 @@ impl TaskError {
             Self::MethodNotFound(_) => RpcError::new(code::METHOD_NOT_FOUND, message),
             Self::Route(e) => return e.to_frame(id, era),
         };
-        protocol::error_frame(Some(id), &error)
+        Frame::error(protocol::error_frame(Some(id), &error), error.code, None)
     }
 }
 
@@ -261,8 +261,8 @@ fn map_result(
         Value::Object(message).to_string()
     };
     match reply {
-        Reply::Ready(frame) => Reply::Ready(map(frame)),
-        Reply::Page(page) => Reply::Ready(map(page.into_text())),
+        Reply::Ready(frame) => Reply::Ready(frame.map_text(map)),
+        Reply::Page(page) => Reply::Ready(Frame::result(map(page.into_text()))),
         Reply::Streaming(mut frames) => {
             let (out, mapped) = mpsc::channel(STREAM_CAPACITY);
             tracker.spawn(async move {
@@ -341,9 +341,9 @@ impl Router {
             return Ok(None);
         }
         if !declares_extension(params) {
-            return Err(
-                TaskError::MissingExtension("task notifications").to_frame(id.get(), Era::Modern)
-            );
+            return Err(TaskError::MissingExtension("task notifications")
+                .to_frame(id.get(), Era::Modern)
+                .into_text());
         }
         let caller = Caller::stateless(identity);
         let mut watched = WatchedTasks {
@@ -422,7 +422,9 @@ impl Router {
         }
         let caller = Caller::of(ctx);
         if method == Method::TasksList {
-            return Ok(Reply::Ready(self.list_tasks(id, &caller.owner).await));
+            return Ok(Reply::Ready(Frame::result(
+                self.list_tasks(id, &caller.owner).await,
+            )));
         }
         let parsed = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let task = parsed.string("taskId").map_err(RouteError::InvalidParams)?;
@@ -546,13 +548,14 @@ mod tests {
     #[test]
     fn a_refusal_names_what_is_missing_and_unknown_is_invalid_params() {
         let frame = TaskError::MissingExtension("tasks/get").to_frame("1", Era::Modern);
-        let value: Value = serde_json::from_str(&frame).unwrap();
+        assert_eq!(frame.error_code(), Some(code::MISSING_CLIENT_CAPABILITY));
+        let value: Value = serde_json::from_str(&frame.into_text()).unwrap();
         assert_eq!(value["error"]["code"], code::MISSING_CLIENT_CAPABILITY);
         assert!(
             value["error"]["data"]["requiredCapabilities"]["extensions"][EXTENSION].is_object()
         );
         let frame = TaskError::Unknown("x".into()).to_frame("1", Era::Legacy);
-        let value: Value = serde_json::from_str(&frame).unwrap();
+        let value: Value = serde_json::from_str(&frame.into_text()).unwrap();
         assert_eq!(value["error"]["code"], code::INVALID_PARAMS);
     }
 

@@ -122,7 +122,7 @@ fn echo(arguments: Value) -> Value {
 /// The frame of a reply that does not stream.
 fn ready(reply: Reply) -> Value {
     match reply {
-        Reply::Ready(frame) => serde_json::from_str(&frame).unwrap(),
+        Reply::Ready(frame) => serde_json::from_str(&frame.into_text()).unwrap(),
         Reply::Page(page) => serde_json::from_str(&page.into_text()).unwrap(),
         Reply::Streaming(_) => panic!("expected a complete reply"),
     }

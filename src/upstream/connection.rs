@@ -601,6 +601,7 @@ impl Connection {
             (Some(result), _) => Ok(result.to_owned()),
             (None, Some(error)) => Err(UpstreamError::Rpc {
                 upstream: self.upstream.to_string(),
+                code: protocol::error_code(error),
                 error: error.to_owned(),
             }),
             (None, None) => Err(UpstreamError::Protocol {

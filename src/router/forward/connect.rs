@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::super::rewrite::Params;
-use super::super::{Reply, RequestContext};
+use super::super::{Frame, Reply, RequestContext};
 use super::{Call, Connected, Served};
 use crate::credentials::FlowStart;
 use crate::protocol::{self, Era, Method, RpcError, code};
@@ -149,7 +149,7 @@ pub(super) async fn first(
                 }
             }
             Reply::Ready(frame) => {
-                let _ = sink.send(frame).await;
+                let _ = sink.send(frame.into_text()).await;
             }
             Reply::Page(page) => {
                 let _ = sink.send(page.into_text()).await;
@@ -223,10 +223,14 @@ pub(super) fn input_required(id: &str, upstream: &str, start: &FlowStart) -> Str
 
 /// The answer for a client that is not asked over its session: modern
 /// requests get an input round, others the error.
-pub(super) fn refusal(id: &str, era: Era, upstream: &str, start: &FlowStart) -> String {
+pub(super) fn refusal(id: &str, era: Era, upstream: &str, start: &FlowStart) -> Frame {
     match era {
-        Era::Modern => input_required(id, upstream, start),
-        Era::Legacy => url_required(id, upstream, start),
+        Era::Modern => Frame::result(input_required(id, upstream, start)),
+        Era::Legacy => Frame::error(
+            url_required(id, upstream, start),
+            code::URL_ELICITATION_REQUIRED,
+            None,
+        ),
     }
 }
 
@@ -275,7 +279,7 @@ impl super::Exchange {
     /// The caller's grant at an upstream that acts as each user ended (it
     /// was revoked, or its refresh refused): its session there closes and
     /// the answer sends the user to connect again.
-    pub(super) async fn connect_again(&self) -> Option<String> {
+    pub(super) async fn connect_again(&self) -> Option<Frame> {
         let credentials = self.handle.credentials()?;
         let client = self.client.as_ref()?;
         if !matches!(credentials.mode(), crate::config::AuthMode::User { .. }) {

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::protocol::{self, RpcError, code};
-use crate::router::Reply;
+use crate::router::{Frame, Reply};
 use crate::seal::{SealError, Sealer};
 use crate::upstream::{InputAsk, check_declared};
 
@@ -73,11 +73,12 @@ pub(crate) enum StateError {
 }
 
 impl StateError {
-    fn to_frame(&self, id: &str) -> String {
-        protocol::error_frame(
+    fn to_frame(&self, id: &str) -> Frame {
+        let text = protocol::error_frame(
             Some(id),
             &RpcError::new(code::INVALID_PARAMS, self.to_string()),
-        )
+        );
+        Frame::error(text, code::INVALID_PARAMS, None)
     }
 }
 
@@ -142,7 +143,7 @@ struct Resume {
 /// result, the frames streamed before it, and the upstream's requests
 /// for the client.
 pub(super) struct Driver {
-    pub(super) finishing: Pin<Box<dyn Future<Output = String> + Send>>,
+    pub(super) finishing: Pin<Box<dyn Future<Output = Frame> + Send>>,
     pub(super) frames: mpsc::Receiver<String>,
     pub(super) asks: mpsc::Receiver<InputAsk>,
     /// What the client declared it can answer (its first request's `_meta`).
@@ -162,7 +163,7 @@ pub(super) struct Driver {
 
 /// What happened next in a call.
 enum Event {
-    Finished(String),
+    Finished(Frame),
     Frame(Option<String>),
     Asked(InputAsk),
 }
@@ -180,15 +181,15 @@ impl Driver {
     }
 
     /// The call's result, as the answer to the request now being served.
-    fn answer(&self, frame: String) -> String {
+    fn answer(&self, frame: Frame) -> Frame {
         if self.first_id == self.answering {
             return frame;
         }
         let head = format!(r#"{{"jsonrpc":"2.0","id":{},"#, self.first_id);
-        match frame.strip_prefix(&head) {
+        frame.map_text(|text| match text.strip_prefix(&head) {
             Some(rest) => format!(r#"{{"jsonrpc":"2.0","id":{},{rest}"#, self.answering),
-            None => frame,
-        }
+            None => text,
+        })
     }
 
     /// Notes progress now, so waiting for the client does not time the call out.
@@ -258,7 +259,7 @@ pub(super) async fn drive(
                 Event::Finished(frame) => return Reply::Ready(driver.answer(frame)),
                 Event::Asked(ask) => {
                     if let Some(round) = driver.round(ask, parking) {
-                        return Reply::Ready(park(driver, round, parking, tasks));
+                        return Reply::Ready(Frame::result(park(driver, round, parking, tasks)));
                     }
                 }
                 Event::Frame(frame) => break frame,
@@ -284,7 +285,7 @@ pub(super) async fn drive(
                             return;
                         }
                     }
-                    let _ = out.send(driver.answer(frame)).await;
+                    let _ = out.send(driver.answer(frame).into_text()).await;
                     return;
                 }
                 Event::Frame(Some(frame)) => {
