@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use crate::auth::Identity;
 use crate::downstream::AppState;
 use crate::notify::Subscriber;
-use crate::protocol::Era;
+use crate::protocol::{Era, Method};
 use crate::router::{InflightCalls, Reply, RequestContext};
 
 /// An in-process 2025-era session (see [`Gateway::local_session`]).
@@ -167,11 +167,9 @@ async fn send(
     let id = RawValue::from_string(id.to_string()).expect("a number is JSON");
     let params = (!params.is_null())
         .then(|| RawValue::from_string(params.to_string()).expect("a Value is JSON"));
-    let frame = match state
-        .router
-        .request(ctx, &id, method, params.as_deref())
-        .await
-    {
+    let mut request =
+        crate::protocol::Request::new(&id, Method::from_name(method), params.as_deref());
+    let frame = match state.router.request(ctx, &mut request).await {
         Reply::Ready(frame) => frame.into_text(),
         Reply::Page(page) => page.into_text(),
         Reply::Streaming(mut frames) => {

@@ -112,6 +112,18 @@ pub(crate) fn error_code(error: &RawValue) -> i64 {
         .unwrap_or(code::INTERNAL_ERROR)
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Envelopes parsed on this thread (tests count them: [`envelopes_parsed`]).
+    static ENVELOPES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many envelopes this thread has parsed so far (tests only).
+#[cfg(test)]
+pub(crate) fn envelopes_parsed() -> usize {
+    ENVELOPES.with(std::cell::Cell::get)
+}
+
 /// Deepest nesting of arrays and objects accepted in a client's message.
 /// Deeper messages are refused before they reach any upstream (some
 /// servers drop them silently, leaving the client waiting).
@@ -224,6 +236,8 @@ pub(crate) enum EnvelopeError {
 impl<'a> Envelope<'a> {
     /// Parses one message's envelope; the bodies stay borrowed from `text`.
     pub(crate) fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
+        #[cfg(test)]
+        ENVELOPES.with(|n| n.set(n.get() + 1));
         let envelope = serde_json::from_str(text)?;
         // serde also reads a struct from an array, member by member.
         if text
@@ -379,6 +393,11 @@ pub(crate) fn push_json_string(out: &mut String, s: &str) {
 
 /// MCP method names the gateway treats specially.
 pub(crate) mod method;
+pub(crate) mod params;
+mod request;
+
+pub(crate) use params::{Params, ParamsError};
+pub(crate) use request::Request;
 
 pub(crate) use method::Method;
 

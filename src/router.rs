@@ -37,9 +37,15 @@ use crate::metrics::{Metrics, Outcome};
 use crate::notify::{LogLevel, NotifyHub, Subscriber};
 use crate::policy::Grant;
 use crate::protocol::{self, Era, Method};
+use crate::protocol::{Params, ParamsError, Request};
 use crate::upstream::{Subscribed, SubscriberId};
 use crate::upstream::{UpstreamError, UpstreamSet};
-use rewrite::{Params, json_string};
+use rewrite::json_string;
+
+/// A request's params, parsed on first use (see [`Request::params`]).
+fn params_of<'r, 'a>(request: &'r mut Request<'a>) -> Result<&'r Params<'a>, RouteError> {
+    request.params().map_err(RouteError::InvalidParams)
+}
 
 /// The catalog list a `*/list` method pages.
 fn listed_kind(method: &Method) -> Option<ListKind> {
@@ -363,43 +369,35 @@ impl Router {
         }
     }
 
-    /// Answers one request. `id` is the raw JSON of the client's request id.
-    /// Wakes that come while the request is being polled (the answer read
-    /// by the POST this task drives) re-poll it in place (see
-    /// [`crate::inline_wake`]).
-    pub(crate) async fn request(
-        &self,
-        ctx: &RequestContext,
-        id: &RawValue,
-        method: &str,
-        params: Option<&RawValue>,
-    ) -> Reply {
-        crate::inline_wake::inline_wakes(self.request_here(ctx, id, method, params)).await
+    /// Answers one request. Wakes that come while the request is being
+    /// polled (the answer read by the POST this task drives) re-poll it in
+    /// place (see [`crate::inline_wake`]).
+    pub(crate) async fn request(&self, ctx: &RequestContext, request: &mut Request<'_>) -> Reply {
+        crate::inline_wake::inline_wakes(self.request_here(ctx, request)).await
     }
 
-    async fn request_here(
-        &self,
-        ctx: &RequestContext,
-        id: &RawValue,
-        method: &str,
-        params: Option<&RawValue>,
-    ) -> Reply {
+    async fn request_here(&self, ctx: &RequestContext, request: &mut Request<'_>) -> Reply {
         // A progressive view's own tools: a search is answered here, a call
         // of a found tool goes on as that tool's call.
-        let mut rewritten = None;
-        if ctx.endpoint.is_some() && method == protocol::method::TOOLS_CALL {
+        if ctx.endpoint.is_some() && request.method == Method::ToolsCall {
             let catalog = self.catalog_for(ctx);
-            match self.gateway_call(ctx, &catalog, id, params) {
+            match self.gateway_call(ctx, &catalog, request) {
                 None => {}
                 Some(search::GatewayCall::Answered(frame)) => return Reply::Ready(frame),
-                Some(search::GatewayCall::Call(inner)) => rewritten = Some(inner),
+                Some(search::GatewayCall::Call(inner)) => {
+                    let mut found = Request::new(request.id, Method::ToolsCall, Some(&inner));
+                    return self.traced_or_not(ctx, &mut found).await;
+                }
             }
         }
-        let params = rewritten.as_deref().or(params);
-        let Some(telemetry) = &self.telemetry else {
-            return self.serve(ctx, id, method, params).await;
-        };
-        self.traced(telemetry, ctx, id, method, params).await
+        self.traced_or_not(ctx, request).await
+    }
+
+    async fn traced_or_not(&self, ctx: &RequestContext, request: &mut Request<'_>) -> Reply {
+        match &self.telemetry {
+            None => self.serve(ctx, request).await,
+            Some(telemetry) => self.traced(telemetry, ctx, request).await,
+        }
     }
 
     /// Brings up the caller's own session at each upstream that acts as
@@ -417,13 +415,7 @@ impl Router {
     }
 
     /// [`Router::request`] without tracing.
-    pub(super) async fn serve(
-        &self,
-        ctx: &RequestContext,
-        id: &RawValue,
-        method: &str,
-        params: Option<&RawValue>,
-    ) -> Reply {
+    pub(super) async fn serve(&self, ctx: &RequestContext, request: &mut Request<'_>) -> Reply {
         let started = std::time::Instant::now();
         if let (Some(subscriber), Some(identity)) = (&ctx.subscriber, &ctx.identity)
             && subscriber.identity().is_none()
@@ -434,114 +426,176 @@ impl Router {
         let grant = self.grant(ctx);
         let grant = grant.as_deref();
         let catalog = self.catalog_for(ctx);
-        let parsed = Method::from_name(method);
-        let listing = listed_kind(&parsed);
+        let listing = listed_kind(&request.method);
         if listing.is_some() {
             self.warm(ctx).await;
         }
-        let outcome = match parsed {
-            _ if let Some(kind) = listing => self.list(&catalog, grant, kind, params),
+        // The params are parsed here, once, by the methods that read them.
+        let outcome = match request.method.clone() {
+            _ if let Some(kind) = listing => {
+                params_of(request).and_then(|params| self.list(&catalog, grant, kind, params))
+            }
             Method::Ping => Ok(Page::from("{}".to_owned())),
-            Method::Subscribe => self
-                .subscribe(ctx, &catalog, grant, params)
-                .await
+            Method::Subscribe => match params_of(request) {
+                Ok(params) => self
+                    .subscribe(ctx, &catalog, grant, params)
+                    .await
+                    .map(Page::from),
+                Err(e) => Err(e),
+            },
+            Method::Unsubscribe => params_of(request)
+                .and_then(|params| self.unsubscribe(ctx, params))
                 .map(Page::from),
-            Method::Unsubscribe => self.unsubscribe(ctx, params).map(Page::from),
-            Method::SetLevel => self.set_level(ctx, params).map(Page::from),
+            Method::SetLevel => params_of(request)
+                .and_then(|params| self.set_level(ctx, params))
+                .map(Page::from),
             task @ (Method::TasksGet
             | Method::TasksUpdate
             | Method::TasksResult
             | Method::TasksCancel
-            | Method::TasksList) => return self.task_request(ctx, id, task, params).await,
-            call @ (Method::ToolsCall
-            | Method::PromptsGet
-            | Method::ResourcesRead
-            | Method::Complete) => {
-                let identity = ctx.identity.as_deref();
-                let mut prepared =
-                    self.prepare_call(call.clone(), params, &catalog, grant, identity);
-                if let Err(RouteError::UnknownTool(_) | RouteError::UnknownPrompt(_)) = &prepared
-                    && self.warm(ctx).await
-                {
-                    let catalog = self.catalog_for(ctx);
-                    prepared = self.prepare_call(call.clone(), params, &catalog, grant, identity);
-                }
-                if let Err(RouteError::UnknownTool(name) | RouteError::UnknownPrompt(name)) =
-                    &prepared
-                    && grant.is_none_or(|g| g.allows(name))
-                    && let Some(owner) = self.owner_not_up(&catalog, name)
-                {
-                    // Its items are missing because it is not up: say so,
-                    // after a short wait if it is starting.
-                    prepared = match owner.wait_started().await {
-                        true => {
-                            let catalog = self.catalog_for(ctx);
-                            self.prepare_call(call, params, &catalog, grant, identity)
-                        }
-                        false => Err(RouteError::Upstream(owner.unavailable())),
-                    };
-                }
-                return match prepared {
-                    Ok(call) => {
-                        let creates = (call.method == Method::ToolsCall
-                            && tasks::may_create(ctx, &call.params))
-                        .then(|| call.handle.name().clone());
-                        let reply = self.forward(call, ctx, id).await;
-                        match creates {
-                            Some(upstream) => tasks::adopt_reply(
-                                reply,
-                                self.hub.clone(),
-                                self.sealer.clone(),
-                                upstream,
-                                tasks::Caller::of(ctx),
-                                ctx.era,
-                                &self.tasks,
-                            ),
-                            None => reply,
-                        }
-                    }
-                    Err(e) => {
-                        // Refused before reaching an upstream: counted here.
-                        self.metrics
-                            .observe(method, "mcpmux", e.outcome(), started.elapsed());
-                        forward::audit(
-                            ctx.identity.as_ref().map(|i| &*i.client),
-                            method,
-                            "mcpmux",
-                            &e.to_string(),
-                            e.outcome(),
-                            started.elapsed(),
-                            id.get(),
-                        );
-                        Reply::Ready(e.to_frame(id.get(), ctx.era))
-                    }
-                };
+            | Method::TasksList) => {
+                let raw = request.raw_params();
+                return self.task_request(ctx, request.id, task, raw).await;
             }
-            _ => Err(RouteError::MethodNotFound(method.to_owned())),
+            Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead | Method::Complete => {
+                return self
+                    .serve_call(ctx, request, &catalog, grant, started)
+                    .await;
+            }
+            other => Err(RouteError::MethodNotFound(other.name().to_owned())),
         };
+        self.answer(
+            ctx,
+            request,
+            outcome,
+            listing.is_some(),
+            grant.is_some(),
+            started,
+        )
+    }
+
+    /// The reply to a request the router answered itself (a list page, or
+    /// a small result), counted as it ended.
+    fn answer(
+        &self,
+        ctx: &RequestContext,
+        request: &Request<'_>,
+        outcome: Result<Page, RouteError>,
+        listing: bool,
+        filtered: bool,
+        started: std::time::Instant,
+    ) -> Reply {
         let measured = match &outcome {
             Ok(_) => Outcome::Ok,
             Err(e) => e.outcome(),
         };
         self.metrics
-            .observe(method, "mcpmux", measured, started.elapsed());
+            .observe(request.method.name(), "mcpmux", measured, started.elapsed());
         // A view filtered for one client is no one else's to cache.
-        let scope = if grant.is_some() { "private" } else { "public" };
+        let scope = if filtered { "private" } else { "public" };
         let hints = (ctx.era == Era::Modern).then_some(CacheHints {
             ttl_ms: LIST_TTL_MS,
             scope,
         });
+        let id = request.id.get();
         match outcome {
-            Ok(page) if listing.is_some() => Reply::Page(PageFrame::new(id.get(), page, hints)),
+            Ok(page) if listing => Reply::Page(PageFrame::new(id, page, hints)),
             Ok(result) => Reply::Ready(Frame::result(match hints {
                 Some(hints) => protocol::response_frame(
-                    id.get(),
+                    id,
                     &rewrite::cacheable(&result, hints.ttl_ms, hints.scope),
                 ),
-                None => protocol::response_frame(id.get(), &result),
+                None => protocol::response_frame(id, &result),
             })),
-            Err(e) => Reply::Ready(e.to_frame(id.get(), ctx.era)),
+            Err(e) => Reply::Ready(e.to_frame(id, ctx.era)),
         }
+    }
+
+    /// A call (`tools/call`, `prompts/get`, `resources/read`,
+    /// `completion/complete`): resolved to its upstream, then forwarded.
+    async fn serve_call(
+        &self,
+        ctx: &RequestContext,
+        request: &mut Request<'_>,
+        catalog: &Catalog,
+        grant: Option<&Grant>,
+        started: std::time::Instant,
+    ) -> Reply {
+        let id = request.id;
+        let method = request.method.clone();
+        let prepared = match request.take_params() {
+            Ok(params) => self.resolve(ctx, method, params, catalog, grant).await,
+            Err(e) => Err(RouteError::InvalidParams(e)),
+        };
+        let call = match prepared {
+            Ok(call) => call,
+            Err(e) => {
+                // Refused before reaching an upstream: counted here.
+                let method = request.method.name();
+                self.metrics
+                    .observe(method, "mcpmux", e.outcome(), started.elapsed());
+                forward::audit(
+                    ctx.identity.as_ref().map(|i| &*i.client),
+                    method,
+                    "mcpmux",
+                    &e.to_string(),
+                    e.outcome(),
+                    started.elapsed(),
+                    id.get(),
+                );
+                return Reply::Ready(e.to_frame(id.get(), ctx.era));
+            }
+        };
+        let creates = (call.method == Method::ToolsCall && tasks::may_create(ctx, &call.params))
+            .then(|| call.handle.name().clone());
+        let reply = self.forward(call, ctx, id).await;
+        match creates {
+            Some(upstream) => tasks::adopt_reply(
+                reply,
+                self.hub.clone(),
+                self.sealer.clone(),
+                upstream,
+                tasks::Caller::of(ctx),
+                ctx.era,
+                &self.tasks,
+            ),
+            None => reply,
+        }
+    }
+
+    /// Resolves a call, bringing up the caller's own upstream session or
+    /// waiting for a starting upstream when the name is not (yet) known.
+    async fn resolve<'p>(
+        &self,
+        ctx: &RequestContext,
+        method: Method,
+        params: Params<'p>,
+        catalog: &Catalog,
+        grant: Option<&Grant>,
+    ) -> Result<call::Call<'p>, RouteError> {
+        let identity = ctx.identity.as_deref();
+        let mut prepared = self.prepare_call(method.clone(), &params, catalog, grant, identity);
+        if let Err(RouteError::UnknownTool(_) | RouteError::UnknownPrompt(_)) = &prepared
+            && self.warm(ctx).await
+        {
+            let catalog = self.catalog_for(ctx);
+            prepared = self.prepare_call(method.clone(), &params, &catalog, grant, identity);
+        }
+        if let Err(RouteError::UnknownTool(name) | RouteError::UnknownPrompt(name)) = &prepared
+            && grant.is_none_or(|g| g.allows(name))
+            && let Some(owner) = self.owner_not_up(catalog, name)
+        {
+            // Its items are missing because it is not up: say so,
+            // after a short wait if it is starting.
+            prepared = match owner.wait_started().await {
+                true => {
+                    let catalog = self.catalog_for(ctx);
+                    self.prepare_call(method, &params, &catalog, grant, identity)
+                }
+                false => Err(RouteError::Upstream(owner.unavailable())),
+            };
+        }
+        prepared.map(|resolved| resolved.with(params))
     }
 
     /// Handles a client notification.
@@ -570,9 +624,8 @@ impl Router {
         catalog: &Catalog,
         grant: Option<&Grant>,
         kind: ListKind,
-        params: Option<&RawValue>,
+        params: &Params<'_>,
     ) -> Result<Page, RouteError> {
-        let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let cursor = params
             .optional_string("cursor")
             .map_err(RouteError::InvalidParams)?;
@@ -601,9 +654,8 @@ impl Router {
         ctx: &RequestContext,
         catalog: &Catalog,
         grant: Option<&Grant>,
-        params: Option<&RawValue>,
+        params: &Params<'_>,
     ) -> Result<String, RouteError> {
-        let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
         let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
         if !catalog.admits(&uri) || grant.is_some_and(|g| !g.allows_in(catalog, &uri)) {
             return Err(RouteError::ResourceNotFound(uri));
@@ -650,26 +702,16 @@ impl Router {
     }
 
     /// `resources/unsubscribe`: the last subscriber leaving unsubscribes upstream.
-    fn unsubscribe(
-        &self,
-        ctx: &RequestContext,
-        params: Option<&RawValue>,
-    ) -> Result<String, RouteError> {
-        let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
+    fn unsubscribe(&self, ctx: &RequestContext, params: &Params<'_>) -> Result<String, RouteError> {
         let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
         self.hub.interest().unsubscribe(subscriber(ctx)?.id, &uri);
         Ok("{}".to_owned())
     }
 
     /// `logging/setLevel` for this session only.
-    fn set_level(
-        &self,
-        ctx: &RequestContext,
-        params: Option<&RawValue>,
-    ) -> Result<String, RouteError> {
-        let params = Params::parse(params).map_err(RouteError::InvalidParams)?;
+    fn set_level(&self, ctx: &RequestContext, params: &Params<'_>) -> Result<String, RouteError> {
         let level = params.string("level").map_err(RouteError::InvalidParams)?;
-        let level = LogLevel::parse(&level).ok_or(rewrite::ParamsError::UnknownLogLevel(level))?;
+        let level = LogLevel::parse(&level).ok_or(ParamsError::UnknownLogLevel(level))?;
         self.hub.set_log_level(subscriber(ctx)?, level);
         Ok("{}".to_owned())
     }
@@ -702,15 +744,14 @@ impl Router {
     /// Resolves a call to its upstream and builds the params it will receive.
     /// A name or URI `grant` hides is refused exactly like an unknown one,
     /// before anything else is looked up.
-    fn prepare_call<'p>(
+    fn prepare_call(
         &self,
         method: Method,
-        raw: Option<&'p RawValue>,
+        params: &Params<'_>,
         catalog: &Catalog,
         grant: Option<&Grant>,
         identity: Option<&crate::auth::Identity>,
-    ) -> Result<call::Call<'p>, RouteError> {
-        let params = Params::parse(raw).map_err(RouteError::InvalidParams)?;
+    ) -> Result<call::Resolved, RouteError> {
         // What the client named, for the audit line.
         let mut item = ["name", "uri"]
             .iter()
@@ -817,18 +858,17 @@ impl Router {
                         upstream
                     }
                     other => {
-                        return Err(rewrite::ParamsError::RefType(other.map(str::to_owned)).into());
+                        return Err(ParamsError::RefType(other.map(str::to_owned)).into());
                     }
                 };
                 (upstream, "ref", Value::Object(reference).to_string())
             }
         };
         let handle = self.upstream(&upstream)?;
-        Ok(call::Call {
+        Ok(call::Resolved {
             repeatable: retry::repeatable(&method, tool_marked),
             method,
             handle,
-            params,
             key,
             value,
             item: item.unwrap_or_default(),

@@ -163,14 +163,9 @@ impl Telemetry {
         &self,
         method: &str,
         id: &str,
-        params: Option<&serde_json::value::RawValue>,
+        params: Option<&crate::protocol::Params<'_>>,
     ) -> Context {
-        let params: Option<serde_json::Map<String, Value>> =
-            params.and_then(|p| serde_json::from_str(p.get()).ok());
-        let meta = params
-            .as_ref()
-            .and_then(|p| p.get("_meta"))
-            .and_then(Value::as_object);
+        let meta = params.and_then(|p| p.meta_object());
         let incoming = INCOMING.try_with(Clone::clone).unwrap_or_default();
         let from_meta = meta.and_then(|m| {
             extract(&Carrier {
@@ -179,11 +174,11 @@ impl Telemetry {
             })
         });
         let parent = from_meta.or(incoming.parent).unwrap_or_default();
-        let target = params.as_ref().and_then(|p| {
-            p.get("name")
-                .or_else(|| p.get("uri"))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
+        let target = params.and_then(|p| {
+            p.optional_string("name")
+                .ok()
+                .flatten()
+                .or_else(|| p.optional_string("uri").ok().flatten())
         });
         let mut attributes = vec![
             KeyValue::new("mcp.method.name", method.to_owned()),

@@ -11,7 +11,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// One mirrored parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,8 +228,9 @@ pub(crate) fn decode(value: &str) -> Option<String> {
 }
 
 /// The `arguments` of a `tools/call` params object.
-pub(crate) fn arguments(params: &Map<String, Value>) -> Value {
-    params.get("arguments").cloned().unwrap_or(Value::Null)
+pub(crate) fn arguments(raw: Option<&serde_json::value::RawValue>) -> Value {
+    raw.and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .unwrap_or(Value::Null)
 }
 
 #[cfg(test)]

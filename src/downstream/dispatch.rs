@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::AppState;
 use super::session::Session;
 use crate::notify::outbox::Event;
-use crate::protocol::{self, Envelope, MessageKind, RpcError, code};
+use crate::protocol::{self, Envelope, MessageKind, Method, Request, RpcError, code};
 use crate::router::{Frame, Reply, RequestContext};
 
 /// What became of one message.
@@ -84,12 +84,11 @@ pub(crate) async fn handle(
         }
         (MessageKind::Request, Some(id)) => {
             let span = tracing::debug_span!(parent: &session.span, "request", method);
-            let reply = tracing::Instrument::instrument(
-                state.router.request(&ctx, id, method, envelope.params),
-                span,
-            )
-            .await;
-            super::shared::after_request(state, session, method, envelope.params, &reply).await;
+            let mut request = Request::new(id, Method::from_name(method), envelope.params);
+            let reply =
+                tracing::Instrument::instrument(state.router.request(&ctx, &mut request), span)
+                    .await;
+            super::shared::after_request(state, session, &mut request, &reply).await;
             Outcome::Reply(reply)
         }
     }

@@ -18,14 +18,16 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
 use super::wire::{SESSION_HEADER, VERSION_HEADER, json_response as json, page_response};
 use crate::notify::LogLevel;
-use crate::protocol::{self, Envelope, Era, MessageKind, RpcError, code, meta, method};
+use crate::protocol::{
+    self, Envelope, Era, MessageKind, Method, ParamsError, Request, RpcError, code, meta, method,
+};
 use crate::router::{Ended, Reply, RequestContext};
 
 /// Methods a modern client may call on the gateway.
@@ -128,9 +130,10 @@ fn mismatch(id: Option<&RawValue>, message: String) -> Response {
 #[allow(clippy::result_large_err)]
 pub(crate) fn validate(
     headers: &HeaderMap,
-    envelope: &Envelope<'_>,
+    request: &mut Request<'_>,
 ) -> Result<Validated, Response> {
-    let id = envelope.id;
+    let id = Some(request.id);
+    let method = request.method.name().to_owned();
     let invalid = |message: &str| {
         reject(
             StatusCode::BAD_REQUEST,
@@ -138,13 +141,16 @@ pub(crate) fn validate(
             RpcError::new(code::INVALID_PARAMS, message),
         )
     };
-    let params: Map<String, Value> = match envelope.params {
-        None => Map::new(),
-        Some(raw) => {
-            serde_json::from_str(raw.get()).map_err(|_| invalid("params must be an object"))?
+    let params = match request.params() {
+        Ok(params) => params,
+        Err(ParamsError::MetaNotAnObject) => {
+            return Err(invalid(
+                "missing params._meta (every 2026-07-28 request carries it)",
+            ));
         }
+        Err(_) => return Err(invalid("params must be an object")),
     };
-    let Some(Value::Object(meta)) = params.get("_meta") else {
+    let Some(meta) = params.meta_object() else {
         return Err(invalid(
             "missing params._meta (every 2026-07-28 request carries it)",
         ));
@@ -185,7 +191,7 @@ pub(crate) fn validate(
             "missing _meta[\"io.modelcontextprotocol/clientCapabilities\"]",
         ));
     }
-    let method = envelope.method.as_deref().unwrap_or_default();
+    let method = method.as_str();
     match header("mcp-method").map(str::trim) {
         None => return Err(mismatch(id, "the Mcp-Method header is missing".into())),
         Some(h) if h != method => {
@@ -205,8 +211,9 @@ pub(crate) fn validate(
     };
     if let Some(member) = name_member {
         let body_value = params
-            .get(member)
-            .and_then(Value::as_str)
+            .optional_string(member)
+            .ok()
+            .flatten()
             .unwrap_or_default();
         match header("mcp-name").map(|h| crate::xheader::decode(h.trim())) {
             None => return Err(mismatch(id, "the Mcp-Name header is missing".into())),
@@ -252,7 +259,8 @@ pub(crate) async fn handle(
         return StatusCode::BAD_REQUEST.into_response();
     };
     let method = envelope.method.as_deref().unwrap_or_default();
-    let validated = match validate(headers, envelope) {
+    let mut request = Request::new(id, Method::from_name(method), envelope.params);
+    let validated = match validate(headers, &mut request) {
         Ok(v) => v,
         Err(rejected) => return rejected,
     };
@@ -267,7 +275,7 @@ pub(crate) async fn handle(
         && let Err(rejected) = check_param_headers(
             state,
             headers,
-            envelope,
+            &mut request,
             endpoint.as_deref(),
             identity.as_deref(),
         )
@@ -291,11 +299,7 @@ pub(crate) async fn handle(
                 session_id: None,
                 endpoint,
             };
-            match state
-                .router
-                .request(&ctx, id, method, envelope.params)
-                .await
-            {
+            match state.router.request(&ctx, &mut request).await {
                 Reply::Ready(frame) => match frame.ended() {
                     Ended::Result => json(frame.into_text()),
                     Ended::Error {
@@ -355,18 +359,21 @@ fn sse_response(frames: ReceiverStream<String>) -> Response {
 fn check_param_headers(
     state: &AppState,
     headers: &HeaderMap,
-    envelope: &Envelope<'_>,
+    request: &mut Request<'_>,
     endpoint: Option<&str>,
     identity: Option<&crate::auth::Identity>,
 ) -> Result<(), Response> {
-    let params: Map<String, Value> = envelope
-        .params
-        .and_then(|p| serde_json::from_str(p.get()).ok())
-        .unwrap_or_default();
+    let id = request.id;
+    let Ok(params) = request.params() else {
+        // Invalid params are the router's to answer.
+        return Ok(());
+    };
     let name = params
-        .get("name")
-        .and_then(Value::as_str)
+        .optional_string("name")
+        .ok()
+        .flatten()
         .unwrap_or_default();
+    let name = name.as_str();
     if !state.router.allows(endpoint, identity, name) {
         // A hidden tool is answered like an unknown one, by the router.
         return Ok(());
@@ -381,8 +388,10 @@ fn check_param_headers(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
-    crate::xheader::validate(header_params, &crate::xheader::arguments(&params), lookup)
-        .map_err(|why| mismatch(envelope.id, why.to_string()))
+    // The arguments are read only for a tool that mirrors some into headers.
+    let arguments = crate::xheader::arguments(params.raw("arguments"));
+    crate::xheader::validate(header_params, &arguments, lookup)
+        .map_err(|why| mismatch(Some(id), why.to_string()))
 }
 
 /// The `server/discover` result: the merged view's capabilities and every

@@ -29,7 +29,7 @@ use super::AppState;
 use super::session::{CloseReason, Session};
 use super::wire::{SESSION_HEADER, rpc_error_response};
 use crate::catalog::ListKind;
-use crate::protocol::{LogLevel, code, method};
+use crate::protocol::{LogLevel, Request, code, method};
 use crate::router::Reply;
 use crate::session_store::{Event, Record, SessionStore, StoreError, StoredIdentity};
 
@@ -136,34 +136,36 @@ pub(crate) async fn after_initialize(
 pub(crate) async fn after_request(
     state: &AppState,
     session: &Session,
-    method_name: &str,
-    params: Option<&RawValue>,
+    request: &mut Request<'_>,
     reply: &Reply,
 ) {
     let Some(store) = state.sessions.store() else {
         return;
     };
+    let method_name = request.method.name().to_owned();
+    let method_name = method_name.as_str();
     if ![method::SUBSCRIBE, method::UNSUBSCRIBE, method::SET_LEVEL].contains(&method_name) {
         return;
     }
     let Reply::Ready(frame) = reply else { return };
-    let succeeded = frame.error_code().is_none();
-    let params: Map<String, Value> = params
-        .and_then(|p| serde_json::from_str(p.get()).ok())
-        .unwrap_or_default();
-    if !succeeded {
+    if frame.error_code().is_some() {
         return;
     }
+    // The router read these params already; they are not parsed again.
+    let Ok(params) = request.params() else {
+        return;
+    };
+    let member = |key: &str| params.optional_string(key).ok().flatten();
     let id = &session.id;
     let stored = match method_name {
-        method::SET_LEVEL => match params.get("level").and_then(Value::as_str) {
-            Some(level) => store.set_level(id, level).await,
+        method::SET_LEVEL => match member("level") {
+            Some(level) => store.set_level(id, &level).await,
             None => Ok(()),
         },
-        _ => match params.get("uri").and_then(Value::as_str) {
+        _ => match member("uri") {
             Some(uri) => {
                 store
-                    .set_uri(id, uri, method_name == method::SUBSCRIBE)
+                    .set_uri(id, &uri, method_name == method::SUBSCRIBE)
                     .await
             }
             None => Ok(()),

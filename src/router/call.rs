@@ -3,9 +3,37 @@
 
 use std::sync::Arc;
 
-use super::rewrite::Params;
 use crate::protocol::Method;
+use crate::protocol::Params;
 use crate::upstream::UpstreamHandle;
+
+/// Where a call goes and what changes in its params: all of a [`Call`]
+/// but the params, which the router reads while it resolves.
+pub(super) struct Resolved {
+    pub method: Method,
+    pub handle: UpstreamHandle,
+    pub key: &'static str,
+    pub value: String,
+    pub item: String,
+    pub target: Option<Arc<str>>,
+    pub repeatable: bool,
+}
+
+impl Resolved {
+    /// The call, with the params it was resolved from.
+    pub(super) fn with(self, params: Params<'_>) -> Call<'_> {
+        Call {
+            method: self.method,
+            handle: self.handle,
+            params,
+            key: self.key,
+            value: self.value,
+            item: self.item,
+            target: self.target,
+            repeatable: self.repeatable,
+        }
+    }
+}
 
 /// A call resolved to its upstream, ready to send.
 pub(super) struct Call<'p> {

@@ -4,7 +4,6 @@
 use serde_json::{Value, json};
 
 use super::reply::Frame;
-use super::rewrite;
 use crate::catalog::CursorError;
 use crate::metrics::Outcome;
 use crate::protocol::{self, Era, RpcError, code};
@@ -26,7 +25,7 @@ pub(crate) enum RouteError {
     #[error("method not found: {0}")]
     MethodNotFound(String),
     #[error("invalid params: {0}")]
-    InvalidParams(#[from] rewrite::ParamsError),
+    InvalidParams(#[from] crate::protocol::ParamsError),
     #[error("unknown tool: {0}")]
     UnknownTool(String),
     #[error("unknown prompt: {0}")]

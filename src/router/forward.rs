@@ -19,10 +19,11 @@ mod park;
 pub(crate) use park::Parking;
 
 use super::call::Call;
-use super::rewrite::{self, Params};
+use super::rewrite;
 use super::{Admitted, Frame, Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
 use crate::protocol::Method;
+use crate::protocol::Params;
 use crate::protocol::{self, Era, RpcError, code};
 use crate::upstream::protect::limits::ClientKey;
 use crate::upstream::{
@@ -315,6 +316,9 @@ async fn send(
     for (key, value) in span.carrier().into_iter().flatten() {
         call.params.set_meta(&key, Value::String(value));
     }
+    // A modern upstream's own `_meta` goes in now, so the params are built
+    // once and sent as they are.
+    let prepared = conn.prepare_modern(&mut call.params, &call.method, call.target.as_deref());
     let params = call
         .params
         .build(call.key, &call.value, streaming.then_some(upstream_id));
@@ -361,6 +365,7 @@ async fn send(
         timeout: call.handle.timeout(),
         handle: call.handle,
         params,
+        prepared,
         client_id: id.get().to_owned(),
         started: Instant::now(),
         last_progress: Arc::new(AtomicU64::new(0)),
@@ -406,7 +411,7 @@ async fn send(
         exchange.progress = Some((token, sink));
         let route = exchange.route();
         let rx = exchange
-            .send(&conn, upstream_id, &exchange.params, route)
+            .send(&conn, upstream_id, &exchange.params.text, route)
             .await;
         let driver = park::Driver {
             capabilities,
@@ -429,7 +434,7 @@ async fn send(
     }
     if !streaming && !askable {
         let rx = exchange
-            .send(&conn, upstream_id, &exchange.params, None)
+            .send(&conn, upstream_id, &exchange.params.text, None)
             .await;
         let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
         drop(guard);
@@ -440,7 +445,7 @@ async fn send(
         exchange.progress = Some((None, sink));
         let route = exchange.route();
         let rx = exchange
-            .send(&conn, upstream_id, &exchange.params, route)
+            .send(&conn, upstream_id, &exchange.params.text, route)
             .await;
         let finishing = Box::pin(async move {
             let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
@@ -462,7 +467,7 @@ async fn send(
     exchange.progress = Some((Some(client_token), sink.clone()));
     let route = exchange.route();
     let rx = exchange
-        .send(&conn, upstream_id, &exchange.params, route)
+        .send(&conn, upstream_id, &exchange.params.text, route)
         .await;
     // One task per streaming call, at most `MAX_CALLS_IN_FLIGHT` per session.
     let span = tracing::debug_span!("call", upstream = %exchange.handle.name(), method = exchange.method.name());
@@ -536,7 +541,9 @@ struct Exchange {
     origin: Origin,
     handle: UpstreamHandle,
     /// The params as sent upstream (with the first attempt's progress token).
-    params: String,
+    params: crate::protocol::params::Built,
+    /// Set when `params` were built for a modern upstream (its `_meta` in).
+    prepared: Option<crate::upstream::Prepared>,
     timeout: Duration,
     client_id: String,
     started: Instant,
@@ -621,6 +628,7 @@ impl Exchange {
             target: self.target.clone(),
             origin: self.origin.clone(),
             progress: route,
+            prepared: self.prepared.clone(),
         };
         let queued = self
             .span
@@ -779,11 +787,13 @@ impl Exchange {
             true => self.via.connection()?,
             false => self.via.reconnected(failed, deadline).await?,
         };
+        // The params were built for one era; an upstream that came back
+        // speaking the other gets a fresh call from its client instead.
+        if conn.is_modern() != self.prepared.is_some() {
+            return Err(RouteError::Upstream(conn.unavailable()));
+        }
         let upstream_id = conn.next_id();
-        let params = match &self.progress {
-            Some((Some(_), _)) => with_progress_token(&self.params, upstream_id),
-            _ => self.params.clone(),
-        };
+        let params = self.params.with_token(upstream_id);
         guard.retarget(&conn, upstream_id);
         tracing::info!(upstream = %self.handle.name(), method = self.method.name(), "retrying once on the reconnected upstream");
         let rx = self.send(&conn, upstream_id, &params, self.route()).await;
@@ -868,17 +878,6 @@ fn client_key(ctx: &RequestContext) -> ClientKey {
         (None, Some(subscriber)) => ClientKey::Session(subscriber.id),
         (None, None) => ClientKey::Anonymous,
     }
-}
-
-/// `params` with `_meta.progressToken` set to `token` (retry path only).
-fn with_progress_token(params: &str, token: u64) -> String {
-    let Ok(mut value) = serde_json::from_str::<Value>(params) else {
-        return params.to_owned();
-    };
-    if let Some(meta) = value.get_mut("_meta").and_then(Value::as_object_mut) {
-        meta.insert("progressToken".into(), Value::from(token));
-    }
-    value.to_string()
 }
 
 /// Handles the client's `notifications/cancelled`: the owning upstream gets

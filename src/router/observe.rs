@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use serde_json::value::RawValue;
-
 use super::{Reply, RequestContext, RouteError, Router};
 use crate::metrics::Metrics;
 use crate::telemetry::Telemetry;
@@ -69,12 +67,12 @@ impl Router {
         &self,
         telemetry: &Telemetry,
         ctx: &RequestContext,
-        id: &RawValue,
-        method: &str,
-        params: Option<&RawValue>,
+        request: &mut crate::protocol::Request<'_>,
     ) -> Reply {
-        let cx = telemetry.server_span(method, id.get(), params);
-        let served = self.serve(ctx, id, method, params);
+        let method = request.method.clone();
+        let id = request.id;
+        let cx = telemetry.server_span(method.name(), id.get(), request.params().ok());
+        let served = self.serve(ctx, request);
         let reply = opentelemetry::context::FutureExt::with_context(served, cx.clone()).await;
         let error_code = match &reply {
             Reply::Ready(frame) => frame.error_code(),

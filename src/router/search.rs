@@ -7,12 +7,13 @@
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use super::rewrite::{self, Params};
+use super::rewrite;
 use super::{Frame, RequestContext, RouteError, Router};
 use crate::catalog::Catalog;
 use crate::catalog::search::{CALL_TOOL, SEARCH_TOOL};
 use crate::metrics::Outcome;
 use crate::protocol::{self, Era};
+use crate::protocol::{Params, ParamsError, Request};
 
 /// What a `tools/call` of a progressive view asks of the gateway itself.
 pub(super) enum GatewayCall {
@@ -29,17 +30,17 @@ impl Router {
         &self,
         ctx: &RequestContext,
         catalog: &Catalog,
-        id: &RawValue,
-        params: Option<&RawValue>,
+        request: &mut Request<'_>,
     ) -> Option<GatewayCall> {
         let searchable = catalog.searchable()?;
-        let parsed = Params::parse(params).ok()?;
+        let id = request.id;
+        let parsed = request.params().ok()?;
         let name = parsed.optional_string("name").ok().flatten()?;
         let started = std::time::Instant::now();
         let answer = match name.as_str() {
-            SEARCH_TOOL => self.search(ctx, catalog, searchable, &parsed),
+            SEARCH_TOOL => self.search(ctx, catalog, searchable, parsed),
             CALL_TOOL => {
-                return Some(match call_params(&parsed) {
+                return Some(match call_params(parsed) {
                     Ok(params) => GatewayCall::Call(params),
                     Err(e) => GatewayCall::Answered(e.to_frame(id.get(), ctx.era)),
                 });
@@ -90,7 +91,7 @@ impl Router {
             .object("arguments")
             .map_err(RouteError::InvalidParams)?;
         let Some(query) = arguments.get("query").and_then(Value::as_str) else {
-            return Err(RouteError::InvalidParams(rewrite::ParamsError::Invalid(
+            return Err(RouteError::InvalidParams(ParamsError::Invalid(
                 "search_tools needs arguments.query, a string".into(),
             )));
         };
@@ -99,7 +100,7 @@ impl Router {
             Some(v) => match v.as_u64() {
                 Some(n) if n >= 1 => (n as usize).min(crate::config::MAX_SEARCH_RESULTS),
                 _ => {
-                    return Err(RouteError::InvalidParams(rewrite::ParamsError::Invalid(
+                    return Err(RouteError::InvalidParams(ParamsError::Invalid(
                         "search_tools: arguments.limit must be a positive integer".into(),
                     )));
                 }
@@ -129,7 +130,7 @@ fn call_params(params: &Params) -> Result<Box<RawValue>, RouteError> {
     let arguments = params
         .object("arguments")
         .map_err(RouteError::InvalidParams)?;
-    let invalid = |why: &str| RouteError::InvalidParams(rewrite::ParamsError::Invalid(why.into()));
+    let invalid = |why: &str| RouteError::InvalidParams(ParamsError::Invalid(why.into()));
     let name = arguments
         .get("name")
         .and_then(Value::as_str)

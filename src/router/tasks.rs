@@ -26,9 +26,10 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use super::call::Call;
-use super::rewrite::{Params, json_string};
+use super::rewrite::json_string;
 use super::{Frame, Reply, RequestContext, RouteError, Router};
 use crate::notify::tasks::{Owner, Route};
+use crate::protocol::Params;
 use crate::protocol::{self, Era, Method, RpcError, code};
 use crate::seal::Sealer;
 use crate::upstream::UpstreamSet;

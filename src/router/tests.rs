@@ -112,7 +112,10 @@ fn call(
     let (router, ctx) = (router.clone(), ctx.clone());
     let id = raw(id);
     let params = serde_json::value::to_raw_value(&params).unwrap();
-    tokio::spawn(async move { router.request(&ctx, &id, method, Some(&params)).await })
+    tokio::spawn(async move {
+        let mut request = Request::new(&id, Method::from_name(method), Some(&params));
+        router.request(&ctx, &mut request).await
+    })
 }
 
 fn echo(arguments: Value) -> Value {
@@ -138,6 +141,67 @@ fn cancel(router: &Router, ctx: &RequestContext, request_id: Value) {
     let params = json!({ "requestId": request_id, "reason": "stop" });
     let params = serde_json::value::to_raw_value(&params).unwrap();
     router.notification(ctx, "notifications/cancelled", Some(&params));
+}
+
+/// Issue 30: a call's params are parsed once on the way up (by the router,
+/// or by whichever layer first reads them: see `protocol::Request`), and
+/// the upstream's answer once on the way back (its envelope, by the
+/// connection); the gateway reads neither again, whichever era the
+/// upstream speaks. The counters are per thread, and this test's tasks all
+/// run on its one thread.
+#[tokio::test(start_paused = true)]
+async fn a_call_is_parsed_once_on_the_way_up_and_its_answer_once_on_the_way_back() {
+    for modern in [false, true] {
+        let mut gw = gateway(PATIENT);
+        if modern {
+            gw.alpha.conn.set_modern(object(json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            })));
+        }
+        let ctx = session(&gw.router, false);
+        let params_before = crate::protocol::params::parses();
+        let envelopes_before = crate::protocol::envelopes_parsed();
+        let reply = call(
+            &gw.router,
+            &ctx,
+            "7",
+            "tools/call",
+            json!({ "name": "alpha__echo", "arguments": { "text": "hi" }, "_meta": { "k": 1 } }),
+        );
+        let sent = gw.alpha.next_sent().await;
+        let upstream_id = sent.id.expect("a request");
+        gw.alpha
+            .answer(upstream_id, r#"{"content":[{"type":"text","text":"hi"}]}"#)
+            .await;
+        let reply = within(reply).await.unwrap();
+        assert_eq!(
+            crate::protocol::params::parses() - params_before,
+            1,
+            "the client's params, parsed once (modern upstream: {modern})"
+        );
+        assert_eq!(
+            crate::protocol::envelopes_parsed() - envelopes_before,
+            1,
+            "the upstream's answer, parsed once (modern upstream: {modern})"
+        );
+        // What went up and what came back are whole.
+        let frame = frame_of(&sent);
+        assert_eq!(frame["params"]["name"], "echo");
+        assert_eq!(frame["params"]["arguments"]["text"], "hi");
+        assert_eq!(frame["params"]["_meta"]["k"], 1);
+        assert_eq!(
+            frame["params"]["_meta"]
+                .get("io.modelcontextprotocol/protocolVersion")
+                .is_some(),
+            modern,
+            "a modern upstream's _meta is merged in"
+        );
+        if modern {
+            assert_eq!(sent.version.as_deref(), Some("2026-07-28"));
+        }
+        assert_eq!(ready(reply)["result"]["content"][0]["text"], "hi");
+    }
 }
 
 #[tokio::test(start_paused = true)]

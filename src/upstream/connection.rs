@@ -120,6 +120,10 @@ pub(crate) struct Request<'a> {
     pub(crate) target: Option<Arc<str>>,
     pub(crate) origin: Origin,
     pub(crate) progress: Option<ProgressRoute>,
+    /// Set when the params were built for a modern upstream with its
+    /// `_meta` already in them ([`Connection::prepare_modern`]): they go
+    /// out as they are, never read again.
+    pub(crate) prepared: Option<Prepared>,
 }
 
 impl<'a> Request<'a> {
@@ -131,8 +135,18 @@ impl<'a> Request<'a> {
             target: None,
             origin: Origin::Gateway,
             progress: None,
+            prepared: None,
         }
     }
+}
+
+/// What the transport needs to know of a client's params built for a
+/// modern upstream: the protocol version they name and the tool
+/// parameters mirrored into headers.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Prepared {
+    pub(crate) version: Option<Arc<str>>,
+    pub(crate) mirrored: Vec<(String, String)>,
 }
 
 /// The gateway's client state for one upstream transport session.
@@ -244,7 +258,7 @@ impl Connection {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn unavailable(&self) -> UpstreamError {
+    pub(crate) fn unavailable(&self) -> UpstreamError {
         if self.session_expired.load(Ordering::Relaxed) {
             return UpstreamError::SessionExpired {
                 upstream: self.upstream.to_string(),
@@ -275,6 +289,37 @@ impl Connection {
 
     pub(crate) fn is_modern(&self) -> bool {
         self.modern_meta.get().is_some()
+    }
+
+    /// For a modern upstream: merges its `_meta` into a client's params
+    /// (keys the client set win) before they are built, and says what the
+    /// transport needs of them. `arguments` are read only for a tool that
+    /// mirrors some into headers. None for a session-based upstream.
+    pub(crate) fn prepare_modern(
+        &self,
+        params: &mut protocol::Params<'_>,
+        method: &Method,
+        target: Option<&str>,
+    ) -> Option<Prepared> {
+        let meta = self.modern_meta.get()?;
+        for (key, value) in meta {
+            params.default_meta(key, value.clone());
+        }
+        let version = params
+            .meta(protocol::meta::PROTOCOL_VERSION)
+            .and_then(Value::as_str)
+            .map(Arc::from);
+        let mirrored = match (method, target) {
+            (Method::ToolsCall, Some(tool)) => self
+                .tool_headers(tool)
+                .map(|headers| {
+                    let arguments = crate::xheader::arguments(params.raw("arguments"));
+                    crate::xheader::headers_for(&headers, &arguments)
+                })
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        Some(Prepared { version, mirrored })
     }
 
     /// The message for one request (`id`) or notification: the frame,
@@ -397,6 +442,7 @@ impl Connection {
             target,
             origin,
             progress,
+            prepared,
         } = request;
         let (tx, rx) = oneshot::channel();
         self.pending.insert(
@@ -413,7 +459,18 @@ impl Connection {
             self.pending.remove(&id);
             return Err(self.unavailable());
         }
-        let mut message = self.outgoing(Some(id), method, params);
+        let mut message = match prepared {
+            // A client's params built for this (modern) upstream: as they are.
+            Some(prepared) if self.is_modern() => {
+                let frame = protocol::request_frame(id, method.name(), params);
+                let mut message = Outgoing::new(Some(method), frame);
+                message.id = Some(id);
+                message.version = prepared.version;
+                message.mirrored = prepared.mirrored;
+                message
+            }
+            _ => self.outgoing(Some(id), method, params),
+        };
         message.origin = origin;
         message.traceparent = crate::telemetry::current_traceparent();
         if target.is_some() {

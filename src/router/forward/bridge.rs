@@ -136,7 +136,7 @@ impl Exchange {
                 let answer: Value = serde_json::from_str(answer.get()).unwrap_or(Value::Null);
                 responses.insert(key, answer);
             }
-            let params = with_input(&self.params, responses, state);
+            let params = with_input(&self.params.text, responses, state);
             let upstream_id = conn.next_id();
             guard.retarget_here(conn, upstream_id);
             let rx = self.send(conn, upstream_id, &params, self.route()).await;

@@ -16,10 +16,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::super::rewrite::Params;
 use super::super::{Frame, Reply, RequestContext};
 use super::{Call, Connected, Served};
 use crate::credentials::FlowStart;
+use crate::protocol::Params;
 use crate::protocol::{self, Era, Method, RpcError, code};
 use crate::upstream::UpstreamError;
 use crate::upstream::UpstreamEvents as _;
@@ -57,7 +57,7 @@ pub(super) async fn first(
     let (sink, frames) = mpsc::channel(super::STREAM_CAPACITY);
     let _ = sink.try_send(elicitation_request(&ask.id, &upstream, &start));
     // The call goes on in a task: it owns its params from here.
-    let owned = RawValue::from_string(call.params.build(call.key, &call.value, None)).ok();
+    let owned = RawValue::from_string(call.params.build(call.key, &call.value, None).text).ok();
     let Call {
         method,
         handle,

@@ -60,6 +60,7 @@ async fn call_with_asks(
             started: Instant::now(),
             asks,
         }),
+        prepared: None,
     };
     let _answer = up.conn.send_request(id, request).await.unwrap();
     std::mem::forget(_answer);

@@ -1,0 +1,320 @@
+//! A request's params, member by member: the one parse of a client's
+//! params. Each member keeps its raw JSON, so only the members the gateway
+//! changes (`name`, `uri`, `ref`, `_meta`) are touched and the rest
+//! (`arguments` above all) are written back as they came, unparsed.
+
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// Why a request's params are not what its method needs: read here, or
+/// checked by the router, which answers "invalid params: " and this.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum ParamsError {
+    #[error("params must be an object")]
+    NotAnObject,
+    #[error("_meta must be an object")]
+    MetaNotAnObject,
+    /// Holds the member's key.
+    #[error("missing {0:?}")]
+    Missing(String),
+    #[error("{0:?} must be a string")]
+    NotAString(String),
+    #[error("{0:?} must be an object")]
+    MemberNotAnObject(String),
+    /// `logging/setLevel` with a level MCP does not define.
+    #[error("unknown log level {0:?}")]
+    UnknownLogLevel(String),
+    /// A completion `ref` of another type (or none).
+    #[error("ref.type must be \"ref/prompt\" or \"ref/resource\", not {0:?}")]
+    RefType(Option<String>),
+    /// Anything else wrong with the params, said in full.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A request's params, member by member.
+pub(crate) struct Params<'a> {
+    members: IndexMap<String, &'a RawValue>,
+    meta: Option<Map<String, Value>>,
+}
+
+impl<'a> Params<'a> {
+    /// Parses an object of params; absent params are an empty object.
+    pub(crate) fn parse(raw: Option<&'a RawValue>) -> Result<Self, ParamsError> {
+        #[cfg(test)]
+        PARSES.with(|n| n.set(n.get() + 1));
+        let mut members: IndexMap<String, &'a RawValue> = match raw {
+            None => IndexMap::new(),
+            Some(raw) => serde_json::from_str(raw.get()).map_err(|_| ParamsError::NotAnObject)?,
+        };
+        let meta = match members.shift_remove("_meta") {
+            None => None,
+            Some(raw) => {
+                Some(serde_json::from_str(raw.get()).map_err(|_| ParamsError::MetaNotAnObject)?)
+            }
+        };
+        Ok(Self { members, meta })
+    }
+
+    /// A string member, or why it is missing.
+    pub(crate) fn string(&self, key: &str) -> Result<String, ParamsError> {
+        let raw = self
+            .members
+            .get(key)
+            .ok_or_else(|| ParamsError::Missing(key.to_owned()))?;
+        serde_json::from_str(raw.get()).map_err(|_| ParamsError::NotAString(key.to_owned()))
+    }
+
+    /// A member's raw JSON.
+    pub(crate) fn raw(&self, key: &str) -> Option<&'a RawValue> {
+        self.members.get(key).copied()
+    }
+
+    /// A string member that may be absent or null.
+    pub(crate) fn optional_string(&self, key: &str) -> Result<Option<String>, ParamsError> {
+        match self.members.get(key) {
+            None => Ok(None),
+            Some(raw) if raw.get() == "null" => Ok(None),
+            Some(raw) => serde_json::from_str(raw.get())
+                .map(Some)
+                .map_err(|_| ParamsError::NotAString(key.to_owned())),
+        }
+    }
+
+    /// An object member, parsed.
+    pub(crate) fn object(&self, key: &str) -> Result<Map<String, Value>, ParamsError> {
+        let raw = self
+            .members
+            .get(key)
+            .ok_or_else(|| ParamsError::Missing(key.to_owned()))?;
+        serde_json::from_str(raw.get()).map_err(|_| ParamsError::MemberNotAnObject(key.to_owned()))
+    }
+
+    /// Drops every `_meta` member whose key starts with `prefix`.
+    pub(crate) fn strip_meta_prefix(&mut self, prefix: &str) {
+        if let Some(meta) = &mut self.meta {
+            meta.retain(|key, _| !key.starts_with(prefix));
+        }
+    }
+
+    /// Sets a `_meta` member the client did not set itself.
+    pub(crate) fn default_meta(&mut self, key: &str, value: Value) {
+        self.meta
+            .get_or_insert_with(Map::new)
+            .entry(key.to_owned())
+            .or_insert(value);
+    }
+
+    /// Sets a `_meta` member, replacing the client's.
+    pub(crate) fn set_meta(&mut self, key: &str, value: Value) {
+        self.meta
+            .get_or_insert_with(Map::new)
+            .insert(key.to_owned(), value);
+    }
+
+    /// Removes a member, giving its raw JSON.
+    pub(crate) fn take(&mut self, key: &str) -> Option<&'a RawValue> {
+        self.members.shift_remove(key)
+    }
+
+    /// A `_meta` member.
+    pub(crate) fn meta(&self, key: &str) -> Option<&Value> {
+        self.meta.as_ref()?.get(key)
+    }
+
+    /// The whole `_meta` object, if the client sent one.
+    pub(crate) fn meta_object(&self) -> Option<&Map<String, Value>> {
+        self.meta.as_ref()
+    }
+
+    /// The client's `_meta.progressToken`, if it asked for progress.
+    pub(crate) fn progress_token(&self) -> Option<&Value> {
+        self.meta.as_ref()?.get("progressToken")
+    }
+
+    /// The params to send upstream: `key` replaced by `value` (JSON text),
+    /// and the progress token replaced by `progress` or removed.
+    pub(crate) fn build(&self, key: &str, value: &str, progress: Option<u64>) -> Built {
+        let mut out = String::with_capacity(
+            64 + self
+                .members
+                .values()
+                .map(|v| v.get().len() + 16)
+                .sum::<usize>(),
+        );
+        out.push('{');
+        let mut first = true;
+        let mut member = |out: &mut String, k: &str| {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            crate::protocol::push_json_string(out, k);
+            out.push(':');
+        };
+        let mut replaced = false;
+        for (k, v) in &self.members {
+            member(&mut out, k);
+            if k == key {
+                out.push_str(value);
+                replaced = true;
+            } else {
+                out.push_str(v.get());
+            }
+        }
+        if !replaced {
+            member(&mut out, key);
+            out.push_str(value);
+        }
+        let mut token = None;
+        if let Some(meta) = &self.meta {
+            let progress = progress.filter(|_| meta.contains_key("progressToken"));
+            let others = meta.iter().filter(|(k, _)| k.as_str() != "progressToken");
+            if progress.is_some() || meta.keys().any(|k| k != "progressToken") {
+                member(&mut out, "_meta");
+                out.push('{');
+                let mut inner = true;
+                if let Some(id) = progress {
+                    out.push_str(r#""progressToken":"#);
+                    let at = out.len();
+                    out.push_str(&id.to_string());
+                    token = Some(at..out.len());
+                    inner = false;
+                }
+                for (k, v) in others {
+                    if !inner {
+                        out.push(',');
+                    }
+                    inner = false;
+                    crate::protocol::push_json_string(&mut out, k);
+                    out.push(':');
+                    out.push_str(&v.to_string());
+                }
+                out.push('}');
+            }
+        }
+        out.push('}');
+        Built { text: out, token }
+    }
+}
+
+/// Params as built for an upstream, and where the progress token's digits
+/// are in them, so a retry can send the same text with a new token
+/// without reading it again.
+#[derive(Debug, Clone)]
+pub(crate) struct Built {
+    pub(crate) text: String,
+    token: Option<std::ops::Range<usize>>,
+}
+
+impl Built {
+    /// The same params with the progress token (if any) set to `id`.
+    pub(crate) fn with_token(&self, id: u64) -> String {
+        match &self.token {
+            Some(at) => {
+                let mut text = String::with_capacity(self.text.len() + 8);
+                text.push_str(&self.text[..at.start]);
+                text.push_str(&id.to_string());
+                text.push_str(&self.text[at.end..]);
+                text
+            }
+            None => self.text.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn replaces_name_and_progress_token() {
+        let input = raw(
+            r#"{"name":"a__echo","arguments":{"x":[1,2]},"_meta":{"progressToken":"tok","k":1}}"#,
+        );
+        let params = Params::parse(Some(&input)).unwrap();
+        assert_eq!(params.string("name").unwrap(), "a__echo");
+        assert_eq!(params.progress_token(), Some(&Value::from("tok")));
+        let built: Value =
+            serde_json::from_str(&params.build("name", r#""echo""#, Some(42)).text).unwrap();
+        assert_eq!(built["name"], "echo");
+        assert_eq!(built["arguments"]["x"][1], 2);
+        assert_eq!(built["_meta"]["progressToken"], 42);
+        assert_eq!(built["_meta"]["k"], 1);
+        let stripped: Value =
+            serde_json::from_str(&params.build("name", "\"echo\"", None).text).unwrap();
+        assert!(stripped["_meta"].get("progressToken").is_none());
+        // A retry sends the same text with a new token, read nowhere.
+        let first = params.build("name", r#""echo""#, Some(42));
+        let again: Value = serde_json::from_str(&first.with_token(43)).unwrap();
+        assert_eq!(again["_meta"]["progressToken"], 43);
+        assert_eq!(again["arguments"], built["arguments"]);
+        assert_eq!(first.with_token(42), first.text);
+        // Without a token there is nothing to change.
+        let plain = raw(r#"{"name":"x"}"#);
+        let plain = Params::parse(Some(&plain)).unwrap();
+        let built = plain.build("name", r#""y""#, Some(7));
+        assert_eq!(built.with_token(8), r#"{"name":"y"}"#);
+    }
+
+    #[test]
+    fn rejects_non_object_params() {
+        assert!(Params::parse(Some(&raw("[1]"))).is_err());
+        assert!(Params::parse(Some(&raw(r#"{"_meta":3}"#))).is_err());
+        assert!(Params::parse(None).unwrap().string("name").is_err());
+    }
+
+    #[test]
+    fn params_errors_read_as_they_always_have() {
+        let why = |e: ParamsError| e.to_string();
+        assert_eq!(
+            why(Params::parse(Some(&raw("[1]"))).err().unwrap()),
+            "params must be an object"
+        );
+        assert_eq!(
+            why(Params::parse(Some(&raw(r#"{"_meta":3}"#))).err().unwrap()),
+            "_meta must be an object"
+        );
+        let members = raw(r#"{"n":1,"ref":"x"}"#);
+        let params = Params::parse(Some(&members)).unwrap();
+        assert_eq!(why(params.string("name").unwrap_err()), r#"missing "name""#);
+        assert_eq!(
+            why(params.string("n").unwrap_err()),
+            r#""n" must be a string"#
+        );
+        assert_eq!(
+            why(params.optional_string("n").unwrap_err()),
+            r#""n" must be a string"#
+        );
+        assert_eq!(
+            why(params.object("ref").unwrap_err()),
+            r#""ref" must be an object"#
+        );
+        assert_eq!(
+            why(ParamsError::UnknownLogLevel("loud".into())),
+            r#"unknown log level "loud""#
+        );
+        assert_eq!(
+            why(ParamsError::RefType(None)),
+            r#"ref.type must be "ref/prompt" or "ref/resource", not None"#
+        );
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Params parsed on this thread (tests count them: see [`parses`]).
+    static PARSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many params this thread has parsed so far (tests only).
+#[cfg(test)]
+pub(crate) fn parses() -> usize {
+    PARSES.with(std::cell::Cell::get)
+}
