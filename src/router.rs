@@ -15,6 +15,7 @@ mod error;
 mod forward;
 mod observe;
 mod reply;
+mod resolve;
 mod retry;
 pub(crate) mod rewrite;
 mod search;
@@ -40,7 +41,6 @@ use crate::protocol::{self, Era, Method};
 use crate::protocol::{Params, ParamsError, Request};
 use crate::upstream::{Subscribed, SubscriberId};
 use crate::upstream::{UpstreamError, UpstreamSet};
-use rewrite::json_string;
 
 /// A request's params, parsed on first use (see [`Request::params`]).
 fn params_of<'r, 'a>(request: &'r mut Request<'a>) -> Result<&'r Params<'a>, RouteError> {
@@ -563,41 +563,6 @@ impl Router {
         }
     }
 
-    /// Resolves a call, bringing up the caller's own upstream session or
-    /// waiting for a starting upstream when the name is not (yet) known.
-    async fn resolve<'p>(
-        &self,
-        ctx: &RequestContext,
-        method: Method,
-        params: Params<'p>,
-        catalog: &Catalog,
-        grant: Option<&Grant>,
-    ) -> Result<call::Call<'p>, RouteError> {
-        let identity = ctx.identity.as_deref();
-        let mut prepared = self.prepare_call(method.clone(), &params, catalog, grant, identity);
-        if let Err(RouteError::UnknownTool(_) | RouteError::UnknownPrompt(_)) = &prepared
-            && self.warm(ctx).await
-        {
-            let catalog = self.catalog_for(ctx);
-            prepared = self.prepare_call(method.clone(), &params, &catalog, grant, identity);
-        }
-        if let Err(RouteError::UnknownTool(name) | RouteError::UnknownPrompt(name)) = &prepared
-            && grant.is_none_or(|g| g.allows(name))
-            && let Some(owner) = self.owner_not_up(catalog, name)
-        {
-            // Its items are missing because it is not up: say so,
-            // after a short wait if it is starting.
-            prepared = match owner.wait_started().await {
-                true => {
-                    let catalog = self.catalog_for(ctx);
-                    self.prepare_call(method, &params, &catalog, grant, identity)
-                }
-                false => Err(RouteError::Upstream(owner.unavailable())),
-            };
-        }
-        prepared.map(|resolved| resolved.with(params))
-    }
-
     /// Handles a client notification.
     pub(crate) fn notification(
         &self,
@@ -738,141 +703,6 @@ impl Router {
                 upstream: name.to_owned(),
                 reason: "it is not configured".into(),
             })
-        })
-    }
-
-    /// Resolves a call to its upstream and builds the params it will receive.
-    /// A name or URI `grant` hides is refused exactly like an unknown one,
-    /// before anything else is looked up.
-    fn prepare_call(
-        &self,
-        method: Method,
-        params: &Params<'_>,
-        catalog: &Catalog,
-        grant: Option<&Grant>,
-        identity: Option<&crate::auth::Identity>,
-    ) -> Result<call::Resolved, RouteError> {
-        // What the client named, for the audit line.
-        let mut item = ["name", "uri"]
-            .iter()
-            .find_map(|key| params.optional_string(key).ok().flatten());
-        // What the client named, by its policy key.
-        let hidden = |kind: ListKind, named: &str| {
-            // The whole view without a policy hides nothing: no lookups.
-            if grant.is_none() && !catalog.selects_items() {
-                return false;
-            }
-            let key = catalog.key_of(kind, named);
-            // Outside the view's items: simply not there.
-            if !catalog.admits(key) {
-                return true;
-            }
-            let hidden = grant.is_some_and(|g| !g.allows_in(catalog, key));
-            if let (true, Some(identity)) = (hidden, identity) {
-                // Answered like an unknown name; counted as what it is.
-                self.metrics.denied(&identity.client, "policy");
-                tracing::info!(target: "mcpmux::audit", client = %identity.client, item = key, reason = "policy", "request refused");
-            }
-            hidden
-        };
-        let mut target: Option<Arc<str>> = None;
-        let mut tool_marked = false;
-        let (upstream, key, value) = match method {
-            Method::ToolsCall => {
-                let asked = params.string("name").map_err(RouteError::InvalidParams)?;
-                // An app calls its server's tools by their own names.
-                let name = match catalog.tool(&asked) {
-                    Some(_) => asked,
-                    None => apps::by_server_name(catalog, asked, grant)?,
-                };
-                if hidden(ListKind::Tools, &name) {
-                    return Err(RouteError::UnknownTool(name));
-                }
-                item = Some(name.clone());
-                // A call that creates a task is never repeatable.
-                tool_marked = catalog.tool_repeatable(&name) && params.raw("task").is_none();
-                let tool = catalog.tool(&name).ok_or(RouteError::UnknownTool(name))?;
-                target = Some(Arc::from(&*tool.original));
-                (
-                    tool.upstream.to_string(),
-                    "name",
-                    json_string(&tool.original),
-                )
-            }
-            Method::PromptsGet => {
-                let name = params.string("name").map_err(RouteError::InvalidParams)?;
-                if hidden(ListKind::Prompts, &name) {
-                    return Err(RouteError::UnknownPrompt(name));
-                }
-                let prompt = catalog
-                    .prompt(&name)
-                    .ok_or(RouteError::UnknownPrompt(name))?;
-                target = Some(Arc::from(&*prompt.original));
-                (
-                    prompt.upstream.to_string(),
-                    "name",
-                    json_string(&prompt.original),
-                )
-            }
-            Method::ResourcesRead => {
-                let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
-                if hidden(ListKind::Resources, &uri) {
-                    return Err(RouteError::ResourceNotFound(uri));
-                }
-                let (upstream, original) = self
-                    .split_uri(catalog, &uri)
-                    .ok_or(RouteError::ResourceNotFound(uri.clone()))?;
-                target = Some(Arc::from(&*original));
-                (upstream, "uri", json_string(&original))
-            }
-            _ => {
-                let mut reference = params.object("ref").map_err(RouteError::InvalidParams)?;
-                let upstream = match reference.get("type").and_then(Value::as_str) {
-                    Some("ref/prompt") => {
-                        let name = reference
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default();
-                        if hidden(ListKind::Prompts, name) {
-                            return Err(RouteError::UnknownPrompt(name.to_owned()));
-                        }
-                        let target = catalog
-                            .prompt(name)
-                            .ok_or_else(|| RouteError::UnknownPrompt(name.to_owned()))?;
-                        let upstream = target.upstream.to_string();
-                        reference.insert("name".into(), Value::from(&*target.original));
-                        upstream
-                    }
-                    Some("ref/resource") => {
-                        let uri = reference
-                            .get("uri")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default();
-                        if hidden(ListKind::Resources, uri) {
-                            return Err(RouteError::ResourceNotFound(uri.to_owned()));
-                        }
-                        let (upstream, original) = self
-                            .split_uri(catalog, uri)
-                            .ok_or_else(|| RouteError::ResourceNotFound(uri.to_owned()))?;
-                        reference.insert("uri".into(), Value::from(original.into_owned()));
-                        upstream
-                    }
-                    other => {
-                        return Err(ParamsError::RefType(other.map(str::to_owned)).into());
-                    }
-                };
-                (upstream, "ref", Value::Object(reference).to_string())
-            }
-        };
-        let handle = self.upstream(&upstream)?;
-        Ok(call::Resolved {
-            repeatable: retry::repeatable(&method, tool_marked),
-            method,
-            handle,
-            key,
-            value,
-            item: item.unwrap_or_default(),
-            target,
         })
     }
 

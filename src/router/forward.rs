@@ -1,12 +1,10 @@
-//! Forwarding one call to its upstream: id and progress-token remapping,
-//! the per-request deadline (restarted by progress), cancellation, and the
-//! URI rewrite of the result.
+//! Forwarding one call to its upstream: admission, the params built once
+//! for the upstream's era, id and progress-token remapping, the in-flight
+//! table and cancellation, and the shape of the reply (a plain answer, a
+//! stream, or a parked stateless call). The wait itself is `exchange`'s.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-use tokio::time::Instant;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -14,21 +12,20 @@ use tokio::sync::mpsc;
 
 mod bridge;
 mod connect;
+mod exchange;
 mod park;
 
+use exchange::{Exchange, LogTap};
 pub(crate) use park::Parking;
 
 use super::call::Call;
-use super::rewrite;
 use super::{Admitted, Frame, Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
 use crate::protocol::Method;
 use crate::protocol::Params;
 use crate::protocol::{self, Era, RpcError, code};
 use crate::upstream::protect::limits::ClientKey;
-use crate::upstream::{
-    Connection, Origin, ProgressRoute, Request, Sent, UpstreamError, UpstreamHandle,
-};
+use crate::upstream::{Connection, UpstreamError, UpstreamHandle};
 
 /// Frames buffered for a streaming reply. Progress beyond this is dropped
 /// (see [`ProgressRoute::sink`]); the final response always gets through.
@@ -240,18 +237,7 @@ async fn send(
     on: Served<'_>,
     connected: Connected,
 ) -> Reply {
-    let Served {
-        hub,
-        metrics,
-        tasks,
-        parking,
-    } = on;
-    let Connected {
-        conn,
-        via,
-        admission,
-        cached,
-    } = connected;
+    let conn = connected.conn.clone();
     // The placeholder `connect` tool of an upstream that acts as each user:
     // reaching here, the caller has connected.
     if call.method == Method::ToolsCall
@@ -276,14 +262,13 @@ async fn send(
         let responses = call.params.take("inputResponses");
         if let (true, Some(state)) = (parkable, state) {
             let client = ctx.identity.as_ref().map(|i| &*i.client);
+            let (parking, tasks) = (on.parking, on.tasks);
             return park::resume(parking, tasks, id, client, &call.item, state, responses).await;
         }
     }
     let upstream_id = conn.next_id();
     let client_token = call.params.progress_token().cloned();
     let streaming = ctx.can_stream && (client_token.is_some() || ctx.log_level.is_some());
-    // A session's log level reaches a modern upstream as the per-request
-    // `_meta` field, since that era has no logging/setLevel.
     let capabilities = match parkable {
         true => call
             .params
@@ -292,7 +277,46 @@ async fn send(
             .cloned(),
         false => None,
     };
+    let built = build_params(&mut call, ctx, &conn, streaming.then_some(upstream_id));
+    let guard = match admit_id(ctx, id, &conn, upstream_id) {
+        Ok(guard) => guard,
+        Err(refused) => return Reply::Ready(refused),
+    };
+    let exchange = exchange::Exchange::new(call, ctx, id, built, on.metrics, connected);
+    let flight = Flight {
+        exchange,
+        guard,
+        conn,
+        upstream_id,
+    };
+    // A 2025-era session's call may be asked back by its upstream
+    // (sampling, elicitation, roots): its reply then becomes a stream.
+    let askable = ctx.can_stream && ctx.era == Era::Legacy && ctx.subscriber.is_some();
+    match (parkable, streaming, askable) {
+        (true, ..) => {
+            flight
+                .parked(ctx, on, client_token, capabilities, streaming)
+                .await
+        }
+        (false, false, false) => flight.plain().await,
+        (false, false, true) => flight.asked(ctx, on).await,
+        (false, true, _) => flight.streamed(ctx, on, client_token, askable).await,
+    }
+}
+
+/// The params as they go upstream, built once: the era's `_meta` (a
+/// session's log level and capabilities for a modern upstream; a modern
+/// client's keys stripped for a session-based one), the trace context,
+/// and the progress token as `progress`.
+fn build_params(
+    call: &mut Call<'_>,
+    ctx: &RequestContext,
+    conn: &Connection,
+    progress: Option<u64>,
+) -> exchange::BuiltParams {
     if conn.is_modern() {
+        // A session's log level reaches a modern upstream as the per-request
+        // `_meta` field, since that era has no logging/setLevel.
         if let Some(level) = ctx.subscriber.as_ref().and_then(|s| s.log_level()) {
             call.params
                 .default_meta(protocol::meta::LOG_LEVEL, Value::from(level.as_str()));
@@ -319,104 +343,170 @@ async fn send(
     // A modern upstream's own `_meta` goes in now, so the params are built
     // once and sent as they are.
     let prepared = conn.prepare_modern(&mut call.params, &call.method, call.target.as_deref());
-    let params = call
-        .params
-        .build(call.key, &call.value, streaming.then_some(upstream_id));
+    exchange::BuiltParams {
+        params: call.params.build(call.key, &call.value, progress),
+        prepared,
+        span,
+    }
+}
 
-    // Ids are unique per session while in flight; a reuse would make the
-    // first call's cancellation reach the wrong request.
+/// Enters the call in the session's in-flight table under the client's
+/// id; ids are unique per session while in flight, since a reuse would
+/// make the first call's cancellation reach the wrong request.
+fn admit_id(
+    ctx: &RequestContext,
+    id: &RawValue,
+    conn: &Arc<Connection>,
+    upstream_id: u64,
+) -> Result<CallGuard, Frame> {
     let client_id = canonical_id(id);
     let entry = InflightCall {
-        conn: Arc::downgrade(&conn),
+        conn: Arc::downgrade(conn),
         upstream_id,
     };
     match ctx.inflight.insert_new(client_id.clone(), entry) {
-        Admitted::Yes => {}
-        Admitted::IdInUse => {
-            let message = format!(
+        Admitted::Yes => Ok(CallGuard {
+            inflight: ctx.inflight.clone(),
+            client_id,
+            current: std::sync::Mutex::new((conn.clone(), upstream_id)),
+            cancel_on_drop: ctx.era == Era::Modern,
+        }),
+        Admitted::IdInUse => Err(refuse_request(
+            id,
+            format!(
                 "request id {} is already in flight in this session",
                 id.get()
-            );
-            return Reply::Ready(refuse_request(id, message));
-        }
-        Admitted::Full => {
-            let message = format!(
+            ),
+        )),
+        Admitted::Full => Err(refuse_request(
+            id,
+            format!(
                 "this session already has {} calls in flight; wait for some to finish",
                 super::MAX_CALLS_IN_FLIGHT
-            );
-            return Reply::Ready(refuse_request(id, message));
-        }
+            ),
+        )),
     }
-    let guard = CallGuard {
-        inflight: ctx.inflight.clone(),
-        client_id,
-        current: std::sync::Mutex::new((conn.clone(), upstream_id)),
-        cancel_on_drop: ctx.era == Era::Modern,
-    };
+}
 
-    let origin = Origin::Client {
-        session: ctx.subscriber.as_ref().map(|s| s.id),
-        request: id.get().into(),
-    };
-    let mut exchange = Exchange {
-        method: call.method,
-        target: call.target,
-        origin,
-        timeout: call.handle.timeout(),
-        handle: call.handle,
-        params,
-        prepared,
-        client_id: id.get().to_owned(),
-        started: Instant::now(),
-        last_progress: Arc::new(AtomicU64::new(0)),
-        progress: None,
-        era: ctx.era,
-        log_tap: None,
-        metrics: metrics.clone(),
-        client: ctx.identity.as_ref().map(|i| i.client.clone()),
-        item: call.item,
-        asker: None,
-        asks: None,
-        repeatable: call.repeatable,
-        admission,
-        cached,
-        span,
-        via,
-    };
-    // A 2025-era session's call may be asked back by its upstream
-    // (sampling, elicitation, roots): its reply then becomes a stream.
-    let askable = ctx.can_stream && ctx.era == Era::Legacy && ctx.subscriber.is_some();
-    if askable && conn.is_modern() {
-        exchange.asker = ctx.subscriber.as_ref().map(|s| bridge::Asker {
-            hub: hub.clone(),
-            session: s.id,
-        });
+/// A call on its way: its exchange, its in-flight entry, and where it went.
+struct Flight {
+    exchange: Exchange,
+    guard: CallGuard,
+    conn: Arc<Connection>,
+    upstream_id: u64,
+}
+
+impl Flight {
+    /// Sends the request with the exchange's progress route.
+    async fn sent(&self) -> Result<crate::upstream::Sent, crate::upstream::UpstreamError> {
+        let route = self.exchange.route();
+        let exchange = &self.exchange;
+        exchange
+            .send(&self.conn, self.upstream_id, &exchange.params.text, route)
+            .await
     }
-    if parkable {
+
+    /// Waits for the answer and ends the call.
+    fn finishing(
+        self,
+        sent: Result<crate::upstream::Sent, crate::upstream::UpstreamError>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Frame> + Send>> {
+        Box::pin(async move {
+            let Flight {
+                exchange,
+                guard,
+                conn,
+                upstream_id,
+            } = self;
+            let frame = exchange.finish(&guard, &conn, upstream_id, sent).await;
+            drop(guard);
+            frame
+        })
+    }
+
+    /// No progress and nobody to ask: the answer, awaited here.
+    async fn plain(self) -> Reply {
+        let sent = self.sent().await;
+        Reply::Ready(self.finishing(sent).await)
+    }
+
+    /// A 2025-era session's call that its upstream may ask things of
+    /// (sampling, elicitation, roots): a plain answer unless it does.
+    async fn asked(mut self, ctx: &RequestContext, on: Served<'_>) -> Reply {
+        if self.conn.is_modern() {
+            self.exchange.asker = ctx.subscriber.as_ref().map(|s| bridge::Asker {
+                hub: on.hub.clone(),
+                session: s.id,
+            });
+        }
+        let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
+        self.exchange.progress = Some((None, sink));
+        let sent = self.sent().await;
+        answer_or_stream(self.finishing(sent), frames, on.tasks).await
+    }
+
+    /// A call whose client asked for progress (or a modern log level):
+    /// a stream of frames fed by a task until the answer.
+    async fn streamed(
+        mut self,
+        ctx: &RequestContext,
+        on: Served<'_>,
+        client_token: Option<Value>,
+        askable: bool,
+    ) -> Reply {
+        if askable && self.conn.is_modern() {
+            self.exchange.asker = ctx.subscriber.as_ref().map(|s| bridge::Asker {
+                hub: on.hub.clone(),
+                session: s.id,
+            });
+        }
+        let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
+        self.tap_logs(ctx, on);
+        let client_token = serde_json::value::to_raw_value(&client_token.unwrap_or(Value::Null))
+            .unwrap_or_else(|_| RawValue::NULL.to_owned());
+        self.exchange.progress = Some((Some(client_token), sink.clone()));
+        let sent = self.sent().await;
+        // One task per streaming call, at most `MAX_CALLS_IN_FLIGHT` per session.
+        let span = tracing::debug_span!("call", upstream = %self.exchange.handle.name(), method = self.exchange.method.name());
+        let finishing = self.finishing(sent);
+        let finish = async move {
+            let frame = finishing.await;
+            // The client may have gone; nothing else waits for this frame.
+            let _ = sink.send(frame.into_text()).await;
+        };
+        on.tasks
+            .spawn(tracing::Instrument::instrument(finish, span));
+        Reply::Streaming(frames)
+    }
+
+    /// A stateless call to a 2025-era upstream, which may ask its client
+    /// for input: the call parks until the client's retry (see `park`).
+    async fn parked(
+        mut self,
+        ctx: &RequestContext,
+        on: Served<'_>,
+        client_token: Option<Value>,
+        capabilities: Option<serde_json::Map<String, Value>>,
+        streaming: bool,
+    ) -> Reply {
         let (asks, asked) = mpsc::channel(PARK_CAPACITY);
-        exchange.asks = Some(asks);
+        self.exchange.asks = Some(asks);
         let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
         let mut token = None;
         if streaming {
-            if let Some(level) = ctx.log_level {
-                exchange.log_tap = Some(LogTap {
-                    subscriber: hub.register_log_tap(exchange.handle.name().clone(), level),
-                    hub: hub.clone(),
-                });
-            }
+            self.tap_logs(ctx, on);
             token = client_token
                 .as_ref()
                 .and_then(|t| serde_json::value::to_raw_value(t).ok());
         }
-        exchange.progress = Some((token, sink));
-        let route = exchange.route();
-        let rx = exchange
-            .send(&conn, upstream_id, &exchange.params.text, route)
-            .await;
+        self.exchange.progress = Some((token, sink));
+        let sent = self.sent().await;
+        let exchange = &self.exchange;
+        let id = exchange.client_id.clone();
         let driver = park::Driver {
             capabilities,
-            first_id: id.get().to_owned(),
-            answering: id.get().to_owned(),
+            first_id: id.clone(),
+            answering: id,
             client: exchange.client.clone(),
             item: exchange.item.clone(),
             timeout: exchange.timeout,
@@ -424,61 +514,23 @@ async fn send(
             started: exchange.started,
             frames,
             asks: asked,
-            finishing: Box::pin(async move {
-                let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
-                drop(guard);
-                frame
-            }),
+            finishing: self.finishing(sent),
         };
-        return park::drive(driver, parking, tasks, streaming).await;
-    }
-    if !streaming && !askable {
-        let rx = exchange
-            .send(&conn, upstream_id, &exchange.params.text, None)
-            .await;
-        let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
-        drop(guard);
-        return Reply::Ready(frame);
-    }
-    if !streaming {
-        let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
-        exchange.progress = Some((None, sink));
-        let route = exchange.route();
-        let rx = exchange
-            .send(&conn, upstream_id, &exchange.params.text, route)
-            .await;
-        let finishing = Box::pin(async move {
-            let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
-            drop(guard);
-            frame
-        });
-        return answer_or_stream(finishing, frames, tasks).await;
+        park::drive(driver, on.parking, on.tasks, streaming).await
     }
 
-    let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
-    if let Some(level) = ctx.log_level {
-        exchange.log_tap = Some(LogTap {
-            subscriber: hub.register_log_tap(exchange.handle.name().clone(), level),
-            hub: hub.clone(),
-        });
+    /// Upstream log messages at or above a modern request's level travel
+    /// on its stream.
+    fn tap_logs(&mut self, ctx: &RequestContext, on: Served<'_>) {
+        if let Some(level) = ctx.log_level {
+            self.exchange.log_tap = Some(LogTap {
+                subscriber: on
+                    .hub
+                    .register_log_tap(self.exchange.handle.name().clone(), level),
+                hub: on.hub.clone(),
+            });
+        }
     }
-    let client_token = serde_json::value::to_raw_value(&client_token.unwrap_or(Value::Null))
-        .unwrap_or_else(|_| RawValue::NULL.to_owned());
-    exchange.progress = Some((Some(client_token), sink.clone()));
-    let route = exchange.route();
-    let rx = exchange
-        .send(&conn, upstream_id, &exchange.params.text, route)
-        .await;
-    // One task per streaming call, at most `MAX_CALLS_IN_FLIGHT` per session.
-    let span = tracing::debug_span!("call", upstream = %exchange.handle.name(), method = exchange.method.name());
-    let finish = async move {
-        let frame = exchange.finish(&guard, &conn, upstream_id, rx).await;
-        // The client may have gone; nothing else waits for this frame.
-        let _ = sink.send(frame.into_text()).await;
-        drop(guard);
-    };
-    tasks.spawn(tracing::Instrument::instrument(finish, span));
-    Reply::Streaming(frames)
 }
 
 /// A plain answer, unless the upstream asks the client something first:
@@ -530,329 +582,6 @@ async fn answer_or_stream(
         tracing::debug_span!("asked call"),
     ));
     Reply::Streaming(reply)
-}
-
-/// The bookkeeping of one forwarded request while it waits.
-struct Exchange {
-    method: Method,
-    /// What the request names, as the upstream knows it.
-    target: Option<Arc<str>>,
-    /// The session and request that caused it.
-    origin: Origin,
-    handle: UpstreamHandle,
-    /// The params as sent upstream (with the first attempt's progress token).
-    params: crate::protocol::params::Built,
-    /// Set when `params` were built for a modern upstream (its `_meta` in).
-    prepared: Option<crate::upstream::Prepared>,
-    timeout: Duration,
-    client_id: String,
-    started: Instant,
-    /// Milliseconds after `started` of the latest progress (written by the
-    /// connection's reader).
-    last_progress: Arc<AtomicU64>,
-    /// The client's progress token (if it asked for progress) and the
-    /// call's stream, when the reply streams or may become a stream.
-    progress: Option<(Option<Box<RawValue>>, mpsc::Sender<String>)>,
-    era: Era,
-    /// Upstream log messages for this request's stream (modern `logLevel`).
-    log_tap: Option<LogTap>,
-    metrics: Arc<Metrics>,
-    /// The authenticated client, and what it asked for: the audit line.
-    client: Option<Arc<str>>,
-    item: String,
-    /// For a 2025-era session's call to a modern upstream: who answers
-    /// the upstream's `input_required` requests.
-    asker: Option<bridge::Asker>,
-    /// For a stateless call to a 2025-era upstream: where the upstream's
-    /// requests for the client go (see `park`).
-    asks: Option<mpsc::Sender<crate::upstream::InputAsk>>,
-    /// Safe to send twice (see `retry`).
-    repeatable: bool,
-    /// Its slot at the upstream and its breaker ticket, held until the
-    /// exchange ends.
-    admission: Option<crate::upstream::protect::Admission>,
-    /// Where its answer is kept, if it may be (see `cached`).
-    cached: Option<super::cached::Plan>,
-    /// The exchange's trace span (empty when tracing is off).
-    span: crate::telemetry::UpstreamSpan,
-    /// The supervisor of its connection (the shared one, a session's
-    /// instance or an identity's session): a retry waits there.
-    via: UpstreamHandle,
-}
-
-/// Resolves when the tap may have log messages; never without a tap.
-async fn log_waiting(tap: &Option<LogTap>) {
-    match tap {
-        Some(tap) => tap.subscriber.outbox.wait().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// A temporary hub subscriber feeding one request's stream.
-struct LogTap {
-    subscriber: Arc<crate::notify::Subscriber>,
-    hub: Arc<crate::notify::NotifyHub>,
-}
-
-impl Drop for LogTap {
-    fn drop(&mut self) {
-        self.hub.unregister(self.subscriber.id);
-    }
-}
-
-impl LogTap {
-    /// Moves every queued log message to the request's stream.
-    fn drain(&self, sink: &mpsc::Sender<String>) {
-        while let Some((_, frame)) = self.subscriber.outbox.next_event() {
-            if sink.try_send(frame.to_string()).is_err() {
-                tracing::debug!("client is behind; log notification dropped");
-            }
-        }
-    }
-}
-
-impl Exchange {
-    /// Queues the request; waiting for room in a stalled upstream's queue
-    /// counts against the call's deadline like waiting for its answer.
-    async fn send(
-        &self,
-        conn: &Connection,
-        upstream_id: u64,
-        params: &str,
-        route: Option<ProgressRoute>,
-    ) -> Result<Sent, UpstreamError> {
-        let deadline = self.started + self.timeout;
-        let request = Request {
-            method: self.method.clone(),
-            params: Some(params),
-            target: self.target.clone(),
-            origin: self.origin.clone(),
-            progress: route,
-            prepared: self.prepared.clone(),
-        };
-        let queued = self
-            .span
-            .in_scope(conn.send_request_direct(upstream_id, request));
-        match tokio::time::timeout_at(deadline, queued).await {
-            Ok(rx) => rx,
-            Err(_) => {
-                conn.forget(upstream_id);
-                Err(UpstreamError::Timeout {
-                    upstream: self.handle.name().to_string(),
-                    timeout: self.timeout,
-                })
-            }
-        }
-    }
-
-    fn route(&self) -> Option<ProgressRoute> {
-        self.progress.as_ref().map(|(token, sink)| ProgressRoute {
-            client_token: token.clone(),
-            sink: sink.clone(),
-            last_progress: self.last_progress.clone(),
-            started: self.started,
-            asks: self.asks.clone(),
-        })
-    }
-
-    /// Waits for the answer and turns it into the client's response frame.
-    /// When an HTTP upstream lost its session, the call is sent once more
-    /// after the gateway has re-initialized it.
-    async fn finish(
-        &self,
-        guard: &CallGuard,
-        conn: &Connection,
-        upstream_id: u64,
-        rx: Result<Sent, UpstreamError>,
-    ) -> Frame {
-        let mut answer = self.answer(conn, upstream_id, rx).await;
-        if let Err(RouteError::Upstream(e)) = &answer
-            && let Some(next) = super::retry::decide(e, self.repeatable, self.handle.protection())
-        {
-            // A refused token leaves the connection up: the retry uses it
-            // with a new token.
-            let same = matches!(e, UpstreamError::Unauthorized { .. });
-            answer = match next {
-                Ok(()) => self.retry(guard, conn, same).await,
-                Err(e) => Err(RouteError::Upstream(e)),
-            };
-        }
-        if let Err(RouteError::Upstream(UpstreamError::Credential { error, .. })) = &answer
-            && error.is_final()
-            && let Some(frame) = self.connect_again().await
-        {
-            return frame;
-        }
-        if let Some(admission) = &self.admission {
-            let conn_id = std::ptr::from_ref(conn) as usize;
-            match &answer {
-                Ok(_) => admission.record(Ok(()), conn_id),
-                Err(RouteError::Upstream(e)) => admission.record(Err(e), conn_id),
-                Err(_) => {}
-            }
-        }
-        if let Ok(result) = answer {
-            answer = self.bridge_input(guard, conn, result).await;
-        }
-        match &answer {
-            Err(RouteError::Upstream(UpstreamError::Timeout { .. })) => self.handle.note_call(true),
-            Ok(_) | Err(RouteError::Upstream(UpstreamError::Rpc { .. })) => {
-                self.handle.note_call(false)
-            }
-            Err(_) => {}
-        }
-        let outcome = match &answer {
-            Ok(_) => Outcome::Ok,
-            Err(e) => e.outcome(),
-        };
-        self.metrics.observe(
-            self.method.name(),
-            self.handle.name(),
-            outcome,
-            self.started.elapsed(),
-        );
-        super::observe::finished(
-            &self.metrics,
-            &self.handle,
-            self.method.name(),
-            &self.item,
-            answer.as_ref().map(|_| ()),
-            self.started.elapsed(),
-        );
-        self.span.end(
-            answer
-                .as_ref()
-                .err()
-                .map(|e| super::observe::error_code(e, self.era)),
-        );
-        audit(
-            self.client.as_deref(),
-            self.method.name(),
-            self.handle.name(),
-            &self.item,
-            outcome,
-            self.started.elapsed(),
-            &self.client_id,
-        );
-        // Log messages that came before the answer go out before it.
-        if let (Some(tap), Some((_, sink))) = (&self.log_tap, &self.progress) {
-            tap.drain(sink);
-        }
-        match answer {
-            Ok(result) => {
-                let upstream = self.handle.name();
-                let body = match self.handle.namespaces_uris() {
-                    true => rewrite::namespace_result(self.method.name(), upstream, &result),
-                    false => std::borrow::Cow::Borrowed(result.get()),
-                };
-                let body = match &self.cached {
-                    Some(plan) => plan.store(body, self.era),
-                    None => body,
-                };
-                Frame::result(match self.era {
-                    Era::Legacy => protocol::response_frame(&self.client_id, &body),
-                    Era::Modern => protocol::response_frame(
-                        &self.client_id,
-                        &rewrite::modern_result(self.method.name(), &body),
-                    ),
-                })
-            }
-            Err(e) => e.to_frame(&self.client_id, self.era),
-        }
-    }
-
-    async fn answer(
-        &self,
-        conn: &Connection,
-        upstream_id: u64,
-        rx: Result<Sent, UpstreamError>,
-    ) -> Result<Box<RawValue>, RouteError> {
-        match rx {
-            Ok(rx) => self.wait(conn, upstream_id, rx).await,
-            Err(e) => Err(RouteError::Upstream(e)),
-        }
-    }
-
-    /// The one retry: wait (within the deadline) for the re-initialized
-    /// upstream, then send again with a fresh id.
-    async fn retry(
-        &self,
-        guard: &CallGuard,
-        failed: &Connection,
-        same: bool,
-    ) -> Result<Box<RawValue>, RouteError> {
-        // A restart is waited for as long as a start would be.
-        let deadline = (self.started + self.timeout).min(Instant::now() + self.handle.start_wait());
-        let conn = match same {
-            true => self.via.connection()?,
-            false => self.via.reconnected(failed, deadline).await?,
-        };
-        // The params were built for one era; an upstream that came back
-        // speaking the other gets a fresh call from its client instead.
-        if conn.is_modern() != self.prepared.is_some() {
-            return Err(RouteError::Upstream(conn.unavailable()));
-        }
-        let upstream_id = conn.next_id();
-        let params = self.params.with_token(upstream_id);
-        guard.retarget(&conn, upstream_id);
-        tracing::info!(upstream = %self.handle.name(), method = self.method.name(), "retrying once on the reconnected upstream");
-        let rx = self.send(&conn, upstream_id, &params, self.route()).await;
-        self.answer(&conn, upstream_id, rx).await
-    }
-
-    async fn wait(
-        &self,
-        conn: &Connection,
-        upstream_id: u64,
-        sent: Sent,
-    ) -> Result<Box<RawValue>, RouteError> {
-        let Sent {
-            answer: mut rx,
-            mut post,
-        } = sent;
-        let mut deadline = self.started + self.timeout;
-        // A modern client that closes its response stream cancels the call.
-        let client_gone = async {
-            match (&self.progress, self.era) {
-                (Some((_, sink)), Era::Modern) => sink.closed().await,
-                _ => std::future::pending().await,
-            }
-        };
-        tokio::pin!(client_gone);
-        loop {
-            tokio::select! {
-                // The POST this task drives; its answer comes through `rx`.
-                () = async { post.as_mut().expect("guarded").await }, if post.is_some() => {
-                    post = None;
-                    continue;
-                }
-                () = &mut client_gone => return Err(RouteError::Cancelled),
-                () = log_waiting(&self.log_tap) => {
-                    if let (Some(tap), Some((_, sink))) = (&self.log_tap, &self.progress) {
-                        tap.drain(sink);
-                    }
-                    continue;
-                }
-                answer = &mut rx => return match answer {
-                    Ok(answer) => answer.map_err(RouteError::Upstream),
-                    // The pending entry was removed without an answer: cancelled.
-                    Err(_) => Err(RouteError::Cancelled),
-                },
-                () = tokio::time::sleep_until(deadline) => {
-                    let progressed = self.started + Duration::from_millis(self.last_progress.load(Ordering::Relaxed));
-                    if progressed + self.timeout > deadline {
-                        deadline = progressed + self.timeout;
-                        continue;
-                    }
-                    conn.cancel(upstream_id, "mcpmux: request timed out");
-                    return Err(RouteError::Upstream(UpstreamError::Timeout {
-                        upstream: self.handle.name().to_string(),
-                        timeout: self.timeout,
-                    }));
-                }
-            }
-        }
-    }
 }
 
 /// A request refused before it was sent: -32600 and why.
