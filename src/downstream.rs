@@ -211,12 +211,12 @@ impl AppState {
             return Ok(());
         }
         tracing::warn!(origin, "request from a disallowed Origin rejected");
-        Err(wire::rpc_error_response(
+        Err(wire::Refusal::new(
             StatusCode::FORBIDDEN,
-            None,
             code::INVALID_REQUEST,
             format!("Origin {origin:?} is not allowed; add it to http.allowed_origins"),
-        ))
+        )
+        .into_response())
     }
 
     /// Rejects a `Host` header a DNS-rebinding page would send (403): on a
@@ -242,12 +242,12 @@ impl AppState {
             return Ok(());
         }
         tracing::warn!(host, "request with a disallowed Host header rejected");
-        Err(wire::rpc_error_response(
+        Err(wire::Refusal::new(
             StatusCode::FORBIDDEN,
-            None,
             code::INVALID_REQUEST,
             format!("Host {host:?} is not allowed; add it to http.allowed_hosts"),
-        ))
+        )
+        .into_response())
     }
 }
 

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::AppState;
-use super::wire::rpc_error_response;
+use super::wire::Refusal;
 use crate::auth::{AuthError, Identity};
 use crate::protocol::code;
 
@@ -60,12 +60,12 @@ pub(crate) fn check_owner(
         return Ok(());
     }
     tracing::warn!(owner = ?owner.map(|i| &i.client), caller = ?caller.map(|i| &i.client), "a client used another client's session");
-    Err(rpc_error_response(
+    Err(Refusal::new(
         StatusCode::NOT_FOUND,
-        None,
         code::INVALID_REQUEST,
         "unknown or expired session; initialize a new one",
-    ))
+    )
+    .into_response())
 }
 
 fn authorization(headers: &HeaderMap) -> Option<&str> {
@@ -112,12 +112,12 @@ pub(crate) fn refuse_at(
         .router
         .metrics()
         .denied("unauthenticated", "authentication");
-    let mut response = rpc_error_response(status, None, code::INVALID_REQUEST, error.to_string());
-    if let Ok(value) = HeaderValue::from_str(&challenge) {
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, value);
+    let refusal = Refusal::new(status, code::INVALID_REQUEST, error.to_string());
+    let mut response = match HeaderValue::from_str(&challenge) {
+        Ok(value) => refusal.with_header(header::WWW_AUTHENTICATE, value),
+        Err(_) => refusal,
     }
+    .into_response();
     // Refused before its body was read: the connection is not reused (a
     // client that sent its next request on it would see it closed under
     // it), and saying so lets the client open a new one.
@@ -184,20 +184,20 @@ pub(crate) async fn protected_resource(
     if let Some(name) = &endpoint
         && !state.endpoints.load().contains_key(name.as_str())
     {
-        return rpc_error_response(
+        return Refusal::new(
             StatusCode::NOT_FOUND,
-            None,
             code::INVALID_REQUEST,
             format!("there is no endpoint {name:?}"),
-        );
+        )
+        .into_response();
     }
     let Some(auth) = state.auth() else {
-        return rpc_error_response(
+        return Refusal::new(
             StatusCode::NOT_FOUND,
-            None,
             code::INVALID_REQUEST,
             "authentication is off: there is no protected resource",
-        );
+        )
+        .into_response();
     };
     let settings = auth.settings();
     // The gateway's own authorization server comes first.

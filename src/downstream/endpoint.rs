@@ -4,6 +4,7 @@
 //! than the gateway does (scopes, clients), and a session belongs to the
 //! endpoint it was created at.
 
+use axum::response::IntoResponse as _;
 use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, RawPathParams};
@@ -14,7 +15,7 @@ use indexmap::IndexMap;
 
 use super::AppState;
 use super::session::Session;
-use super::wire::rpc_error_response;
+use super::wire::Refusal;
 use crate::auth::{AuthError, Identity};
 use crate::catalog::ListKind;
 use crate::config::EndpointConfig;
@@ -49,6 +50,35 @@ pub(crate) fn endpoints_of(configs: &[EndpointConfig]) -> Endpoints {
         .collect()
 }
 
+/// The prologue every MCP route runs before it reads a body, as one
+/// extractor: the endpoint asked ([`At`]), the `Origin` check, who is
+/// calling (401, or 403 for what the endpoint requires), and the caller's
+/// rate. A handler that takes a `Caller` has passed all four; otherwise the
+/// first refusal is the answer.
+pub(crate) struct Caller {
+    pub(crate) at: At,
+    pub(crate) identity: Option<Arc<Identity>>,
+}
+
+impl FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let at = At::from_request_parts(parts, state).await?;
+        state.check_origin(&parts.headers)?;
+        let identity = at.identify(state, &parts.headers).await?;
+        let ip = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<super::listener::Peer>>()
+            .map(|info| info.0.addr.ip());
+        state.admit_rate(identity.as_ref(), ip)?;
+        Ok(Caller { at, identity })
+    }
+}
+
 /// The endpoint a request names; none for `/mcp`, `/sse` and `/message`.
 pub(crate) struct At(pub Option<Arc<Endpoint>>);
 
@@ -69,12 +99,12 @@ impl FromRequestParts<Arc<AppState>> for At {
         };
         match state.endpoints.load().get(name.as_str()) {
             Some(endpoint) => Ok(At(Some(endpoint.clone()))),
-            None => Err(rpc_error_response(
+            None => Err(Refusal::new(
                 StatusCode::NOT_FOUND,
-                None,
                 code::INVALID_REQUEST,
                 format!("there is no endpoint {name:?} (see /status for the endpoints)"),
-            )),
+            )
+            .into_response()),
         }
     }
 }
@@ -115,15 +145,15 @@ impl At {
         if !endpoint.clients.is_empty() && !endpoint.clients.iter().any(|c| **c == *caller.client) {
             tracing::info!(target: "mcpmux::audit", client = %caller.client, endpoint = %endpoint.name, reason = "endpoint", "request refused");
             state.router.metrics().denied(&caller.client, "endpoint");
-            return Err(rpc_error_response(
+            return Err(Refusal::new(
                 StatusCode::FORBIDDEN,
-                None,
                 code::INVALID_REQUEST,
                 format!(
                     "endpoint {:?} does not serve client {:?}",
                     endpoint.name, caller.client
                 ),
-            ));
+            )
+            .into_response());
         }
         Ok(identity)
     }
@@ -135,12 +165,12 @@ impl At {
         if session.subscriber.endpoint() == self.name() {
             return Ok(());
         }
-        Err(rpc_error_response(
+        Err(Refusal::new(
             StatusCode::NOT_FOUND,
-            None,
             code::INVALID_REQUEST,
             "unknown or expired session; initialize a new one",
-        ))
+        )
+        .into_response())
     }
 }
 

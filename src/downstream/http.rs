@@ -21,8 +21,8 @@ use super::dispatch::{self, Outcome};
 use super::listener::{ClientPeer, client_ip};
 use super::session::CloseReason;
 use super::wire::{
-    SESSION_HEADER, VERSION_HEADER, json_response, page_response, parse_message, read_body,
-    rpc_error_response, session_header,
+    Refusal, SESSION_HEADER, VERSION_HEADER, json_response, page_response, parse_message,
+    read_body, session_header,
 };
 use crate::protocol::{self, Envelope, MessageKind, code};
 use crate::router::Reply;
@@ -55,29 +55,20 @@ fn accepts(headers: &HeaderMap) -> Accepts {
 
 pub(crate) async fn post(
     State(state): State<Arc<AppState>>,
-    at: super::endpoint::At,
+    caller: super::endpoint::Caller,
     peer: ClientPeer,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(denied) = state.check_origin(&headers) {
-        return denied;
-    }
-    let identity = match at.identify(&state, &headers).await {
-        Ok(identity) => identity,
-        Err(refused) => return refused,
-    };
-    if let Err(refused) = state.admit_rate(identity.as_ref(), client_ip(&peer)) {
-        return refused;
-    }
+    let super::endpoint::Caller { at, identity } = caller;
     let accept = accepts(&headers);
     if !accept.json && !accept.sse {
-        return rpc_error_response(
+        return Refusal::new(
             StatusCode::NOT_ACCEPTABLE,
-            None,
             code::INVALID_REQUEST,
             "Accept must include application/json or text/event-stream",
-        );
+        )
+        .into_response();
     }
     let bytes = match read_body(&state.http, &headers, body).await {
         Ok(b) => b,
@@ -112,48 +103,10 @@ pub(crate) async fn post(
         return super::shared::after_initialize(&state, response, id, envelope.params).await;
     }
 
-    let Some(session_id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return rpc_error_response(
-            StatusCode::BAD_REQUEST,
-            envelope.id.map(RawValue::get),
-            code::INVALID_REQUEST,
-            "missing Mcp-Session-Id header; send initialize first",
-        );
-    };
-    if let Some(version) = headers.get(VERSION_HEADER) {
-        let version = version.to_str().unwrap_or_default();
-        if !protocol::is_supported_downstream(version) {
-            return rpc_error_response(
-                StatusCode::BAD_REQUEST,
-                envelope.id.map(RawValue::get),
-                code::INVALID_REQUEST,
-                format!(
-                    "unsupported MCP-Protocol-Version {version:?}; supported: {}",
-                    protocol::DOWNSTREAM_VERSIONS.join(", ")
-                ),
-            );
-        }
-    }
-    let Some(session) = (match super::shared::touch(&state, session_id).await {
+    let session = match session_of(&state, &at, identity.as_ref(), &headers, envelope.id).await {
         Ok(session) => session,
-        Err(unavailable) => return unavailable,
-    }) else {
-        return rpc_error_response(
-            StatusCode::NOT_FOUND,
-            envelope.id.map(RawValue::get),
-            code::INVALID_REQUEST,
-            "unknown or expired session; initialize a new one",
-        );
+        Err(refused) => return refused,
     };
-    if let Err(refused) = super::authn::check_owner(session.identity.as_ref(), identity.as_ref()) {
-        return refused;
-    }
-    if let Err(elsewhere) = at.check_session(&session) {
-        return elsewhere;
-    }
-    if let Err(mismatch) = session.check_version(&headers, envelope.id) {
-        return mismatch;
-    }
     match dispatch::handle(
         &state,
         &session,
@@ -179,6 +132,51 @@ pub(crate) async fn post(
     }
 }
 
+/// The session a 2025-era message belongs to: its `Mcp-Session-Id`, a
+/// supported version header, a live session this caller owns at this
+/// endpoint, and the version it negotiated; else the refusal.
+async fn session_of(
+    state: &AppState,
+    at: &super::endpoint::At,
+    identity: Option<&Arc<crate::auth::Identity>>,
+    headers: &HeaderMap,
+    id: Option<&RawValue>,
+) -> Result<Arc<super::session::Session>, Response> {
+    let refuse = |status, message: String| {
+        Refusal::new(status, code::INVALID_REQUEST, message)
+            .answering(id.map(RawValue::get))
+            .into_response()
+    };
+    let Some(session_id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "missing Mcp-Session-Id header; send initialize first".into(),
+        ));
+    };
+    if let Some(version) = headers.get(VERSION_HEADER) {
+        let version = version.to_str().unwrap_or_default();
+        if !protocol::is_supported_downstream(version) {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "unsupported MCP-Protocol-Version {version:?}; supported: {}",
+                    protocol::DOWNSTREAM_VERSIONS.join(", ")
+                ),
+            ));
+        }
+    }
+    let Some(session) = super::shared::touch(state, session_id).await? else {
+        return Err(refuse(
+            StatusCode::NOT_FOUND,
+            "unknown or expired session; initialize a new one".into(),
+        ));
+    };
+    super::authn::check_owner(session.identity.as_ref(), identity)?;
+    at.check_session(&session)?;
+    session.check_version(headers, id)?;
+    Ok(session)
+}
+
 fn single(frame: String) -> tokio::sync::mpsc::Receiver<String> {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let _ = tx.try_send(frame);
@@ -195,7 +193,11 @@ fn initialize(
     let id = envelope.id.map_or("null", RawValue::get);
     let version = match dispatch::negotiate(envelope.params) {
         Ok(v) => v,
-        Err(e) => return rpc_error_response(StatusCode::BAD_REQUEST, Some(id), e.code, e.message),
+        Err(e) => {
+            return Refusal::new(StatusCode::BAD_REQUEST, e.code, e.message)
+                .answering(Some(id))
+                .into_response();
+        }
     };
     let session = match state
         .sessions
@@ -250,11 +252,11 @@ pub(crate) async fn delete(
         super::shared::deleted(&state, session_id).await;
         StatusCode::OK.into_response()
     } else {
-        rpc_error_response(
+        Refusal::new(
             StatusCode::NOT_FOUND,
-            None,
             code::INVALID_REQUEST,
             "unknown or expired session",
         )
+        .into_response()
     }
 }

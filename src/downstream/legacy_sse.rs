@@ -29,7 +29,7 @@ use super::AppState;
 use super::dispatch::{self, Outcome, Outgoing};
 use super::listener::{ClientPeer, client_ip};
 use super::session::{CloseReason, MAX_REQUEST_TASKS, SessionTable};
-use super::wire::{parse_message, read_body, rpc_error_response};
+use super::wire::{Refusal, parse_message, read_body};
 use crate::protocol::{Envelope, MessageKind, code};
 
 /// Answers queued for one SSE session before its request tasks wait.
@@ -49,21 +49,11 @@ impl Drop for SessionOnStream {
 
 pub(crate) async fn open(
     State(state): State<Arc<AppState>>,
-    at: super::endpoint::At,
+    caller: super::endpoint::Caller,
     peer: ClientPeer,
-    headers: HeaderMap,
 ) -> Response {
-    if let Err(denied) = state.check_origin(&headers) {
-        return denied;
-    }
+    let super::endpoint::Caller { at, identity } = caller;
     let (replies_tx, replies_rx) = mpsc::channel(REPLY_CAPACITY);
-    let identity = match at.identify(&state, &headers).await {
-        Ok(identity) => identity,
-        Err(refused) => return refused,
-    };
-    if let Err(refused) = state.admit_rate(identity.as_ref(), client_ip(&peer)) {
-        return refused;
-    }
     let client = client_ip(&peer);
     let session =
         match state
@@ -113,52 +103,42 @@ pub(crate) struct SessionQuery {
 
 pub(crate) async fn message(
     State(state): State<Arc<AppState>>,
-    at: super::endpoint::At,
-    peer: ClientPeer,
+    caller: super::endpoint::Caller,
     Query(query): Query<SessionQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(denied) = state.check_origin(&headers) {
-        return denied;
-    }
+    let super::endpoint::Caller { at, identity } = caller;
     let Some(session_id) = query.session_id else {
-        return rpc_error_response(
+        return Refusal::new(
             StatusCode::BAD_REQUEST,
-            None,
             code::INVALID_REQUEST,
             "missing sessionId query parameter",
-        );
+        )
+        .into_response();
     };
-    let identity = match at.identify(&state, &headers).await {
-        Ok(identity) => identity,
-        Err(refused) => return refused,
-    };
-    if let Err(refused) = state.admit_rate(identity.as_ref(), client_ip(&peer)) {
-        return refused;
-    }
     let Some(session) = state
         .sessions
         .touch(&session_id)
         .filter(|s| at.check_session(s).is_ok())
     else {
-        return rpc_error_response(
+        return Refusal::new(
             StatusCode::NOT_FOUND,
-            None,
             code::INVALID_REQUEST,
             "unknown or closed session",
-        );
+        )
+        .into_response();
     };
     if let Err(refused) = super::authn::check_owner(session.identity.as_ref(), identity.as_ref()) {
         return refused;
     }
     let Some(replies) = session.replies.clone() else {
-        return rpc_error_response(
+        return Refusal::new(
             StatusCode::BAD_REQUEST,
-            None,
             code::INVALID_REQUEST,
             "this session uses Streamable HTTP; POST to /mcp",
-        );
+        )
+        .into_response();
     };
     let bytes = match read_body(&state.http, &headers, body).await {
         Ok(b) => b,
@@ -197,14 +177,9 @@ pub(crate) async fn message(
 
 /// The 429 for a request beyond [`MAX_REQUEST_TASKS`] of its session.
 fn too_many_requests(id: Option<&RawValue>) -> Response {
-    let mut response = rpc_error_response(
-        StatusCode::TOO_MANY_REQUESTS,
-        id.map(RawValue::get),
-        code::INTERNAL_ERROR,
-        format!(
+    let mut response = Refusal::new(StatusCode::TOO_MANY_REQUESTS, code::INTERNAL_ERROR, format!(
             "this session already has {MAX_REQUEST_TASKS} requests in progress, the most it may have; wait for an answer before sending more"
-        ),
-    );
+        )).answering(id.map(RawValue::get)).into_response();
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

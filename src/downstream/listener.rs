@@ -23,6 +23,7 @@
 //! until its response body is dropped. [`track_requests`] is the middleware
 //! that marks requests in progress.
 
+use axum::response::IntoResponse as _;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -385,14 +386,9 @@ async fn overflow(stream: TcpStream, max_connections: usize) {
             let response = if request.uri().path() == "/healthz" {
                 Response::new(Body::from("ok"))
             } else {
-                super::wire::rpc_error_response(
-                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                    None,
-                    crate::protocol::code::INTERNAL_ERROR,
-                    format!(
+                super::wire::Refusal::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, crate::protocol::code::INTERNAL_ERROR, format!(
                         "the gateway has reached its limit of {max_connections} connections; retry shortly"
-                    ),
-                )
+                    )).into_response()
             };
             let mut response = response;
             response.headers_mut().insert(

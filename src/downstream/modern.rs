@@ -23,7 +23,7 @@ use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
-use super::wire::{SESSION_HEADER, VERSION_HEADER, json_response as json, page_response};
+use super::wire::{Refusal, SESSION_HEADER, VERSION_HEADER, json_response as json, page_response};
 use crate::notify::LogLevel;
 use crate::protocol::{
     self, Envelope, Era, MessageKind, Method, ParamsError, Request, RpcError, code, meta, method,
@@ -109,12 +109,8 @@ pub(crate) struct Validated {
 
 /// An error for request `id` with an HTTP status.
 fn reject(status: StatusCode, id: Option<&RawValue>, error: RpcError) -> Response {
-    let body = protocol::error_frame(Some(id.map_or("null", RawValue::get)), &error);
-    (
-        status,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        body,
-    )
+    Refusal::of(status, error)
+        .answering(Some(id.map_or("null", RawValue::get)))
         .into_response()
 }
 

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::AppState;
-use super::wire::rpc_error_response;
+use super::wire::Refusal;
 use crate::protocol::code;
 
 /// What the authorization server puts on the redirect (RFC 6749 §4.1.2).
@@ -89,12 +89,12 @@ fn page(status: StatusCode, title: &str, text: &str) -> Response {
 async fn caller(state: &AppState, headers: &HeaderMap) -> Result<Arc<str>, Response> {
     match super::authn::identify(state, headers).await? {
         Some(identity) => Ok(identity.client.clone()),
-        None => Err(rpc_error_response(
+        None => Err(Refusal::new(
             StatusCode::NOT_FOUND,
-            None,
             code::INVALID_REQUEST,
             "authentication is off: there are no users' connections",
-        )),
+        )
+        .into_response()),
     }
 }
 
@@ -140,19 +140,19 @@ pub(crate) async fn disconnect(
 }
 
 fn not_connected(upstream: &str) -> Response {
-    rpc_error_response(
+    Refusal::new(
         StatusCode::NOT_FOUND,
-        None,
         code::INVALID_REQUEST,
         format!("you have no connection at {upstream:?}"),
     )
+    .into_response()
 }
 
 fn unavailable(why: &str) -> Response {
-    rpc_error_response(
+    Refusal::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        None,
         code::INTERNAL_ERROR,
         format!("the token store is unavailable: {why}"),
     )
+    .into_response()
 }

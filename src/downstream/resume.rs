@@ -40,7 +40,7 @@ use tracing::Instrument as _;
 use super::AppState;
 use super::post_streams::{Next, Reader, UnknownStream};
 use super::session::Session;
-use super::wire::rpc_error_response;
+use super::wire::Refusal;
 use crate::protocol::code;
 
 /// The reconnection delay sent in the `retry:` field.
@@ -200,14 +200,9 @@ pub(crate) fn get(state: &AppState, session: &Session, headers: &HeaderMap) -> O
         }
         Err(UnknownStream) => {
             tracing::info!(parent: &session.span, last_event_id = value, "resume of an unknown or expired POST stream refused");
-            rpc_error_response(
-                StatusCode::GONE,
-                None,
-                code::INVALID_REQUEST,
-                format!(
+            Refusal::new(StatusCode::GONE, code::INVALID_REQUEST, format!(
                     "Last-Event-ID {value:?} names no resumable stream of this session (unknown, or expired after its answer)"
-                ),
-            )
+                )).into_response()
         }
     })
 }

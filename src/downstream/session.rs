@@ -16,6 +16,7 @@
 //! request and initializes again, as the spec intends. Only when every
 //! candidate is busy is the new session refused.
 
+use axum::response::IntoResponse as _;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -34,7 +35,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
 use super::post_streams::PostStreams;
-use super::wire::{VERSION_HEADER, rpc_error_response};
+use super::wire::{Refusal, VERSION_HEADER};
 use crate::notify::{NotifyHub, Subscriber};
 use crate::protocol::code;
 use crate::router::InflightCalls;
@@ -121,14 +122,9 @@ impl Session {
         if header == negotiated {
             return Ok(());
         }
-        Err(rpc_error_response(
-            StatusCode::BAD_REQUEST,
-            id.map(RawValue::get),
-            code::INVALID_REQUEST,
-            format!(
+        Err(Refusal::new(StatusCode::BAD_REQUEST, code::INVALID_REQUEST, format!(
                 "MCP-Protocol-Version {header:?} does not match the version this session negotiated ({negotiated})"
-            ),
-        ))
+            )).answering(id.map(RawValue::get)).into_response())
     }
 }
 
@@ -222,7 +218,9 @@ impl TooManySessions {
             TooManySessions::Client(_) => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };
-        let mut response = rpc_error_response(status, id, code::INTERNAL_ERROR, self.to_string());
+        let mut response = Refusal::new(status, code::INTERNAL_ERROR, self.to_string())
+            .answering(id)
+            .into_response();
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

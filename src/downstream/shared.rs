@@ -15,6 +15,7 @@
 //! would have to load, gets 503 saying why. Every function returns at once
 //! when no store is configured.
 
+use axum::response::IntoResponse as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ use tokio_util::task::TaskTracker;
 
 use super::AppState;
 use super::session::{CloseReason, Session};
-use super::wire::{SESSION_HEADER, rpc_error_response};
+use super::wire::{Refusal, SESSION_HEADER};
 use crate::catalog::ListKind;
 use crate::protocol::{LogLevel, Request, code, method};
 use crate::router::Reply;
@@ -39,12 +40,13 @@ const EVENT_QUEUE: usize = 1024;
 
 /// The 503 of a request that needed the store while it is unreachable.
 fn unavailable(id: Option<&str>, error: &StoreError) -> Response {
-    rpc_error_response(
+    Refusal::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        id,
         code::INTERNAL_ERROR,
         format!("{error}; sessions cannot be created or resumed here until it is back"),
     )
+    .answering(id)
+    .into_response()
 }
 
 /// The session with this id, marked as used: held here, or adopted from

@@ -18,39 +18,28 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::listener::{ClientPeer, client_ip};
-use super::wire::{VERSION_HEADER, rpc_error_response, session_header};
+use super::wire::{Refusal, VERSION_HEADER, session_header};
 use crate::protocol::{self, code};
 
 mod events;
 
 pub(crate) async fn get(
     State(state): State<Arc<AppState>>,
-    at: super::endpoint::At,
-    peer: ClientPeer,
+    caller: super::endpoint::Caller,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(denied) = state.check_origin(&headers) {
-        return denied;
-    }
+    let super::endpoint::Caller { at, identity } = caller;
     let accepts_sse = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_none_or(|v| v.contains("text/event-stream") || v.contains("*/*"));
     if !accepts_sse {
-        return rpc_error_response(
+        return Refusal::new(
             StatusCode::NOT_ACCEPTABLE,
-            None,
             code::INVALID_REQUEST,
             "GET /mcp opens an SSE stream; Accept must include text/event-stream",
-        );
-    }
-    let identity = match at.identify(&state, &headers).await {
-        Ok(identity) => identity,
-        Err(refused) => return refused,
-    };
-    if let Err(refused) = state.admit_rate(identity.as_ref(), client_ip(&peer)) {
-        return refused;
+        )
+        .into_response();
     }
     let session_id = match session_header(&headers) {
         Ok(id) => id,
@@ -59,23 +48,23 @@ pub(crate) async fn get(
     if let Some(version) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())
         && !protocol::is_supported_downstream(version)
     {
-        return rpc_error_response(
+        return Refusal::new(
             StatusCode::BAD_REQUEST,
-            None,
             code::INVALID_REQUEST,
             format!("unsupported MCP-Protocol-Version {version:?}"),
-        );
+        )
+        .into_response();
     }
     let Some(session) = (match super::shared::touch(&state, session_id).await {
         Ok(session) => session,
         Err(unavailable) => return unavailable,
     }) else {
-        return rpc_error_response(
+        return Refusal::new(
             StatusCode::NOT_FOUND,
-            None,
             code::INVALID_REQUEST,
             "unknown or expired session",
-        );
+        )
+        .into_response();
     };
     if let Err(refused) = super::authn::check_owner(session.identity.as_ref(), identity.as_ref()) {
         return refused;

@@ -3,6 +3,7 @@
 //! or the remote address when authentication is off). A client over its
 //! rate gets 429 with `Retry-After`; nobody else notices.
 
+use axum::response::IntoResponse as _;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use axum::response::Response;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use super::wire::rpc_error_response;
+use super::wire::Refusal;
 use crate::auth::Identity;
 use crate::config::RateLimit;
 use crate::protocol::code;
@@ -61,9 +62,8 @@ impl Throttle {
     /// The 429 for `key`, which must wait `wait`.
     pub(crate) fn refusal(&self, key: &str, wait: Duration) -> Response {
         let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        let mut response = rpc_error_response(
+        let refusal = Refusal::new(
             StatusCode::TOO_MANY_REQUESTS,
-            None,
             code::INTERNAL_ERROR,
             format!(
                 "rate limit exceeded for {key}: {} requests per second after a burst of {} (rate_limit); retry in {}s",
@@ -72,9 +72,10 @@ impl Throttle {
                 seconds.max(1)
             ),
         );
-        if let Ok(value) = HeaderValue::from_str(&seconds.max(1).to_string()) {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
+        match HeaderValue::from_str(&seconds.max(1).to_string()) {
+            Ok(value) => refusal.with_header(header::RETRY_AFTER, value),
+            Err(_) => refusal,
         }
-        response
+        .into_response()
     }
 }

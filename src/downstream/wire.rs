@@ -17,15 +17,64 @@ use crate::router::PageFrame;
 pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
 
-/// An HTTP error whose body is a JSON-RPC error with the given id (or null).
-pub(crate) fn rpc_error_response(
+/// A request the HTTP edge refuses: the HTTP status, the JSON-RPC error,
+/// the id of the request it answers (none: `null`) and any header the
+/// refusal carries (a challenge, `Retry-After`). Every refusal of a route
+/// is one of these and answers through its one `IntoResponse`; the router's
+/// own errors are `RouteError`s, which become frames.
+#[derive(Debug)]
+pub(crate) struct Refusal {
     status: StatusCode,
-    id: Option<&str>,
-    code: i64,
-    message: impl Into<String>,
-) -> Response {
-    let body = protocol::error_frame(id, &RpcError::new(code, message));
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    id: Option<String>,
+    error: RpcError,
+    headers: HeaderMap,
+}
+
+impl Refusal {
+    /// A refusal with `status` and a JSON-RPC error of `code`.
+    pub(crate) fn new(status: StatusCode, code: i64, message: impl Into<String>) -> Refusal {
+        Refusal::of(status, RpcError::new(code, message))
+    }
+
+    /// A refusal with `status` and `error` as it is (with its `data`).
+    pub(crate) fn of(status: StatusCode, error: RpcError) -> Refusal {
+        Refusal {
+            status,
+            id: None,
+            error,
+            headers: HeaderMap::new(),
+        }
+    }
+
+    /// The refusal answers the request with this id (raw JSON).
+    pub(crate) fn answering(mut self, id: Option<&str>) -> Refusal {
+        self.id = id.map(str::to_owned);
+        self
+    }
+
+    /// The refusal carries `value` in header `name`.
+    pub(crate) fn with_header(
+        mut self,
+        name: axum::http::HeaderName,
+        value: axum::http::HeaderValue,
+    ) -> Refusal {
+        self.headers.insert(name, value);
+        self
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let body = protocol::error_frame(self.id.as_deref(), &self.error);
+        let mut response = (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response();
+        response.headers_mut().extend(self.headers);
+        response
+    }
 }
 
 /// A JSON-RPC frame as an `application/json` answer.
@@ -86,12 +135,12 @@ pub(crate) fn session_header(headers: &HeaderMap) -> Result<&str, Response> {
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| {
-            rpc_error_response(
+            Refusal::new(
                 StatusCode::BAD_REQUEST,
-                None,
                 code::INVALID_REQUEST,
                 "missing Mcp-Session-Id header",
             )
+            .into_response()
         })
 }
 
@@ -111,21 +160,21 @@ pub(crate) async fn read_body(
             .to_ascii_lowercase()
             .starts_with("application/json")
     {
-        return Err(rpc_error_response(
+        return Err(Refusal::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            None,
             code::INVALID_REQUEST,
             format!("Content-Type must be application/json, not {ct:?}"),
-        ));
+        )
+        .into_response());
     }
     let limit = http.max_body_bytes;
     let too_large = || {
-        rpc_error_response(
+        Refusal::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            None,
             code::INVALID_REQUEST,
             format!("request body exceeds the limit of {limit} bytes"),
         )
+        .into_response()
     };
     // A declared length over the limit is refused before a byte of the body
     // is read (and before `100 Continue` invites the client to send it).
@@ -140,21 +189,21 @@ pub(crate) async fn read_body(
     match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(e)) if is_length_limit(&e) => Err(too_large()),
-        Ok(Err(e)) => Err(rpc_error_response(
+        Ok(Err(e)) => Err(Refusal::new(
             StatusCode::BAD_REQUEST,
-            None,
             code::INVALID_REQUEST,
             format!("the request body could not be read: {e}"),
-        )),
-        Err(_) => Err(rpc_error_response(
+        )
+        .into_response()),
+        Err(_) => Err(Refusal::new(
             StatusCode::REQUEST_TIMEOUT,
-            None,
             code::INVALID_REQUEST,
             format!(
                 "the request body did not arrive within {} (http.body_read_timeout)",
                 humantime::format_duration(timeout)
             ),
-        )),
+        )
+        .into_response()),
     }
 }
 
@@ -174,7 +223,9 @@ fn is_length_limit(error: &axum::Error) -> bool {
 #[allow(clippy::result_large_err)]
 pub(crate) fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind), Response> {
     let bad = |code, message: String, id: Option<&str>| {
-        rpc_error_response(StatusCode::BAD_REQUEST, id, code, message)
+        Refusal::new(StatusCode::BAD_REQUEST, code, message)
+            .answering(id)
+            .into_response()
     };
     let text = std::str::from_utf8(bytes)
         .map_err(|_| bad(code::PARSE_ERROR, "body is not valid UTF-8".into(), None))?;

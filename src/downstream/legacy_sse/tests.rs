@@ -60,8 +60,10 @@ async fn post(state: &Arc<AppState>, session_id: &str, body: &str) -> Response {
     );
     message(
         State(state.clone()),
-        crate::downstream::endpoint::At(None),
-        None,
+        crate::downstream::endpoint::Caller {
+            at: crate::downstream::endpoint::At(None),
+            identity: None,
+        },
         Query(query),
         headers,
         Body::from(body.to_owned()),
