@@ -286,6 +286,7 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize], baseline: Option<&str>)
         tables.push(compared(res, label));
     }
     tables.insert(0, targets(res, plan, fanout));
+    tables.insert(0, against_bare(res, fanout));
     tables.retain(|t| !t.is_empty());
     tables
 }
@@ -388,6 +389,82 @@ fn stalled(res: &Results) -> Table {
         MAX_IN_FLIGHT + MAX_QUEUED,
         AT_ONCE.as_millis()
     ));
+    table
+}
+
+/// Issue 30's targets: the gateway against the least these parts do,
+/// measured in the same run (ratios round by round, medians).
+fn against_bare(res: &Results, fanout: &[usize]) -> Table {
+    let mut table = Table::new(
+        "Targets (issue 30, against the bare references in the same run)",
+        &["target", "ratio (median, spread)", "met"],
+    );
+    let mut target = |what: &str, ratios: Option<Vec<f64>>, ok: &dyn Fn(f64) -> bool| {
+        let met = match ratios.as_ref().filter(|r| !r.is_empty()) {
+            Some(r) if ok(report::median(r)) => "yes",
+            Some(_) => "no",
+            None => "—",
+        };
+        table.row(vec![
+            what.to_owned(),
+            report::ratio_cell(ratios),
+            met.to_owned(),
+        ]);
+    };
+    target(
+        "gateway CPU per 2 KB call ≤ 1.25× the bare proxy's",
+        res.ratio("cpu_gw/http", "cpu_gw/proxy"),
+        &|v| v <= 1.25,
+    );
+    let added = |key: &str| res.difference(key, "lat_p50_2k/direct");
+    let added_ratio = match (added("lat_p50_2k/http"), added("lat_p50_2k/proxy")) {
+        (Some(gw), Some(bare)) => Some(
+            gw.iter()
+                .zip(&bare)
+                .filter(|(_, b)| **b > 0.0)
+                .map(|(g, b)| g / b)
+                .collect(),
+        ),
+        _ => None,
+    };
+    target(
+        "added latency p50 ≤ 1.25× the bare proxy's added p50",
+        added_ratio,
+        &|v| v <= 1.25,
+    );
+    for c in [16, 64] {
+        target(
+            &format!("throughput at {c} clients ≥ 0.8× the bare proxy's"),
+            res.ratio(&format!("tput_{c}/http"), &format!("tput_{c}/proxy")),
+            &|v| v >= 0.8,
+        );
+    }
+    let n = fanout
+        .iter()
+        .copied()
+        .find(|n| *n == 1000)
+        .or(fanout.first().copied());
+    if let Some(n) = n {
+        target(
+            &format!(
+                "CPU per fan-out delivery ({n} streams) ≤ 1.2× the floor's own streams"
+            ),
+            res.ratio(&format!("fan_cpu_us/{n}"), &format!("floor_fan_cpu_us/{n}")),
+            &|v| v <= 1.2,
+        );
+        target(
+            "a session with an open stream and a subscription ≤ 1.3× a bare hyper stream",
+            res.ratio(&format!("stream_kb/{n}"), &format!("floor_stream_kb/{n}")),
+            &|v| v <= 1.3,
+        );
+    }
+    table.note(
+        "Each ratio is the gateway's figure over the same figure of its bare reference, \
+         taken round by round: for calls, the bare proxy (an HTTP/1.1 pass-through in \
+         hyper with no MCP, in front of the same floor); for fan-out and memory, the \
+         floor's own notification streams (hyper and one queue per stream, no session). \
+         Added latency is each one's p50 over the direct p50.",
+    );
     table
 }
 
