@@ -246,9 +246,11 @@ most). Without `--bench` on its command line, as under
 
 Read the figures with this in mind:
 
-- The targets table puts each target beside the same figure for the bare
-  reference measured in the same run: a target below its reference is
-  below what these parts do on this machine before any MCP work.
+- Issue 30's table is the gateway against the bare references as ratios
+  taken round by round; issue 13's table puts each absolute target beside
+  the same figure for the bare reference measured in the same run: a
+  target below its reference is below what these parts do on this
+  machine before any MCP work.
 - The load client, the floors and the gateway share the machine's CPUs; on
   a small machine every figure includes that contention, which is why
   ratios against direct, taken in the same round, say more than absolute

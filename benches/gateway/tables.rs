@@ -446,9 +446,7 @@ fn against_bare(res: &Results, fanout: &[usize]) -> Table {
         .or(fanout.first().copied());
     if let Some(n) = n {
         target(
-            &format!(
-                "CPU per fan-out delivery ({n} streams) ≤ 1.2× the floor's own streams"
-            ),
+            &format!("CPU per fan-out delivery ({n} streams) ≤ 1.2× the floor's own streams"),
             res.ratio(&format!("fan_cpu_us/{n}"), &format!("floor_fan_cpu_us/{n}")),
             &|v| v <= 1.2,
         );

@@ -144,7 +144,15 @@ async fn no_token_reaches_the_logs_status_ui_metrics_or_traces() {
         ("span attributes", &attributes),
         ("the token file", &stored),
     ] {
-        let jwt_line = text.lines().find(|l| l.contains("eyJ"));
+        // A JWT: a JSON header in base64url, then two more dotted parts
+        // (a random token that merely contains "eyJ" is not one).
+        let jwt_line = text.lines().find(|l| looks_like_jwt(l));
+        for near in text
+            .lines()
+            .filter(|l| l.contains("eyJ") && !looks_like_jwt(l))
+        {
+            eprintln!("{place}: holds \"eyJ\" but no JWT: {near}");
+        }
         assert!(jwt_line.is_none(), "a JWT in {place}: {jwt_line:?}");
         assert!(!text.contains(&bob_jwt), "bob's own token in {place}");
         assert!(
@@ -153,4 +161,31 @@ async fn no_token_reaches_the_logs_status_ui_metrics_or_traces() {
         );
         assert!(!text.contains(ALICE_KEY), "alice's API key in {place}");
     }
+}
+
+/// Whether `line` holds something shaped like a JWT: `eyJ` (a base64url
+/// `{"`), at least ten more base64url characters, a dot, a second part,
+/// and a dot.
+fn looks_like_jwt(line: &str) -> bool {
+    let b64 = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    line.match_indices("eyJ").any(|(at, _)| {
+        let rest = &line[at..];
+        let mut parts = rest.splitn(3, '.');
+        let header = parts.next().unwrap_or_default();
+        let header_len = header.chars().take_while(|c| b64(*c)).count();
+        let payload = parts.next();
+        header_len >= 13
+            && header_len == header.len()
+            && payload.is_some_and(|p| p.len() >= 10 && p.chars().all(b64))
+            && parts.next().is_some()
+    })
+}
+
+#[test]
+fn a_jwt_is_told_from_a_token_that_merely_contains_its_prefix() {
+    let jwt = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJl";
+    assert!(looks_like_jwt(&format!("token {jwt} here")));
+    assert!(looks_like_jwt(&format!(r#"{{"auth":"Bearer {jwt}"}}"#)));
+    assert!(!looks_like_jwt("session 1a2b-Q8zeyJk3mN0pQr5sT7u done"));
+    assert!(!looks_like_jwt("code=AbeyJ12_-xyz&state=eyJnotatoken"));
 }
