@@ -187,7 +187,26 @@ pub(crate) fn validate(
             "missing _meta[\"io.modelcontextprotocol/clientCapabilities\"]",
         ));
     }
-    let method = method.as_str();
+    check_method_headers(headers, id, &method, params)?;
+    let log_level = match meta.get(meta::LOG_LEVEL) {
+        None => None,
+        Some(level) => Some(level.as_str().and_then(LogLevel::parse).ok_or_else(|| {
+            invalid("_meta[\"io.modelcontextprotocol/logLevel\"] is not a log level")
+        })?),
+    };
+    Ok(Validated { log_level })
+}
+
+/// Checks the `Mcp-Method` header, and `Mcp-Name` for a method that names
+/// its target, against the body.
+#[allow(clippy::result_large_err)]
+fn check_method_headers(
+    headers: &HeaderMap,
+    id: Option<&RawValue>,
+    method: &str,
+    params: &crate::protocol::Params<'_>,
+) -> Result<(), Response> {
+    let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
     match header("mcp-method").map(str::trim) {
         None => return Err(mismatch(id, "the Mcp-Method header is missing".into())),
         Some(h) if h != method => {
@@ -228,13 +247,7 @@ pub(crate) fn validate(
             Some(Some(_)) => {}
         }
     }
-    let log_level = match meta.get(meta::LOG_LEVEL) {
-        None => None,
-        Some(level) => Some(level.as_str().and_then(LogLevel::parse).ok_or_else(|| {
-            invalid("_meta[\"io.modelcontextprotocol/logLevel\"] is not a log level")
-        })?),
-    };
-    Ok(Validated { log_level })
+    Ok(())
 }
 
 /// Serves one modern message.

@@ -76,20 +76,8 @@ pub(super) async fn first(
         on.parking.clone(),
     );
     let resume = async move {
-        let answered = tokio::time::timeout_at(deadline, ask.answer).await;
-        let accepted = matches!(&answered, Ok(Ok(Ok(result))) if accepted(result));
-        if answered.is_err() {
-            hub.forget_ask(session, &ask.id);
-        }
-        let connected = match (accepted, handle.credentials()) {
-            (true, Some(credentials)) => {
-                credentials
-                    .connector()
-                    .wait_connected(&upstream, &caller.client, deadline)
-                    .await
-            }
-            _ => false,
-        };
+        let connected =
+            wait_for_user(&hub, session, ask, &handle, &upstream, &caller, deadline).await;
         let Some(Ok(params)) = owned
             .as_deref()
             .filter(|_| connected)
@@ -115,52 +103,99 @@ pub(super) async fn first(
             tasks: &tasks,
             parking: &parking,
         };
-        let admitted = call
-            .handle
-            .protection()
-            .admit(super::client_key(&ctx), deadline)
-            .await;
-        let connected = match &admitted {
-            Ok(_) => {
-                call.handle
-                    .connection_for(Some(session), Some(&caller), deadline)
-                    .await
-            }
-            Err(e) => Err(e.clone()),
-        };
-        let reply = match connected {
-            Ok((conn, via)) => {
-                let connected = Connected {
-                    conn,
-                    via,
-                    admission: admitted.ok(),
-                    cached,
-                };
-                super::send(call, &ctx, &id, on, connected).await
-            }
-            Err(e) => super::refused(&call, &ctx, &id, &metrics, e, std::time::Instant::now()),
-        };
-        match reply {
-            Reply::Streaming(mut more) => {
-                while let Some(frame) = more.recv().await {
-                    if sink.send(frame).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            Reply::Ready(frame) => {
-                let _ = sink.send(frame.into_text()).await;
-            }
-            Reply::Page(page) => {
-                let _ = sink.send(page.into_text()).await;
-            }
-        }
+        let reply = send_connected(call, &ctx, &id, on, (session, &caller), cached, deadline).await;
+        relay(reply, &sink).await;
     };
     on.tasks.spawn(tracing::Instrument::instrument(
         resume,
         tracing::debug_span!("waiting for the user to connect"),
     ));
     Reply::Streaming(frames)
+}
+
+/// Waits (until `deadline`) for the user to accept the elicitation and
+/// finish connecting their account at `upstream`; true once they have.
+async fn wait_for_user(
+    hub: &crate::notify::NotifyHub,
+    session: crate::upstream::SubscriberId,
+    ask: crate::upstream::ClientAsk,
+    handle: &crate::upstream::UpstreamHandle,
+    upstream: &str,
+    caller: &crate::auth::Identity,
+    deadline: Instant,
+) -> bool {
+    let answered = tokio::time::timeout_at(deadline, ask.answer).await;
+    let accepted = matches!(&answered, Ok(Ok(Ok(result))) if accepted(result));
+    if answered.is_err() {
+        hub.forget_ask(session, &ask.id);
+    }
+    match (accepted, handle.credentials()) {
+        (true, Some(credentials)) => {
+            credentials
+                .connector()
+                .wait_connected(upstream, &caller.client, deadline)
+                .await
+        }
+        _ => false,
+    }
+}
+
+/// Sends a call whose caller has just connected: admitted and connected
+/// as the caller, then as any other call.
+async fn send_connected(
+    call: Call<'_>,
+    ctx: &RequestContext,
+    id: &RawValue,
+    on: Served<'_>,
+    (session, caller): (crate::upstream::SubscriberId, &crate::auth::Identity),
+    cached: Option<super::super::cached::Plan>,
+    deadline: Instant,
+) -> Reply {
+    let admitted = call
+        .handle
+        .protection()
+        .admit(super::client_key(ctx), deadline)
+        .await;
+    let connected = match &admitted {
+        Ok(_) => {
+            call.handle
+                .connection_for(Some(session), Some(caller), deadline)
+                .await
+        }
+        Err(e) => Err(e.clone()),
+    };
+    match connected {
+        Ok((conn, via)) => {
+            let connected = Connected {
+                conn,
+                via,
+                admission: admitted.ok(),
+                cached,
+            };
+            super::send(call, ctx, id, on, connected).await
+        }
+        Err(e) => super::refused(&call, ctx, id, on.metrics, e, std::time::Instant::now()),
+    }
+}
+
+/// Moves a reply's frames onto the call's stream until it ends or the
+/// client is gone.
+async fn relay(reply: Reply, sink: &mpsc::Sender<String>) {
+    match reply {
+        Reply::Streaming(mut more) => {
+            while let Some(frame) = more.recv().await {
+                if sink.send(frame).await.is_err() {
+                    return;
+                }
+            }
+        }
+        Reply::Ready(frame) => {
+            let _ = sink.send(frame.into_text()).await;
+        }
+        Reply::Page(page) => {
+            let _ = sink.send(page.into_text()).await;
+        }
+    }
 }
 
 /// What a `requestState` of the gateway's own connect round starts with.
