@@ -13,6 +13,7 @@ mod expand;
 mod oauth_server;
 mod pages;
 mod policy;
+mod problems;
 mod protect;
 mod secret;
 mod shape;
@@ -31,23 +32,25 @@ pub(crate) use oauth_server::{
 };
 pub(crate) use telemetry::TracingConfig;
 use upstream::RawUpstream;
+#[cfg(test)]
+use upstream::check_upstream_name;
 pub(crate) use upstream_auth::{
     ApiKeyClients, AuthMode, AuthServer, CredentialsConfig, UpstreamAuth,
 };
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde::Deserialize;
-use serde_saphyr::{Location, Spanned};
+use serde_saphyr::Spanned;
 
 pub use expand::Lookup;
 pub(crate) use pages::PageSizes;
 pub(crate) use policy::{Access, PolicyConfig, RuleConfig};
+use problems::Problems;
 pub(crate) use protect::{BreakerConfig, CacheConfig, LimitsConfig, ProtectConfig};
 pub(crate) use secret::{Secret, StateKey};
 pub(crate) use shape::{ItemOverride, ListShape, ShapeConfig};
@@ -498,129 +501,6 @@ struct RawHttp {
     idle_timeout: Option<Spanned<String>>,
     #[serde(default)]
     max_connections: Option<Spanned<u64>>,
-}
-
-/// Collects validation problems so one run reports all of them.
-struct Problems {
-    issues: Vec<Issue>,
-}
-
-impl Problems {
-    fn at(&mut self, location: Location, message: impl fmt::Display) {
-        self.issues.push(Issue {
-            line: location.line(),
-            column: location.column(),
-            message: message.to_string(),
-        });
-    }
-
-    /// Expands `${VAR}` in a spanned string, reporting failures at its location.
-    fn expand(&mut self, value: &Spanned<String>, what: &str, lookup: &Lookup) -> Option<String> {
-        match expand::expand(&value.value, lookup) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                self.at(value.referenced, format_args!("{what}: {e}"));
-                None
-            }
-        }
-    }
-
-    fn duration(
-        &mut self,
-        value: &Spanned<String>,
-        what: &str,
-        lookup: &Lookup,
-    ) -> Option<Duration> {
-        let text = self.expand(value, what, lookup)?;
-        match humantime::parse_duration(text.trim()) {
-            Ok(d) if !d.is_zero() => Some(d),
-            Ok(_) => {
-                self.at(
-                    value.referenced,
-                    format_args!("{what}: must be greater than zero"),
-                );
-                None
-            }
-            Err(e) => {
-                self.at(
-                    value.referenced,
-                    format_args!("{what}: {e} (write a duration such as \"30s\" or \"5m\")"),
-                );
-                None
-            }
-        }
-    }
-}
-
-impl Problems {
-    /// An optional duration, or `default` when the key is absent.
-    fn duration_or(
-        &mut self,
-        value: Option<&Spanned<String>>,
-        default: Duration,
-        what: &str,
-        lookup: &Lookup,
-    ) -> Option<Duration> {
-        match value {
-            None => Some(default),
-            Some(v) => self.duration(v, what, lookup),
-        }
-    }
-
-    /// An optional count in `min..=max`, or `default` when absent.
-    fn count_or(
-        &mut self,
-        value: Option<&Spanned<u64>>,
-        default: u64,
-        min: u64,
-        max: u64,
-        what: &str,
-    ) -> u64 {
-        match value {
-            None => default,
-            Some(v) if v.value < min || v.value > max => {
-                self.at(
-                    v.referenced,
-                    format_args!("{what}: must be between {min} and {max}"),
-                );
-                default
-            }
-            Some(v) => v.value,
-        }
-    }
-}
-
-/// Why a name is not a valid upstream name; reads after the quoted name
-/// ("upstream name \"X\" is empty").
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub(crate) enum UpstreamNameError {
-    #[error("is empty")]
-    Empty,
-    #[error("must start with a lowercase letter a-z, not {0:?}")]
-    BadFirst(char),
-    /// Holds the length in bytes.
-    #[error("is {0} characters long; the limit is 32")]
-    TooLong(usize),
-    #[error("may contain only a-z, 0-9 and '-', not {0:?}")]
-    BadChar(char),
-}
-
-/// Upstream names: `[a-z][a-z0-9-]{0,31}`.
-pub(crate) fn check_upstream_name(name: &str) -> Result<(), UpstreamNameError> {
-    let mut chars = name.chars();
-    match chars.next() {
-        None => return Err(UpstreamNameError::Empty),
-        Some(c) if !c.is_ascii_lowercase() => return Err(UpstreamNameError::BadFirst(c)),
-        Some(_) => {}
-    }
-    if name.len() > 32 {
-        return Err(UpstreamNameError::TooLong(name.len()));
-    }
-    if let Some(c) = chars.find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')) {
-        return Err(UpstreamNameError::BadChar(c));
-    }
-    Ok(())
 }
 
 impl RawConfig {

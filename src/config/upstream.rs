@@ -11,7 +11,7 @@ use serde_saphyr::Spanned;
 
 use super::{
     EraChoice, HealthConfig, InheritEnv, Isolation, Lookup, Problems, RemoteConfig, RemoteMode,
-    Root, Secret, ShapeConfig, StdioConfig, Transport, UpstreamConfig, check_upstream_name,
+    Root, Secret, ShapeConfig, StdioConfig, Transport, UpstreamConfig,
 };
 
 #[derive(Debug, Deserialize)]
@@ -542,4 +542,37 @@ impl RawHealth {
             call_timeouts: u32::try_from(call_timeouts).unwrap_or(u32::MAX),
         })
     }
+}
+
+/// Why a name is not a valid upstream name; reads after the quoted name
+/// ("upstream name \"X\" is empty").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum UpstreamNameError {
+    #[error("is empty")]
+    Empty,
+    #[error("must start with a lowercase letter a-z, not {0:?}")]
+    BadFirst(char),
+    /// Holds the length in bytes.
+    #[error("is {0} characters long; the limit is 32")]
+    TooLong(usize),
+    #[error("may contain only a-z, 0-9 and '-', not {0:?}")]
+    BadChar(char),
+}
+
+/// Upstream names: `[a-z][a-z0-9-]{0,31}`.
+pub(crate) fn check_upstream_name(name: &str) -> Result<(), UpstreamNameError> {
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return Err(UpstreamNameError::Empty),
+        Some(c) if !c.is_ascii_lowercase() => return Err(UpstreamNameError::BadFirst(c)),
+        Some(_) => {}
+    }
+    if name.len() > 32 {
+        return Err(UpstreamNameError::TooLong(name.len()));
+    }
+    if let Some(c) = chars.find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')) {
+        return Err(UpstreamNameError::BadChar(c));
+    }
+    Ok(())
 }
