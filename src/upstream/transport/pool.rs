@@ -6,8 +6,8 @@
 //! been read to its end. Nothing is spawned per request: the only task is
 //! hyper's own per connection, which owns the socket. A connection whose
 //! answer was dropped unread is closed rather than reused; one idle longer
-//! than the idle timeout, or closed by the server, is dropped when next
-//! looked at.
+//! than the idle timeout, or closed by the server, is dropped when the
+//! pool is next used.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -190,12 +190,13 @@ impl Shared {
         if sender.is_closed() {
             return;
         }
+        let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        // Connections idle too long, or closed by the server, go now (at
+        // most `MAX_IDLE` to look at), so a quiet pool does not hold them.
+        idle.retain(|entry| !entry.sender.is_closed() && now - entry.since <= self.idle_timeout);
         if idle.len() < MAX_IDLE {
-            idle.push(Idle {
-                sender,
-                since: Instant::now(),
-            });
+            idle.push(Idle { sender, since: now });
         }
     }
 }
@@ -332,6 +333,27 @@ mod tests {
             "next"
         );
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_past_the_timeout_is_not_reused() {
+        let (uri, accepted) = server(false).await;
+        let pool = Pool::new(&uri, Duration::from_secs(5), Duration::ZERO).expect("authority");
+        for text in ["one", "two"] {
+            assert_eq!(
+                read(pool.send(post(text)).await.expect("answer")).await,
+                text
+            );
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "a new connection each time"
+        );
+        assert!(
+            pool.shared.idle.lock().unwrap().len() <= 1,
+            "the expired one was let go"
+        );
     }
 
     #[tokio::test]
