@@ -30,7 +30,9 @@ pub(crate) enum Outcome {
 /// version (the session already exists); `can_stream` says whether the
 /// transport can carry progress before the answer. `caller` is who sent
 /// this request (the session's owner, checked by the caller), carrying
-/// the token it sent this time; none: the session's identity.
+/// the token it sent this time; none: the session's identity. `request`
+/// is the message as a typed request, when the transport built it already.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn handle(
     state: &AppState,
     session: &Session,
@@ -38,6 +40,7 @@ pub(crate) async fn handle(
     envelope: &Envelope<'_>,
     kind: MessageKind,
     can_stream: bool,
+    request: Option<Request<'_>>,
 ) -> Outcome {
     let method = envelope.method.as_deref().unwrap_or_default();
     let ctx = RequestContext {
@@ -84,7 +87,8 @@ pub(crate) async fn handle(
         }
         (MessageKind::Request, Some(id)) => {
             let span = tracing::debug_span!(parent: &session.span, "request", method);
-            let mut request = Request::new(id, Method::from_name(method), envelope.params);
+            let mut request = request
+                .unwrap_or_else(|| Request::new(id, Method::from_name(method), envelope.params));
             let reply =
                 tracing::Instrument::instrument(state.router.request(&ctx, &mut request), span)
                     .await;

@@ -24,7 +24,7 @@ use super::wire::{
     Refusal, SESSION_HEADER, VERSION_HEADER, json_response, page_response, parse_message,
     read_body, session_header,
 };
-use crate::protocol::{self, Envelope, MessageKind, code};
+use crate::protocol::{self, Envelope, MessageKind, Method, Request, code};
 use crate::router::Reply;
 
 /// What the client's `Accept` header allows.
@@ -78,7 +78,16 @@ pub(crate) async fn post(
         Ok(parsed) => parsed,
         Err(rejected) => return rejected,
     };
-    if super::modern::is_modern(&headers, &envelope) {
+    let method = envelope.method.as_deref().unwrap_or_default();
+    // A request is carried typed from here; its params are parsed at most
+    // once, by whichever step first reads them.
+    let mut request = match (kind, envelope.id) {
+        (MessageKind::Request, Some(id)) => {
+            Some(Request::new(id, Method::from_name(method), envelope.params))
+        }
+        _ => None,
+    };
+    if super::modern::is_modern(&headers, &envelope, request.as_mut()) {
         return super::modern::handle(
             &state,
             &headers,
@@ -87,10 +96,10 @@ pub(crate) async fn post(
             accept.sse,
             identity,
             at.shared_name(),
+            request,
         )
         .await;
     }
-    let method = envelope.method.as_deref().unwrap_or_default();
     if kind == MessageKind::Request && method == protocol::method::INITIALIZE {
         let response = initialize(
             &state,
@@ -114,6 +123,7 @@ pub(crate) async fn post(
         &envelope,
         kind,
         accept.sse,
+        request,
     )
     .await
     {

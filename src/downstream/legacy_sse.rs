@@ -150,7 +150,16 @@ pub(crate) async fn message(
     };
     if kind != MessageKind::Request {
         // Nothing to answer and nothing to wait for: no task needed.
-        dispatch::handle(&state, &session, identity.as_ref(), &envelope, kind, true).await;
+        dispatch::handle(
+            &state,
+            &session,
+            identity.as_ref(),
+            &envelope,
+            kind,
+            true,
+            None,
+        )
+        .await;
         return StatusCode::ACCEPTED.into_response();
     }
     let Ok(permit) = session.request_tasks.clone().try_acquire_owned() else {
@@ -165,8 +174,16 @@ pub(crate) async fn message(
         let Some(Ok(envelope)) = std::str::from_utf8(&bytes).ok().map(Envelope::parse) else {
             return;
         };
-        if let Outcome::Reply(reply) =
-            dispatch::handle(&state, &session, identity.as_ref(), &envelope, kind, true).await
+        if let Outcome::Reply(reply) = dispatch::handle(
+            &state,
+            &session,
+            identity.as_ref(),
+            &envelope,
+            kind,
+            true,
+            None,
+        )
+        .await
         {
             dispatch::send_reply(&replies, reply).await;
         }

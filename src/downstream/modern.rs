@@ -49,9 +49,23 @@ const METHODS: &[&str] = &[
 
 /// Whether a message belongs to the modern era: its `_meta` names a
 /// protocol version, or it is a method only the modern era has, or it
-/// carries no session and a version header that is not a legacy one.
-pub(crate) fn is_modern(headers: &HeaderMap, envelope: &Envelope<'_>) -> bool {
-    if envelope.params.is_some_and(names_a_version) {
+/// carries no session and a version header that is not a legacy one. A
+/// request's params are read through `request`, so the parse is the one
+/// every later layer uses.
+pub(crate) fn is_modern(
+    headers: &HeaderMap,
+    envelope: &Envelope<'_>,
+    request: Option<&mut Request<'_>>,
+) -> bool {
+    let names_version = match (envelope.params, request) {
+        (None, _) => false,
+        (Some(raw), _) if !might_name_a_version(raw.get()) => false,
+        (Some(_), Some(request)) => request
+            .params()
+            .is_ok_and(|p| p.meta(meta::PROTOCOL_VERSION).is_some()),
+        (Some(raw), None) => names_a_version(raw),
+    };
+    if names_version {
         return true;
     }
     let method = envelope.method.as_deref().unwrap_or_default();
@@ -88,18 +102,23 @@ fn names_a_version(params: &RawValue) -> bool {
         serde::de::IgnoredAny::deserialize(value).map(|_| true)
     }
     let text = params.get();
-    // Without the key's text and without an escape that could spell it,
-    // the member cannot be there: most requests end here, unparsed.
-    let key = b"protocolVersion";
-    if memchr::memchr(b'\\', text.as_bytes()).is_none()
-        && memchr::memmem::find(text.as_bytes(), key).is_none()
-    {
+    if !might_name_a_version(text) {
         return false;
     }
+    #[cfg(test)]
+    crate::protocol::params::note_parse();
     // Serde would also read a struct from an array, member by member.
     text.trim_start_matches([' ', '\t', '\n', '\r'])
         .starts_with('{')
         && serde_json::from_str::<Params>(text).is_ok_and(|p| p.meta.is_some_and(|m| m.version))
+}
+
+/// Whether params text could hold the protocol version member: without
+/// the key's text and without an escape that could spell it, it cannot,
+/// and most requests end here, unparsed.
+fn might_name_a_version(text: &str) -> bool {
+    memchr::memchr(b'\\', text.as_bytes()).is_some()
+        || memchr::memmem::find(text.as_bytes(), b"protocolVersion").is_some()
 }
 
 /// What a valid modern request carries besides its method.
@@ -250,7 +269,9 @@ fn check_method_headers(
     Ok(())
 }
 
-/// Serves one modern message.
+/// Serves one modern message; `request` is it as a typed request, when the
+/// edge built it already.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn handle(
     state: &Arc<AppState>,
     headers: &HeaderMap,
@@ -259,6 +280,7 @@ pub(crate) async fn handle(
     can_stream: bool,
     identity: Option<Arc<crate::auth::Identity>>,
     endpoint: Option<Arc<str>>,
+    request: Option<Request<'_>>,
 ) -> Response {
     // The modern HTTP transport has no client notifications; accept and ignore.
     if kind != MessageKind::Request {
@@ -268,7 +290,8 @@ pub(crate) async fn handle(
         return StatusCode::BAD_REQUEST.into_response();
     };
     let method = envelope.method.as_deref().unwrap_or_default();
-    let mut request = Request::new(id, Method::from_name(method), envelope.params);
+    let mut request =
+        request.unwrap_or_else(|| Request::new(id, Method::from_name(method), envelope.params));
     let validated = match validate(headers, &mut request) {
         Ok(v) => v,
         Err(rejected) => return rejected,
@@ -454,6 +477,38 @@ mod tests {
             r#"[{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}]"#,
         ] {
             assert!(!names_a_version(&raw(legacy)), "{legacy}");
+        }
+    }
+
+    #[test]
+    fn the_era_probe_of_a_request_is_the_one_parse_of_its_params() {
+        for (text, modern) in [
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"text":"a\nb"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+                true,
+            ),
+            // A legacy request with an escape in its arguments.
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"text":"a\nb"}}}"#,
+                false,
+            ),
+        ] {
+            let envelope = Envelope::parse(text).unwrap();
+            let id = envelope.id.unwrap();
+            let mut request = Request::new(id, Method::ToolsCall, envelope.params);
+            let before = crate::protocol::params::parses();
+            assert_eq!(
+                is_modern(&HeaderMap::new(), &envelope, Some(&mut request)),
+                modern
+            );
+            if modern {
+                assert!(
+                    validate(&HeaderMap::new(), &mut request).is_err(),
+                    "no headers"
+                );
+            }
+            assert_eq!(request.take_params().unwrap().string("name").unwrap(), "t");
+            assert_eq!(crate::protocol::params::parses() - before, 1, "{text}");
         }
     }
 

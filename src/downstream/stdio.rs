@@ -172,7 +172,7 @@ async fn handle_line(
             return;
         };
         if let Outcome::Reply(reply) =
-            dispatch::handle(&state, &session, None, &envelope, kind, true).await
+            dispatch::handle(&state, &session, None, &envelope, kind, true, None).await
         {
             dispatch::send_reply(&replies, reply).await;
         }

@@ -44,7 +44,7 @@ impl<'a> Params<'a> {
     /// Parses an object of params; absent params are an empty object.
     pub(crate) fn parse(raw: Option<&'a RawValue>) -> Result<Self, ParamsError> {
         #[cfg(test)]
-        PARSES.with(|n| n.set(n.get() + 1));
+        note_parse();
         let mut members: IndexMap<String, &'a RawValue> = match raw {
             None => IndexMap::new(),
             Some(raw) => serde_json::from_str(raw.get()).map_err(|_| ParamsError::NotAnObject)?,
@@ -311,6 +311,13 @@ mod tests {
 thread_local! {
     /// Params parsed on this thread (tests count them: see [`parses`]).
     static PARSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one read of a request's params on this thread (tests only):
+/// `Params::parse`, and any other step that reads params text.
+#[cfg(test)]
+pub(crate) fn note_parse() {
+    PARSES.with(|n| n.set(n.get() + 1));
 }
 
 /// How many params this thread has parsed so far (tests only).
