@@ -433,12 +433,7 @@ impl Flight {
     /// A 2025-era session's call that its upstream may ask things of
     /// (sampling, elicitation, roots): a plain answer unless it does.
     async fn asked(mut self, ctx: &RequestContext, on: Served<'_>) -> Reply {
-        if self.conn.is_modern() {
-            self.exchange.asker = ctx.subscriber.as_ref().map(|s| bridge::Asker {
-                hub: on.hub.clone(),
-                session: s.id,
-            });
-        }
+        self.ask_back(ctx, on);
         let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
         self.exchange.progress = Some((None, sink));
         let sent = self.sent().await;
@@ -454,11 +449,8 @@ impl Flight {
         client_token: Option<Value>,
         askable: bool,
     ) -> Reply {
-        if askable && self.conn.is_modern() {
-            self.exchange.asker = ctx.subscriber.as_ref().map(|s| bridge::Asker {
-                hub: on.hub.clone(),
-                session: s.id,
-            });
+        if askable {
+            self.ask_back(ctx, on);
         }
         let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
         self.tap_logs(ctx, on);
@@ -517,6 +509,17 @@ impl Flight {
             finishing: self.finishing(sent),
         };
         park::drive(driver, on.parking, on.tasks, streaming).await
+    }
+
+    /// A modern upstream's `input_required` rounds for a 2025-era session's
+    /// call are asked of that session's client (see `bridge`).
+    fn ask_back(&mut self, ctx: &RequestContext, on: Served<'_>) {
+        if self.conn.is_modern() {
+            self.exchange.asker = ctx.subscriber.as_ref().map(|s| bridge::Asker {
+                hub: on.hub.clone(),
+                session: s.id,
+            });
+        }
     }
 
     /// Upstream log messages at or above a modern request's level travel
