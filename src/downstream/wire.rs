@@ -176,20 +176,29 @@ pub(crate) async fn read_body(
         )
         .into_response()
     };
-    // A declared length over the limit is refused before a byte of the body
-    // is read (and before `100 Continue` invites the client to send it).
+    // A declared length over the limit is refused before the body is read
+    // (and before `100 Continue` invites the client to send it).
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    let timeout = http.body_read_timeout;
+    if let Some(declared) = declared.filter(|n| *n > limit as u64) {
+        let waits_for_continue = headers
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if !waits_for_continue && declared <= limit as u64 + DRAIN_BYTES {
+            drain(body, declared).await;
+        }
         return Err(too_large());
     }
-    let timeout = http.body_read_timeout;
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+    match tokio::time::timeout(timeout, collect(body, limit)).await {
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) if is_length_limit(&e) => Err(too_large()),
-        Ok(Err(e)) => Err(Refusal::new(
+        Ok(Err(Unread::TooLarge(rest))) => {
+            drain(rest, DRAIN_BYTES).await;
+            Err(too_large())
+        }
+        Ok(Err(Unread::Broken(e))) => Err(Refusal::new(
             StatusCode::BAD_REQUEST,
             code::INVALID_REQUEST,
             format!("the request body could not be read: {e}"),
@@ -207,16 +216,64 @@ pub(crate) async fn read_body(
     }
 }
 
-/// Whether a body error is the size limit rather than the connection.
-fn is_length_limit(error: &axum::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = cause {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return true;
+/// Bytes of a body over the limit that are read and dropped before the
+/// 413 is sent. A client that sends its body without waiting (no `Expect:
+/// 100-continue`) is still writing when the refusal comes; answering and
+/// closing then (hyper closes a connection whose body is not all there)
+/// resets it, and a client behind a proxy may see the reset instead of the
+/// 413 (the soak saw it, docs/soak.md). Reading what is still coming,
+/// within [`DRAIN_WAIT`], lets it read the answer and keep its connection;
+/// a larger body is refused at once.
+const DRAIN_BYTES: u64 = 1 << 20;
+/// How long a refused body is read at most before the 413 is sent anyway.
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Why a body was not read whole.
+enum Unread {
+    /// Over the limit: the rest of it, still to come.
+    TooLarge(Body),
+    /// The connection broke or the body was malformed.
+    Broken(String),
+}
+
+/// The whole body within `limit` bytes; one frame is passed on uncopied.
+async fn collect(mut body: Body, limit: usize) -> Result<Bytes, Unread> {
+    use http_body_util::BodyExt as _;
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut total = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Unread::Broken(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total += data.len();
+        if total > limit {
+            return Err(Unread::TooLarge(body));
         }
-        cause = e.source();
+        chunks.push(data);
     }
-    false
+    Ok(match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.swap_remove(0),
+        _ => chunks.concat().into(),
+    })
+}
+
+/// Reads and drops up to `at_most` bytes of `body`, within [`DRAIN_WAIT`].
+async fn drain(mut body: Body, at_most: u64) {
+    use http_body_util::BodyExt as _;
+    let _ = tokio::time::timeout(DRAIN_WAIT, async {
+        let mut read = 0u64;
+        while read <= at_most {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    read += frame.data_ref().map_or(0, |d| d.len() as u64);
+                }
+                _ => return,
+            }
+        }
+    })
+    .await;
 }
 
 /// Parses one JSON-RPC message (batches are refused) and checks its shape.
@@ -268,6 +325,8 @@ mod tests {
     use crate::catalog::Page;
     use http_body::Body as _;
     use http_body_util::BodyExt as _;
+    use std::time::Duration;
+    use tokio_stream::StreamExt as _;
 
     #[tokio::test]
     async fn a_page_answer_has_its_exact_length_and_the_whole_frame() {
@@ -279,5 +338,96 @@ mod tests {
         assert_eq!(body.size_hint().exact(), Some(expected.len() as u64));
         let bytes = body.collect().await.unwrap().to_bytes();
         assert_eq!(std::str::from_utf8(&bytes).unwrap(), expected);
+    }
+
+    fn http(limit: usize) -> HttpConfig {
+        HttpConfig {
+            max_body_bytes: limit,
+            allowed_origins: Vec::new(),
+            sse_keepalive: Duration::from_secs(15),
+            allowed_hosts: Vec::new(),
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 16,
+        }
+    }
+
+    /// A body whose chunks the test sends, and the headers declaring `length`.
+    fn arriving(length: Option<usize>) -> (tokio::sync::mpsc::Sender<Bytes>, HeaderMap, Body) {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+        let stream =
+            tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>);
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+        if let Some(length) = length {
+            headers.insert(header::CONTENT_LENGTH, length.to_string().parse().unwrap());
+        }
+        (tx, headers, Body::from_stream(stream))
+    }
+
+    /// Found by the soak: a body over the limit that is still arriving is
+    /// read to its end before the 413, so the client (or the proxy in
+    /// between) is not reset while it writes.
+    #[tokio::test(start_paused = true)]
+    async fn a_body_over_the_limit_is_read_to_its_end_before_the_413() {
+        for declared in [Some(3000), None] {
+            let (tx, headers, body) = arriving(declared);
+            let config = http(1024);
+            let mut refused = std::pin::pin!(read_body(&config, &headers, body));
+            tx.send(Bytes::from(vec![b'x'; 2000])).await.unwrap();
+            assert!(
+                futures_util::FutureExt::now_or_never(refused.as_mut()).is_none(),
+                "answered while the body ({declared:?}) was still arriving"
+            );
+            tx.send(Bytes::from(vec![b'x'; 1000])).await.unwrap();
+            drop(tx);
+            let answer = refused.await.unwrap_err();
+            assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        }
+    }
+
+    /// A client that waits for `100 Continue`, or declares far more than
+    /// the limit, is refused at once, without a byte read.
+    #[tokio::test(start_paused = true)]
+    async fn a_body_far_over_the_limit_or_awaiting_continue_is_refused_at_once() {
+        let config = http(1024);
+        let (_tx, headers, body) = arriving(Some(64 << 20));
+        let answer = futures_util::FutureExt::now_or_never(read_body(&config, &headers, body));
+        assert_eq!(
+            answer.unwrap().unwrap_err().status(),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        let (_tx, mut headers, body) = arriving(Some(3000));
+        headers.insert(header::EXPECT, "100-continue".parse().unwrap());
+        let answer = futures_util::FutureExt::now_or_never(read_body(&config, &headers, body));
+        assert_eq!(
+            answer.unwrap().unwrap_err().status(),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+    }
+
+    /// A client that stops sending a refused body gets its 413 after
+    /// [`DRAIN_WAIT`], not after `http.body_read_timeout`.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_body_that_stops_arriving_is_answered_after_the_drain_wait() {
+        let config = http(1024);
+        let (tx, headers, body) = arriving(Some(3000));
+        let started = tokio::time::Instant::now();
+        let answer = read_body(&config, &headers, body).await.unwrap_err();
+        assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(started.elapsed() < config.body_read_timeout);
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn a_body_within_the_limit_is_read_whole() {
+        let config = http(1024);
+        let (tx, headers, body) = arriving(None);
+        tx.send(Bytes::from_static(b"{\"a\":")).await.unwrap();
+        tx.send(Bytes::from_static(b"1}")).await.unwrap();
+        drop(tx);
+        let bytes = read_body(&config, &headers, body).await.unwrap();
+        assert_eq!(&bytes[..], b"{\"a\":1}");
     }
 }
