@@ -140,6 +140,7 @@ pub(crate) struct Metrics {
     connections: Gauge,
     connections_closed: Family<ReasonLabels, Counter>,
     log_lines_dropped: Counter,
+    tasks: Gauge,
     denials: Family<DenialLabels, Counter>,
     protection: protection::ProtectionMetrics,
     /// Per-upstream and per-item figures for the operator's page.
@@ -180,6 +181,7 @@ impl Metrics {
             connections: Gauge::default(),
             connections_closed: Family::default(),
             log_lines_dropped: Counter::default(),
+            tasks: Gauge::default(),
             denials: Family::default(),
             protection: protection::ProtectionMetrics::default(),
             live: crate::live::Live::default(),
@@ -265,6 +267,11 @@ impl Metrics {
                 "mcpmux_log_lines_dropped",
                 "Log lines dropped because stderr could not keep up",
                 metrics.log_lines_dropped.clone(),
+            );
+            r.register(
+                "mcpmux_tasks",
+                "Live tasks of the gateway's async runtime (idle, a steady count; a leak, a rising one)",
+                metrics.tasks.clone(),
             );
             metrics.protection.register(&mut r);
         }
@@ -355,6 +362,9 @@ impl Metrics {
         self.subscription_entries
             .set(gauge(snapshot.subscription_entries));
         self.subscribed_uris.set(gauge(snapshot.subscribed_uris));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.tasks.set(gauge(runtime.metrics().num_alive_tasks()));
+        }
         for (outcome, value) in [
             ("sent", &counts.sent),
             ("coalesced", &counts.coalesced),
