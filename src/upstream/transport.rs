@@ -7,6 +7,8 @@
 
 pub(crate) mod http;
 mod legacy_sse;
+#[cfg(test)]
+mod legacy_sse_tests;
 mod pool;
 mod poster;
 mod remote;
