@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs the third-party MCP
 # peers the tests run against, then checks formatting and lints, then runs
-# every test (unit and integration).
+# every test (unit and integration), then two minutes of the soak.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -16,3 +16,6 @@ echo "container build stage: cargo build --release --locked --bin mcpmux"
 cargo build --release --locked --bin mcpmux
 cargo test --all-targets --locked
 
+# Two minutes of the soak (docs/soak.md): mixed faults under load, then the
+# verifier. It runs the binaries the steps above built.
+bash scripts/soak.sh --minutes 2 --profile test

@@ -1,0 +1,160 @@
+//! Whether a series stays flat under load, and percentiles.
+//!
+//! A soak run passes its resource checks when RSS and open file descriptors
+//! stop growing once the gateway has warmed up. [`flatness`] looks at the last
+//! two thirds of a series (the first third is warm-up: caches, pools and
+//! allocator arenas filling), fits a least-squares line and calls the series
+//! flat when the line rises no more than a tolerance over that window. The
+//! report and the verifier judge with the same function and the same
+//! tolerances below, so they cannot disagree.
+
+use std::collections::BTreeMap;
+
+use crate::record::{Run, Sample};
+
+/// RSS may rise this many MB over the judged window and still be flat.
+pub const RSS_ABS_TOLERANCE_MB: f64 = 8.0;
+/// ... or this fraction of its mean over the window, whichever is larger.
+pub const RSS_REL_TOLERANCE: f64 = 0.10;
+/// Open file descriptors may rise this many over the judged window.
+pub const FDS_ABS_TOLERANCE: f64 = 8.0;
+/// ... or this fraction of their mean over the window, whichever is larger.
+pub const FDS_REL_TOLERANCE: f64 = 0.10;
+
+/// The fitted trend of the last two thirds of a series.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Trend {
+    /// Slope of the fitted line, in value units per minute.
+    pub slope_per_min: f64,
+    /// Fitted value at the end of the window minus the fitted value at its start.
+    pub rise: f64,
+    /// Mean of the values in the window.
+    pub mean: f64,
+    /// Whether `rise` is within tolerance (a falling series is flat).
+    pub flat: bool,
+}
+
+/// Fits a least-squares line to the last two thirds (by time span) of
+/// `points`, given as `(seconds, value)` in any order, and judges whether it
+/// is flat: `rise <= abs_tolerance.max(rel_tolerance * mean)`, with both
+/// tolerances in the units of the values.
+///
+/// Points with a non-finite coordinate are ignored. A window of fewer than
+/// three points is flat with slope and rise 0.
+pub fn flatness(points: &[(f64, f64)], abs_tolerance: f64, rel_tolerance: f64) -> Trend {
+    let finite = || {
+        points
+            .iter()
+            .filter(|(t, v)| t.is_finite() && v.is_finite())
+    };
+    let (first, last) = finite().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &(t, _)| {
+        (lo.min(t), hi.max(t))
+    });
+    let from = first + (last - first) / 3.0;
+    let window: Vec<(f64, f64)> = finite().filter(|&&(t, _)| t >= from).copied().collect();
+
+    let n = window.len() as f64;
+    let mean = if window.is_empty() {
+        0.0
+    } else {
+        window.iter().map(|&(_, v)| v).sum::<f64>() / n
+    };
+    if window.len() < 3 {
+        return Trend {
+            slope_per_min: 0.0,
+            rise: 0.0,
+            mean,
+            flat: true,
+        };
+    }
+
+    let mean_t = window.iter().map(|&(t, _)| t).sum::<f64>() / n;
+    let (covariance, variance) = window.iter().fold((0.0, 0.0), |(c, v), &(t, y)| {
+        let dt = t - mean_t;
+        (c + dt * (y - mean), v + dt * dt)
+    });
+    let slope = if variance > 0.0 {
+        covariance / variance
+    } else {
+        0.0
+    };
+    let rise = slope * (last - from);
+    Trend {
+        slope_per_min: slope * 60.0,
+        rise,
+        mean,
+        flat: rise <= abs_tolerance.max(rel_tolerance * mean),
+    }
+}
+
+/// The `p`th percentile (`p` in percent, 0 to 100) of an ascending slice by
+/// the nearest-rank method; 0.0 when the slice is empty.
+pub fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let n = sorted.len();
+    // Nearest rank: the smallest rank r (1-based) with r >= p/100 * n.
+    let rank = (p / 100.0 * n as f64).ceil();
+    let index = if rank.is_nan() || rank < 1.0 {
+        0
+    } else {
+        (rank as usize).min(n) - 1
+    };
+    sorted[index] as f64
+}
+
+/// When the load ended, in seconds since it started: `run.minutes`, or the
+/// last sample's time when the run length is unknown.
+pub fn load_end_s(run: &Run) -> f64 {
+    if run.minutes > 0.0 {
+        run.minutes * 60.0
+    } else {
+        run.samples.iter().map(|s| s.at_s).fold(0.0, f64::max)
+    }
+}
+
+/// One replica slot's `(seconds, value)` points while the load ran
+/// (`0 <= at_s <= load_end_s`), in sample order, of the process `pid` or,
+/// with `None`, of every process the slot had; samples for which `value`
+/// gives `None` are left out. Feed it to [`flatness`].
+pub fn load_series(
+    run: &Run,
+    replica: usize,
+    pid: Option<u32>,
+    value: impl Fn(&Sample) -> Option<f64>,
+) -> Vec<(f64, f64)> {
+    let end = load_end_s(run);
+    run.samples
+        .iter()
+        .filter(|s| s.replica == replica && pid.is_none_or(|p| p == s.pid))
+        .filter(|s| (0.0..=end).contains(&s.at_s))
+        .filter_map(|s| value(s).map(|v| (s.at_s, v)))
+        .collect()
+}
+
+/// The process of a replica slot that ran longest under load (by the time
+/// between its first and last sample then): the one whose trend tells, when
+/// the slot's process was restarted.
+pub fn longest_process(run: &Run, replica: usize) -> Option<u32> {
+    let end = load_end_s(run);
+    let mut spans: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
+    for s in run
+        .samples
+        .iter()
+        .filter(|s| s.replica == replica && (0.0..=end).contains(&s.at_s))
+    {
+        let span = spans.entry(s.pid).or_insert((s.at_s, s.at_s));
+        *span = (span.0.min(s.at_s), span.1.max(s.at_s));
+    }
+    let length = |(from, to): (f64, f64)| to - from;
+    spans
+        .into_iter()
+        .max_by(|a, b| length(a.1).total_cmp(&length(b.1)))
+        .map(|(pid, _)| pid)
+}
+
+/// RSS of a sample in MB (1 MB = 1024 KiB), the unit of [`RSS_ABS_TOLERANCE_MB`].
+pub fn rss_mb(sample: &Sample) -> f64 {
+    sample.rss_kb as f64 / 1024.0
+}

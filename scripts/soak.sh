@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The soak (docs/soak.md), from a fresh clone: builds the release gateway,
+# the test fixture and the soak binary, then runs it. Loopback only; it
+# stops by itself after the load, the idle check and the report.
+#   scripts/soak.sh --minutes 2
+#   scripts/soak.sh --minutes 30 --out docs/soak
+# Other arguments go to the soak: --clients C (default 200), --out DIR
+# (default target/soak). `--profile test` runs the soak and the fixture as
+# `cargo test --all-targets` built them (unoptimized; what scripts/test.sh
+# uses, so the suite builds nothing twice); the gateway is always the
+# release binary. Exit 0 only when every check of the verifier passed.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+profile=bench
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --profile) profile="${2:-}"; shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+if ! printf '%s\n' "${args[@]}" | grep -qx -- '--minutes'; then
+  echo "usage: scripts/soak.sh --minutes N [--clients C] [--out DIR] [--profile bench|test]" >&2
+  exit 64
+fi
+bash scripts/setup-system.sh
+bash scripts/setup-interop.sh
+case "$profile" in
+  bench)
+    # As in bench.sh: the bench target first (cargo builds it with the
+    # dev-dependencies' features), the shipped binary after it.
+    build=(cargo bench --locked --bench soak --no-run --message-format=json)
+    fixture=target/release/mcpmux-fixture ;;
+  test)
+    build=(cargo test --locked --bench soak --no-run --message-format=json)
+    fixture=target/debug/mcpmux-fixture ;;
+  *) echo "soak.sh: --profile is bench or test, not '$profile'" >&2; exit 64 ;;
+esac
+soak=$("${build[@]}" \
+  | grep '"kind":\["bench"\]' \
+  | grep -o '"executable":"[^"]*"' \
+  | tail -n 1 \
+  | cut -d'"' -f4)
+if [ -z "$soak" ]; then
+  echo "soak.sh: cargo did not report the soak's executable" >&2
+  exit 1
+fi
+if [ "$profile" = bench ]; then
+  cargo build --release --locked --bin mcpmux --bin mcpmux-fixture
+else
+  cargo build --release --locked --bin mcpmux
+  cargo build --locked --bin mcpmux-fixture
+fi
+exec "$soak" --bench --mcpmux target/release/mcpmux --fixture "$fixture" "${args[@]}"
