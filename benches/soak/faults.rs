@@ -54,6 +54,15 @@ pub async fn run(
     let pace =
         (total / (ROUND.len() as u32 + 1)).clamp(Duration::from_secs(8), Duration::from_secs(30));
     let mut steps = ROUND.iter().cycle();
+    let mut log = |what: String| {
+        faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Fault {
+                at_s: ledger.now(),
+                what,
+            });
+    };
     loop {
         tokio::time::sleep(pace).await;
         if Instant::now() + Duration::from_secs(15) >= until {
@@ -61,34 +70,16 @@ pub async fn run(
         }
         let Some(step) = steps.next() else { break };
         let mut rig = rig.lock().await;
-        let mut log = |what: String| {
-            faults
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Fault {
-                    at_s: ledger.now(),
-                    what,
-                });
-        };
         if let Err(e) = inject(&mut rig, *step, &mut log).await {
             log(format!("{step:?} could not be injected: {e}"));
         }
     }
     // The run ends on the config it started with, so the idle counts compare.
     let mut rig = rig.lock().await;
-    if rig.extra {
-        let mut log = |what: String| {
-            faults
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Fault {
-                    at_s: ledger.now(),
-                    what,
-                });
-        };
-        if let Err(e) = inject(&mut rig, Step::RemoveUpstream, &mut log).await {
-            log(format!("the config could not be restored: {e}"));
-        }
+    if rig.extra
+        && let Err(e) = inject(&mut rig, Step::RemoveUpstream, &mut log).await
+    {
+        log(format!("the config could not be restored: {e}"));
     }
 }
 

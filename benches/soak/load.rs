@@ -401,37 +401,26 @@ impl Client {
     /// while it runs.
     async fn slow(&mut self, session: Option<&str>, cancel: bool) -> Next {
         let (id, token) = self.next_id();
-        let arguments = match cancel {
-            true => json!({ "steps": 40, "interval_ms": 50 }),
-            false => json!({ "steps": 3, "interval_ms": 20 }),
+        let (kind, arguments) = match cancel {
+            true => ("cancelled call", json!({ "steps": 40, "interval_ms": 50 })),
+            false => (
+                "call with progress",
+                json!({ "steps": 3, "interval_ms": 20 }),
+            ),
         };
-        if !cancel {
-            return self
-                .call(
-                    "call with progress",
-                    session,
-                    id,
-                    token.clone(),
-                    "fx__slow",
-                    arguments,
-                    Some(&token),
-                    None,
-                )
-                .await;
-        }
-        let note = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id, "reason": "soak" } });
-        let (http, url, session_id) = (
-            self.http.clone(),
-            self.plan.url.clone(),
-            session.map(str::to_owned),
-        );
-        let canceller = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let _ = wire::post(&http, &url, session_id.as_deref(), None, note.to_string()).await;
+        // The cancellation goes out while the call runs, on its own POST.
+        let canceller = cancel.then(|| {
+            let note = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id, "reason": "soak" } });
+            let (http, url) = (self.http.clone(), self.plan.url.clone());
+            let session = session.map(str::to_owned);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let _ = wire::post(&http, &url, session.as_deref(), None, note.to_string()).await;
+            })
         });
         let next = self
             .call(
-                "cancelled call",
+                kind,
                 session,
                 id,
                 token.clone(),
@@ -441,7 +430,9 @@ impl Client {
                 None,
             )
             .await;
-        let _ = canceller.await;
+        if let Some(canceller) = canceller {
+            let _ = canceller.await;
+        }
         next
     }
 
