@@ -44,15 +44,16 @@ WORKDIR /build
 # change under src/ reuses it and recompiles mcpmux alone. So that Cargo
 # sees the same package here as in the real build below, every target
 # Cargo.toml declares gets a stub: src/main.rs and src/lib.rs (the package's
-# binary and library), fixture/main.rs and benches/gateway/main.rs (the
-# benchmark). A target added to Cargo.toml needs a stub here too
+# binary and library), fixture/main.rs, benches/gateway/main.rs (the
+# benchmark) and benches/soak/main.rs (the soak). A target added to Cargo.toml needs a stub here too
 # (tests/it/deploy.rs fails until it has one).
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src fixture benches/gateway \
+RUN mkdir -p src fixture benches/gateway benches/soak \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs \
  && echo 'fn main() {}' > fixture/main.rs \
- && echo 'fn main() {}' > benches/gateway/main.rs
+ && echo 'fn main() {}' > benches/gateway/main.rs \
+ && echo 'fn main() {}' > benches/soak/main.rs
 # Then remove what was built from the stubs: the stub sources under src/
 # (COPY src below brings the real ones; the other stubs stay, so the package
 # looks the same to Cargo in both builds) and mcpmux's own artifacts and
