@@ -164,10 +164,7 @@ async fn flood(base: &str) {
 async fn stall(base: &str) -> crate::Res<()> {
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "fy__stall", "arguments": {},
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": crate::wire::MODERN_VERSION,
-            "io.modelcontextprotocol/clientCapabilities": {},
-        } } });
+        "_meta": crate::wire::modern_meta() } });
     let answer = crate::wire::post(
         &reqwest::Client::new(),
         &format!("{base}/mcp"),

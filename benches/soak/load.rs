@@ -35,10 +35,7 @@ pub async fn listed_uri(url: &str) -> crate::Res<String> {
     let http = reqwest::Client::new();
     let mut cursor: Option<String> = None;
     for id in 1..50 {
-        let mut params = json!({ "_meta": {
-            "io.modelcontextprotocol/protocolVersion": wire::MODERN_VERSION,
-            "io.modelcontextprotocol/clientCapabilities": {},
-        } });
+        let mut params = json!({ "_meta": wire::modern_meta() });
         if let Some(c) = &cursor {
             params["cursor"] = json!(c);
         }
@@ -352,10 +349,7 @@ impl Client {
             params["_meta"] = json!({ "progressToken": progress });
         }
         if session.is_none() {
-            params["_meta"] = json!({
-                "io.modelcontextprotocol/protocolVersion": wire::MODERN_VERSION,
-                "io.modelcontextprotocol/clientCapabilities": {},
-            });
+            params["_meta"] = wire::modern_meta();
         }
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
         let started = Instant::now();
@@ -446,10 +440,7 @@ impl Client {
                 params["cursor"] = json!(c);
             }
             if session.is_none() {
-                params["_meta"] = json!({
-                    "io.modelcontextprotocol/protocolVersion": wire::MODERN_VERSION,
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                });
+                params["_meta"] = wire::modern_meta();
             }
             let body =
                 json!({ "jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params });

@@ -11,6 +11,14 @@ use serde_json::Value;
 pub const LEGACY_VERSION: &str = "2025-11-25";
 /// The stateless era.
 pub const MODERN_VERSION: &str = "2026-07-28";
+/// The `_meta` a stateless request carries: its version and capabilities.
+pub fn modern_meta() -> Value {
+    serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
 /// How long the client waits for any one answer before calling it lost.
 pub const ANSWER_WAIT: Duration = Duration::from_secs(40);
 
