@@ -201,11 +201,9 @@ impl Client {
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
             "protocolVersion": wire::LEGACY_VERSION, "capabilities": {},
             "clientInfo": { "name": format!("soak-{}", self.index), "version": "1" } } });
-        let started = Instant::now();
-        let at_s = self.ledger.now();
-        let answer = wire::post(&self.http, &self.plan.url, None, None, body.to_string()).await;
+        let (answer, at_s, started) = self.timed_post(None, None, body.to_string()).await;
         let (outcome, session) = match &answer {
-            Ok(a) => (self.outcome_of(a, id, &[]), a.session.clone()),
+            Ok(a) => (self.outcome_of(a, id), a.session.clone()),
             Err(f) => (failed(f), None),
         };
         self.record("initialize", None, token, at_s, started, outcome);
@@ -272,18 +270,9 @@ impl Client {
         let _ = tokio::time::timeout(Duration::from_secs(5), opened_rx).await;
         let (id, token) = self.next_id();
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": "resources/subscribe", "params": { "uri": self.plan.watched } });
-        let started = Instant::now();
-        let at_s = self.ledger.now();
-        let answer = wire::post(
-            &self.http,
-            &self.plan.url,
-            Some(session),
-            None,
-            body.to_string(),
-        )
-        .await;
+        let (answer, at_s, started) = self.timed_post(Some(session), None, body.to_string()).await;
         let outcome = match &answer {
-            Ok(a) => self.outcome_of(a, id, &[]),
+            Ok(a) => self.outcome_of(a, id),
             Err(f) => failed(f),
         };
         if outcome == Outcome::Ok && !task.is_finished() {
@@ -352,24 +341,15 @@ impl Client {
             params["_meta"] = wire::modern_meta();
         }
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
-        let started = Instant::now();
-        let at_s = self.ledger.now();
         let modern = session.is_none().then_some(("tools/call", Some(tool)));
-        let answer = wire::post(
-            &self.http,
-            &self.plan.url,
-            session,
-            modern,
-            body.to_string(),
-        )
-        .await;
+        let (answer, at_s, started) = self.timed_post(session, modern, body.to_string()).await;
         let outcome = match &answer {
             Ok(a) => {
                 let own = [token.as_str()];
                 for m in &a.messages {
                     self.ledger.check_own(m, &own);
                 }
-                let outcome = self.outcome_of(a, id, &own);
+                let outcome = self.outcome_of(a, id);
                 if outcome == Outcome::Ok && kind == "call" {
                     let (response, _) = a.response(id);
                     let text = response
@@ -444,20 +424,11 @@ impl Client {
             }
             let body =
                 json!({ "jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params });
-            let started = Instant::now();
-            let at_s = self.ledger.now();
             let modern = session.is_none().then_some(("tools/list", None));
-            let answer = wire::post(
-                &self.http,
-                &self.plan.url,
-                session,
-                modern,
-                body.to_string(),
-            )
-            .await;
+            let (answer, at_s, started) = self.timed_post(session, modern, body.to_string()).await;
             let (outcome, next) = match &answer {
                 Ok(a) => (
-                    self.outcome_of(a, id, &[]),
+                    self.outcome_of(a, id),
                     a.response(id)
                         .0
                         .and_then(|r| r["result"]["nextCursor"].as_str())
@@ -534,12 +505,10 @@ impl Client {
         body: String,
         status: u16,
     ) -> Next {
-        let started = Instant::now();
-        let at_s = self.ledger.now();
         let modern = session
             .is_none()
             .then_some(("tools/call", Some("fx__echo")));
-        let answer = wire::post(&self.http, &self.plan.url, session, modern, body).await;
+        let (answer, at_s, started) = self.timed_post(session, modern, body).await;
         let outcome = match &answer {
             Ok(a) if a.status == status => Outcome::Http(status),
             Ok(a) => {
@@ -555,9 +524,22 @@ impl Client {
         Next::Go
     }
 
+    /// POSTs `body` (see [`wire::post`]) and says when it was sent: the
+    /// second of the run and the instant its latency counts from.
+    async fn timed_post(
+        &self,
+        session: Option<&str>,
+        modern: Option<(&str, Option<&str>)>,
+        body: String,
+    ) -> (Result<Answer, Failed>, f64, Instant) {
+        let (at_s, started) = (self.ledger.now(), Instant::now());
+        let answer = wire::post(&self.http, &self.plan.url, session, modern, body).await;
+        (answer, at_s, started)
+    }
+
     /// The outcome of request `id` from its answer; a second response to
     /// the same id is a duplicate.
-    fn outcome_of(&self, answer: &Answer, id: u64, _own: &[&str]) -> Outcome {
+    fn outcome_of(&self, answer: &Answer, id: u64) -> Outcome {
         let (response, count) = answer.response(id);
         if count > 1 {
             self.ledger.wrong(
