@@ -330,13 +330,3 @@ fn summarize(cases: &[String]) -> String {
 pub fn clip(text: &str) -> String {
     text.chars().take(300).collect()
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn tokens_are_found_in_text() {
-        let t = super::token(7, 42);
-        assert_eq!(t, "t0007x000042");
-        assert_eq!(super::tokens_in(&format!("Echo: {t}!")), vec![t.as_str()]);
-    }
-}

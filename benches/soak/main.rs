@@ -15,6 +15,7 @@ mod record;
 mod report;
 mod rig;
 mod sample;
+mod self_check;
 mod trend;
 mod verify;
 mod wire;
@@ -81,7 +82,12 @@ impl Options {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if !args.iter().any(|a| a == "--bench") {
-        println!("soak: not run without --bench (scripts/soak.sh --minutes N)");
+        // `cargo test` runs this binary without `--bench`: check the pure
+        // parts instead of soaking.
+        let checks = self_check::run();
+        println!(
+            "soak: {checks} self-checks passed; the soak itself runs with --bench (scripts/soak.sh --minutes N)"
+        );
         return ExitCode::SUCCESS;
     }
     let options = match Options::parse(&args) {

@@ -171,8 +171,11 @@ fn markdown(run: &Run, plots: &Result<Vec<String>, String>) -> Result<String, fm
     writeln!(
         out,
         "Load start and end are the first and last samples taken while the load ran. The trend \
-         is a least-squares line over the last two thirds of the load; flat means it rose at most \
+         is the Theil–Sen slope through the medians of twentieths of the last two thirds of the \
+         load (at least {} s each), so a flood's spike of a second or two cannot tilt it; flat \
+         means it rose at most \
          max({} MB, {:.0} % of the mean) for RSS and max({}, {:.0} % of the mean) for open fds.",
+        trend::MIN_BUCKET_S,
         trend::RSS_ABS_TOLERANCE_MB,
         trend::RSS_REL_TOLERANCE * 100.0,
         trend::FDS_ABS_TOLERANCE,

@@ -3,8 +3,9 @@
 //! A soak run passes its resource checks when RSS and open file descriptors
 //! stop growing once the gateway has warmed up. [`flatness`] looks at the last
 //! two thirds of a series (the first third is warm-up: caches, pools and
-//! allocator arenas filling), fits a least-squares line and calls the series
-//! flat when the line rises no more than a tolerance over that window. The
+//! allocator arenas filling), fits a line that short fault spikes cannot
+//! tilt, and calls the series flat when the line rises no more than a
+//! tolerance over that window. The
 //! report and the verifier judge with the same function and the same
 //! tolerances below, so they cannot disagree.
 
@@ -34,13 +35,22 @@ pub struct Trend {
     pub flat: bool,
 }
 
-/// Fits a least-squares line to the last two thirds (by time span) of
-/// `points`, given as `(seconds, value)` in any order, and judges whether it
-/// is flat: `rise <= abs_tolerance.max(rel_tolerance * mean)`, with both
+/// Judges whether the last two thirds (by time span) of `points`, given
+/// as `(seconds, value)` in any order, are flat: the fitted rise over that
+/// window is at most `abs_tolerance.max(rel_tolerance * mean)`, with both
 /// tolerances in the units of the values.
 ///
+/// The fit has to see through the faults: a connection flood holds a few
+/// hundred descriptors for a second or two, and a least-squares line
+/// through one such spike near the end of the window tilts by more than a
+/// leak would. So the window is cut into buckets (a twentieth of it, at
+/// least [`MIN_BUCKET_S`]), each bucket is read as its median, and the
+/// slope is the Theil–Sen estimate over the bucket medians: the median of
+/// the slopes between every pair of them. A spike shorter than half a
+/// bucket does not move its median; a steady climb moves every one.
+///
 /// Points with a non-finite coordinate are ignored. A window of fewer than
-/// three points is flat with slope and rise 0.
+/// three points, or fewer than two buckets, is flat with slope and rise 0.
 pub fn flatness(points: &[(f64, f64)], abs_tolerance: f64, rel_tolerance: f64) -> Trend {
     let finite = || {
         points
@@ -59,31 +69,72 @@ pub fn flatness(points: &[(f64, f64)], abs_tolerance: f64, rel_tolerance: f64) -
     } else {
         window.iter().map(|&(_, v)| v).sum::<f64>() / n
     };
-    if window.len() < 3 {
-        return Trend {
-            slope_per_min: 0.0,
-            rise: 0.0,
-            mean,
-            flat: true,
-        };
-    }
-
-    let mean_t = window.iter().map(|&(t, _)| t).sum::<f64>() / n;
-    let (covariance, variance) = window.iter().fold((0.0, 0.0), |(c, v), &(t, y)| {
-        let dt = t - mean_t;
-        (c + dt * (y - mean), v + dt * dt)
-    });
-    let slope = if variance > 0.0 {
-        covariance / variance
-    } else {
-        0.0
+    let level = Trend {
+        slope_per_min: 0.0,
+        rise: 0.0,
+        mean,
+        flat: true,
     };
+    if window.len() < 3 {
+        return level;
+    }
+    let medians = bucket_medians(&window, from, last);
+    if medians.len() < 2 {
+        return level;
+    }
+    let slope = theil_sen_slope(&medians);
     let rise = slope * (last - from);
     Trend {
         slope_per_min: slope * 60.0,
         rise,
         mean,
         flat: rise <= abs_tolerance.max(rel_tolerance * mean),
+    }
+}
+
+/// The narrowest bucket [`flatness`] reads as one median, in seconds.
+pub const MIN_BUCKET_S: f64 = 10.0;
+
+/// `(bucket middle, median value)` of each non-empty bucket of `window`
+/// (which spans `from..=to`), in time order.
+fn bucket_medians(window: &[(f64, f64)], from: f64, to: f64) -> Vec<(f64, f64)> {
+    let width = ((to - from) / 20.0).max(MIN_BUCKET_S);
+    let mut buckets: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    for &(t, v) in window {
+        let index = ((t - from) / width).floor().max(0.0) as u64;
+        buckets.entry(index).or_default().push(v);
+    }
+    buckets
+        .into_iter()
+        .map(|(index, mut values)| {
+            values.sort_by(f64::total_cmp);
+            let middle = from + (index as f64 + 0.5) * width;
+            (middle, median_of_sorted(&values))
+        })
+        .collect()
+}
+
+/// The median slope between every pair of `points` with distinct times.
+fn theil_sen_slope(points: &[(f64, f64)]) -> f64 {
+    let mut slopes = Vec::new();
+    for (i, &(t1, v1)) in points.iter().enumerate() {
+        for &(t2, v2) in &points[i + 1..] {
+            if t2 != t1 {
+                slopes.push((v2 - v1) / (t2 - t1));
+            }
+        }
+    }
+    slopes.sort_by(f64::total_cmp);
+    median_of_sorted(&slopes)
+}
+
+/// The median of an ascending slice (the mean of the middle two for an
+/// even length); 0.0 when empty.
+fn median_of_sorted(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
     }
 }
 

@@ -1,0 +1,106 @@
+//! The soak's own checks of its pure parts: the trend fit the flatness
+//! verdict rests on, percentiles and the ledger's tokens. The soak binary
+//! has no test harness (`harness = false`), so `cargo test --all-targets`
+//! runs `main` without `--bench`, and `main` runs these instead of the
+//! soak. A failed check panics, which fails that test run.
+
+use crate::ledger;
+use crate::trend::{FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE, flatness, percentile};
+
+/// Runs every check and returns how many ran.
+pub fn run() -> usize {
+    let checks: [(&str, fn()); 6] = [
+        (
+            "a level series with flood spikes is flat",
+            spikes_do_not_tilt,
+        ),
+        ("a steady climb is not flat", climb_is_caught),
+        (
+            "a climb hidden under noise is caught",
+            noisy_climb_is_caught,
+        ),
+        ("a falling or short series is flat", falling_and_short),
+        ("percentiles by nearest rank", percentiles),
+        ("tokens are found in text", tokens),
+    ];
+    for (name, check) in checks {
+        check();
+        println!("soak self-check: {name}: ok");
+    }
+    checks.len()
+}
+
+/// Descriptors of a replica over `minutes`, one sample a second: `level`
+/// plus `climb_per_min` per minute, a wobble of ±2, and, when `floods`,
+/// 2-second floods of +350 at the given minutes.
+fn fds(minutes: f64, level: f64, climb_per_min: f64, floods: &[f64]) -> Vec<(f64, f64)> {
+    (0..(minutes * 60.0) as u64)
+        .map(|s| {
+            let t = s as f64;
+            let wobble = [0.0, 2.0, -1.0, 1.0, -2.0][(s % 5) as usize];
+            let flood = floods
+                .iter()
+                .any(|&m| (m * 60.0..m * 60.0 + 2.0).contains(&t));
+            let v = level + climb_per_min * t / 60.0 + wobble + if flood { 350.0 } else { 0.0 };
+            (t, v)
+        })
+        .collect()
+}
+
+fn spikes_do_not_tilt() {
+    // The ten-minute run that a least-squares line failed: floods at 3.1
+    // and 8.7 minutes on a level of 30.
+    let points = fds(10.0, 30.0, 0.0, &[3.1, 8.7]);
+    let t = flatness(&points, FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE);
+    assert!(t.flat, "{t:?}");
+    assert!(t.rise.abs() < 1.0, "{t:?}");
+    // The same with the flood in the last bucket of a 2-minute run.
+    let points = fds(2.0, 30.0, 0.0, &[1.9]);
+    let t = flatness(&points, FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE);
+    assert!(t.flat, "{t:?}");
+}
+
+fn climb_is_caught() {
+    // One descriptor a minute for 30 minutes: 20 over the judged window.
+    let points = fds(30.0, 30.0, 1.0, &[]);
+    let t = flatness(&points, FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE);
+    assert!(!t.flat, "{t:?}");
+    assert!((t.rise - 20.0).abs() < 1.0, "{t:?}");
+    assert!((t.slope_per_min - 1.0).abs() < 0.05, "{t:?}");
+}
+
+fn noisy_climb_is_caught() {
+    // The same climb with a flood every three minutes still reads as one.
+    let floods: Vec<f64> = (1..10).map(|k| k as f64 * 3.0 + 0.5).collect();
+    let points = fds(30.0, 30.0, 1.0, &floods);
+    let t = flatness(&points, FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE);
+    assert!(!t.flat, "{t:?}");
+    assert!((t.rise - 20.0).abs() < 2.0, "{t:?}");
+}
+
+fn falling_and_short() {
+    let points = fds(10.0, 200.0, -5.0, &[]);
+    let t = flatness(&points, FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE);
+    assert!(t.flat && t.rise < 0.0, "{t:?}");
+    let t = flatness(&[(0.0, 1.0), (1.0, 500.0)], 1.0, 0.0);
+    assert!(t.flat && t.rise == 0.0, "{t:?}");
+    let t = flatness(&[(0.0, f64::NAN), (f64::INFINITY, 3.0)], 1.0, 0.0);
+    assert!(t.flat, "{t:?}");
+}
+
+fn percentiles() {
+    let sorted: Vec<u64> = (1..=100).collect();
+    assert_eq!(percentile(&sorted, 50.0), 50.0);
+    assert_eq!(percentile(&sorted, 99.0), 99.0);
+    assert_eq!(percentile(&sorted, 100.0), 100.0);
+    assert_eq!(percentile(&sorted, 0.0), 1.0);
+    assert_eq!(percentile(&[], 50.0), 0.0);
+    assert_eq!(percentile(&[7], 99.0), 7.0);
+}
+
+fn tokens() {
+    let t = ledger::token(7, 42);
+    assert_eq!(t, "t0007x000042");
+    assert_eq!(ledger::tokens_in(&format!("Echo: {t}!")), vec![t.as_str()]);
+    assert!(ledger::tokens_in("Echo: t12x3").is_empty());
+}
