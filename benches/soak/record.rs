@@ -22,6 +22,8 @@ pub struct Sample {
     pub sessions: Option<u64>,
     /// Child processes (stdio upstreams), from /proc.
     pub children: u64,
+    /// Open downstream HTTP connections, from `mcpmux_http_connections`.
+    pub connections: Option<u64>,
 }
 
 /// Call latency over one minute of the run.

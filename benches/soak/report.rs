@@ -60,7 +60,7 @@ struct Metric {
     tolerance: Option<(f64, f64)>,
 }
 
-const METRICS: [Metric; 5] = [
+const METRICS: [Metric; 7] = [
     Metric {
         name: "RSS (MB)",
         value: |s| Some(trend::rss_mb(s)),
@@ -70,6 +70,18 @@ const METRICS: [Metric; 5] = [
     Metric {
         name: "open fds",
         value: |s| Some(s.fds as f64),
+        decimals: 0,
+        tolerance: None,
+    },
+    Metric {
+        name: "downstream connections",
+        value: |s| s.connections.map(|n| n as f64),
+        decimals: 0,
+        tolerance: None,
+    },
+    Metric {
+        name: "fds besides downstream connections",
+        value: trend::own_fds,
         decimals: 0,
         tolerance: Some((trend::FDS_ABS_TOLERANCE, trend::FDS_REL_TOLERANCE)),
     },
@@ -174,7 +186,9 @@ fn markdown(run: &Run, plots: &Result<Vec<String>, String>) -> Result<String, fm
          is the Theil–Sen slope through the medians of twentieths of the last two thirds of the \
          load (at least {} s each), so a flood's spike of a second or two cannot tilt it; flat \
          means it rose at most \
-         max({} MB, {:.0} % of the mean) for RSS and max({}, {:.0} % of the mean) for open fds.",
+         max({} MB, {:.0} % of the mean) for RSS and max({}, {:.0} % of the mean) for the fds \
+         besides downstream connections (how many connections a replica holds follows how \
+         HAProxy spreads the clients; that they are all let go shows at idle).",
         trend::MIN_BUCKET_S,
         trend::RSS_ABS_TOLERANCE_MB,
         trend::RSS_REL_TOLERANCE * 100.0,

@@ -1,6 +1,7 @@
 //! Readings of each replica once a second: RSS and open descriptors from
 //! /proc, child processes (its stdio upstreams), and from its own
-//! `/metrics` the live tasks, sessions and upstream subscriptions.
+//! `/metrics` the live tasks, sessions, upstream subscriptions and open
+//! downstream connections.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +19,8 @@ pub struct Reading {
     pub sessions: Option<u64>,
     /// URIs the gateway holds subscribed at its upstreams.
     pub subscribed: Option<u64>,
+    /// Open downstream HTTP connections (`mcpmux_http_connections`).
+    pub connections: Option<u64>,
 }
 
 /// Reads replica `pid` now; `base` is its own address (not HAProxy's).
@@ -46,6 +49,7 @@ pub async fn read(http: &reqwest::Client, pid: u32, base: &str) -> Option<Readin
         tasks: metric(&metrics, "mcpmux_tasks"),
         sessions,
         subscribed: metric(&metrics, "mcpmux_subscribed_uris"),
+        connections: metric(&metrics, "mcpmux_http_connections"),
     })
 }
 
@@ -139,6 +143,7 @@ pub async fn run(
                         tasks: r.tasks,
                         sessions: r.sessions,
                         children: r.children,
+                        connections: r.connections,
                     });
             }
         }

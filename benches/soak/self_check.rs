@@ -5,11 +5,12 @@
 //! soak. A failed check panics, which fails that test run.
 
 use crate::ledger;
-use crate::trend::{FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE, flatness, percentile};
+use crate::record::Sample;
+use crate::trend::{FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE, flatness, own_fds, percentile};
 
 /// Runs every check and returns how many ran.
 pub fn run() -> usize {
-    let checks: [(&str, fn()); 6] = [
+    let checks: [(&str, fn()); 7] = [
         (
             "a level series with flood spikes is flat",
             spikes_do_not_tilt,
@@ -21,6 +22,7 @@ pub fn run() -> usize {
         ),
         ("a falling or short series is flat", falling_and_short),
         ("percentiles by nearest rank", percentiles),
+        ("own descriptors leave the connections out", own_descriptors),
         ("tokens are found in text", tokens),
     ];
     for (name, check) in checks {
@@ -103,4 +105,22 @@ fn tokens() {
     assert_eq!(t, "t0007x000042");
     assert_eq!(ledger::tokens_in(&format!("Echo: {t}!")), vec![t.as_str()]);
     assert!(ledger::tokens_in("Echo: t12x3").is_empty());
+}
+
+fn own_descriptors() {
+    let sample = |fds, connections| Sample {
+        at_s: 0.0,
+        replica: 0,
+        pid: 1,
+        rss_kb: 0,
+        fds,
+        tasks: None,
+        sessions: None,
+        children: 0,
+        connections,
+    };
+    assert_eq!(own_fds(&sample(70, Some(40))), Some(30.0));
+    assert_eq!(own_fds(&sample(70, None)), None);
+    // Read a moment apart, the count may pass the descriptors.
+    assert_eq!(own_fds(&sample(30, Some(31))), Some(0.0));
 }

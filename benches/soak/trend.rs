@@ -17,7 +17,8 @@ use crate::record::{Run, Sample};
 pub const RSS_ABS_TOLERANCE_MB: f64 = 8.0;
 /// ... or this fraction of its mean over the window, whichever is larger.
 pub const RSS_REL_TOLERANCE: f64 = 0.10;
-/// Open file descriptors may rise this many over the judged window.
+/// The replica's own descriptors ([`own_fds`]) may rise this many over the
+/// judged window.
 pub const FDS_ABS_TOLERANCE: f64 = 8.0;
 /// ... or this fraction of their mean over the window, whichever is larger.
 pub const FDS_REL_TOLERANCE: f64 = 0.10;
@@ -208,4 +209,15 @@ pub fn longest_process(run: &Run, replica: usize) -> Option<u32> {
 /// RSS of a sample in MB (1 MB = 1024 KiB), the unit of [`RSS_ABS_TOLERANCE_MB`].
 pub fn rss_mb(sample: &Sample) -> f64 {
     sample.rss_kb as f64 / 1024.0
+}
+
+/// The descriptors a replica holds for itself: all of them but its open
+/// downstream connections, which follow how HAProxy spreads the clients
+/// (a restarted replica wins its share back over minutes) and a flood's
+/// hundreds. `None` when the connection count could not be read. Whether
+/// the connections themselves are let go shows at idle, where every
+/// descriptor is counted.
+pub fn own_fds(sample: &Sample) -> Option<f64> {
+    let connections = sample.connections?;
+    Some(sample.fds.saturating_sub(connections) as f64)
 }

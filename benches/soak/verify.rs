@@ -1,6 +1,7 @@
 //! The verifier's checks beyond the ledger: the replicas idle again after
-//! the load (sessions, upstream subscriptions, tasks, child processes and
-//! descriptors back to their counts before it), RSS and descriptors flat
+//! the load (sessions, upstream subscriptions, tasks, child processes,
+//! descriptors and RSS back to their readings before it), RSS and
+//! descriptors flat
 //! over the last two thirds of the run, what the fixtures received, and
 //! the latency per minute.
 
@@ -21,6 +22,13 @@ const IDLE_WAIT: Duration = Duration::from_secs(60);
 /// Descriptors an idle replica may hold beyond its count before the load:
 /// pooled connections to the HTTP upstreams come and go.
 const SPARE_FDS: u64 = 6;
+/// RSS an idle replica may hold beyond its reading before the load, in
+/// KiB, or [`SPARE_RSS_FRACTION`] of that reading if more: what the load
+/// leaves behind that is meant to stay (bounded caches and journals, the
+/// allocator's slabs and thread caches). A leak over a run of minutes
+/// goes past it.
+const SPARE_RSS_KB: u64 = 4 * 1024;
+const SPARE_RSS_FRACTION: f64 = 0.15;
 
 /// Waits until every replica reads idle, and returns what it read. With no
 /// `before` (at the start), idle is no sessions, and the same reading
@@ -74,6 +82,11 @@ fn back_to(now: &Reading, before: &Reading) -> bool {
     now.tasks <= before.tasks
         && now.children == before.children
         && now.fds <= before.fds + SPARE_FDS
+        && now.rss_kb <= before.rss_kb + spare_rss_kb(before)
+}
+
+fn spare_rss_kb(before: &Reading) -> u64 {
+    SPARE_RSS_KB.max((before.rss_kb as f64 * SPARE_RSS_FRACTION) as u64)
 }
 
 /// The idle table: each figure of each replica, before and after.
@@ -106,8 +119,9 @@ pub fn idle_findings(before: &[Reading], after: &Res<Vec<Reading>>) -> Vec<Findi
             .enumerate()
             .map(|(slot, (b, a))| {
                 format!(
-                    "replica {slot}: sessions {:?}→{:?}, subscriptions {:?}→{:?}, tasks {:?}→{:?}, children {}→{}, fds {}→{}",
-                    b.sessions, a.sessions, b.subscribed, a.subscribed, b.tasks, a.tasks, b.children, a.children, b.fds, a.fds
+                    "replica {slot}: sessions {:?}→{:?}, subscriptions {:?}→{:?}, tasks {:?}→{:?}, children {}→{}, fds {}→{}, RSS {}→{} KiB (allowed {})",
+                    b.sessions, a.sessions, b.subscribed, a.subscribed, b.tasks, a.tasks, b.children, a.children, b.fds, a.fds,
+                    b.rss_kb, a.rss_kb, b.rss_kb + spare_rss_kb(b)
                 )
             })
             .collect::<Vec<_>>()
@@ -116,15 +130,18 @@ pub fn idle_findings(before: &[Reading], after: &Res<Vec<Reading>>) -> Vec<Findi
     };
     vec![Finding {
         check: format!(
-            "after the load, sessions, upstream subscriptions, tasks and child processes return to their idle counts, descriptors to within {SPARE_FDS}"
+            "after the load, sessions, upstream subscriptions, tasks and child processes return to their idle counts, descriptors to within {SPARE_FDS}, RSS to within max({} MiB, {:.0} %)",
+            SPARE_RSS_KB / 1024,
+            SPARE_RSS_FRACTION * 100.0
         ),
         passed: after.is_ok(),
         detail,
     }]
 }
 
-/// RSS and descriptors flat over the last two thirds of the load, for
-/// every replica process that lived through at least half of it.
+/// RSS and the replica's own descriptors ([`crate::trend::own_fds`]) flat
+/// over the last two thirds of the load, for every replica process that
+/// lived through at least half of it.
 pub fn flat_findings(samples: &[Sample], load_ended_s: f64) -> Vec<Finding> {
     let mut findings = Vec::new();
     let mut runs: Vec<(usize, u32)> = samples.iter().map(|s| (s.replica, s.pid)).collect();
@@ -148,7 +165,10 @@ pub fn flat_findings(samples: &[Sample], load_ended_s: f64) -> Vec<Finding> {
             .iter()
             .map(|s| (s.at_s, s.rss_kb as f64 / 1024.0))
             .collect();
-        let fds: Vec<(f64, f64)> = mine.iter().map(|s| (s.at_s, s.fds as f64)).collect();
+        let fds: Vec<(f64, f64)> = mine
+            .iter()
+            .filter_map(|s| Some((s.at_s, crate::trend::own_fds(s)?)))
+            .collect();
         for (what, points, abs, rel, unit) in [
             (
                 "RSS",
@@ -158,7 +178,7 @@ pub fn flat_findings(samples: &[Sample], load_ended_s: f64) -> Vec<Finding> {
                 "MB",
             ),
             (
-                "file descriptors",
+                "descriptors besides downstream connections",
                 fds,
                 crate::trend::FDS_ABS_TOLERANCE,
                 crate::trend::FDS_REL_TOLERANCE,
