@@ -26,6 +26,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The connection broke, or HAProxy answered for a replica that did
+    /// not (502 to 504: the gateway itself refuses with other statuses or
+    /// with JSON-RPC errors).
+    fn broke(&self) -> bool {
+        matches!(self, Outcome::Transport(_) | Outcome::Http(502..=504))
+    }
+
     fn label(&self) -> String {
         match self {
             Outcome::Ok => "ok".into(),
@@ -142,7 +149,7 @@ impl Ledger {
         for found in tokens_in(&text) {
             if !own.contains(&found) {
                 self.wrong(
-                    "no session saw another session's result or notification",
+                    "no session saw another session's result, notification or elicitation",
                     format!("a client owning {own:?} got {found}: {}", clip(&text)),
                 );
             }
@@ -202,10 +209,10 @@ impl Ledger {
         let broken: Vec<&Sent> = book
             .sent
             .iter()
-            .filter(|s| matches!(s.outcome, Outcome::Transport(_)) && !excused(s.at_s))
+            .filter(|s| s.outcome.broke() && !excused(s.at_s))
             .collect();
         findings.push(finding(
-            "no connection broke except while a replica was down",
+            "no connection broke (and HAProxy answered no 502 to 504) except while a replica was down",
             &broken,
             book.sent.len(),
             |s| format!("{} {} at {:.1}s: {:?}", s.kind, s.token, s.at_s, s.outcome),
@@ -218,7 +225,7 @@ impl Ledger {
             });
         }
         for check in [
-            "no session saw another session's result or notification",
+            "no session saw another session's result, notification or elicitation",
             "each request was answered once (no duplicates)",
         ] {
             if !book.wrong.iter().any(|(c, _)| *c == check) {
@@ -228,6 +235,21 @@ impl Ledger {
                     detail: format!("{} requests checked", book.sent.len()),
                 });
             }
+        }
+        const ASKED: &str = "each elicitation reached the session whose call asked it, once";
+        if !book.wrong.iter().any(|(c, _)| *c == ASKED) {
+            let answered = book
+                .sent
+                .iter()
+                .filter(|s| s.kind == "elicited call" && s.outcome == Outcome::Ok)
+                .count();
+            findings.push(Finding {
+                check: ASKED.into(),
+                passed: answered > 0,
+                detail: format!(
+                    "{answered} elicited calls answered, each asked once and showing its own answer"
+                ),
+            });
         }
         findings.push(at_most_once(&book.sent, records));
         findings.push(deliveries(&book.periods, &book.touches, &excused));

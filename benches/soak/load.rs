@@ -199,7 +199,7 @@ impl Client {
     async fn initialize(&mut self) -> Result<String, ()> {
         let (id, token) = self.next_id();
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
-            "protocolVersion": wire::LEGACY_VERSION, "capabilities": {},
+            "protocolVersion": wire::LEGACY_VERSION, "capabilities": { "elicitation": {} },
             "clientInfo": { "name": format!("soak-{}", self.index), "version": "1" } } });
         let (answer, at_s, started) = self.timed_post(None, None, body.to_string()).await;
         let (outcome, session) = match &answer {
@@ -310,6 +310,7 @@ impl Client {
             66..72 => ("py__echo", None),
             72..82 if session.is_some() => return self.slow(session, false).await,
             82..86 if session.is_some() => return self.slow(session, true).await,
+            86..88 if let Some(session) = session => return self.elicited(session).await,
             72..88 => return self.list(session).await,
             88..94 => return self.list(session).await,
             94..97 => return self.oversized(session).await,
@@ -357,7 +358,7 @@ impl Client {
                         .unwrap_or_default();
                     if !text.contains(&token) {
                         self.ledger.wrong(
-                            "no session saw another session's result or notification",
+                            "no session saw another session's result, notification or elicitation",
                             format!("{token}'s echo came back as {}", crate::ledger::clip(&text)),
                         );
                     }
@@ -408,6 +409,66 @@ impl Client {
             let _ = canceller.await;
         }
         next
+    }
+
+    /// `web__trigger-elicitation-request`: server-everything asks the
+    /// caller for its name (`elicitation/create`, relayed by the gateway on
+    /// the call's stream), the client answers with its token, and the
+    /// result must show that token. The request asked must be the gateway's
+    /// for this call alone: a question shown to the wrong session would
+    /// put another client's token in a result (or leave a call unasked).
+    async fn elicited(&mut self, session: &str) -> Next {
+        let (id, token) = self.next_id();
+        const TOOL: &str = "web__trigger-elicitation-request";
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": TOOL, "arguments": {} } });
+        let asked = std::sync::atomic::AtomicU32::new(0);
+        let reply = |request: &Value| {
+            (request["method"] == "elicitation/create").then(|| {
+                asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                json!({ "action": "accept", "content": { "name": token, "check": true } })
+            })
+        };
+        let (at_s, started) = (self.ledger.now(), Instant::now());
+        let answer = wire::post_answering(
+            &self.http,
+            &self.plan.url,
+            Some(session),
+            None,
+            body.to_string(),
+            &reply,
+        )
+        .await;
+        let outcome = match &answer {
+            Ok(a) => {
+                let own = [token.as_str()];
+                for m in &a.messages {
+                    self.ledger.check_own(m, &own);
+                }
+                let outcome = self.outcome_of(a, id);
+                let asked = asked.into_inner();
+                if outcome == Outcome::Ok {
+                    let (response, _) = a.response(id);
+                    let text = response
+                        .map(|r| r["result"].to_string())
+                        .unwrap_or_default();
+                    if asked != 1 || !text.contains(&format!("Name: {token}")) {
+                        self.ledger.wrong(
+                            "each elicitation reached the session whose call asked it, once",
+                            format!(
+                                "{token} was asked {asked} time(s) and its result was {}",
+                                crate::ledger::clip(&text)
+                            ),
+                        );
+                    }
+                }
+                outcome
+            }
+            Err(f) => failed(f),
+        };
+        let gone = matches!(outcome, Outcome::Http(404));
+        self.record("elicited call", None, token, at_s, started, outcome);
+        if gone { Next::Gone } else { Next::Go }
     }
 
     /// Every page of `tools/list`.

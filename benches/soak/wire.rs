@@ -1,6 +1,6 @@
 //! The load client's HTTP side: one POST and the messages of its answer
-//! (a JSON body or an event stream), and the events of an open `GET /mcp`
-//! stream as they arrive.
+//! (a JSON body or an event stream, answering the requests a server sends
+//! on it), and the events of an open `GET /mcp` stream as they arrive.
 
 use std::time::Duration;
 
@@ -60,6 +60,22 @@ pub async fn post(
     modern: Option<(&str, Option<&str>)>,
     body: String,
 ) -> Result<Answer, Failed> {
+    post_answering(http, url, session, modern, body, &|_| None).await
+}
+
+/// [`post`], answering every request the answer's event stream carries
+/// (a server asking back, relayed by the gateway) while the stream is
+/// open: `reply` gives the result for a request, and the response goes
+/// back on the session in a POST of its own. Requests `reply` gives no
+/// result for stay unanswered. The requests are kept among the messages.
+pub async fn post_answering(
+    http: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    modern: Option<(&str, Option<&str>)>,
+    body: String,
+    reply: &(dyn Fn(&Value) -> Option<Value> + Sync),
+) -> Result<Answer, Failed> {
     let mut request = http
         .post(url)
         .header("content-type", "application/json")
@@ -84,7 +100,7 @@ pub async fn post(
             .await
             .map_err(|e| Failed::Transport(short(&e)))?;
         let status = response.status().as_u16();
-        let session = response
+        let issued = response
             .headers()
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
@@ -94,17 +110,37 @@ pub async fn post(
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|t| t.starts_with("text/event-stream"));
-        let text = response
-            .text()
-            .await
-            .map_err(|e| Failed::Transport(short(&e)))?;
         let messages = match stream {
-            true => events(&text),
-            false => serde_json::from_str(&text).into_iter().collect(),
+            true => {
+                let mut messages = Vec::new();
+                let mut body = response.bytes_stream();
+                let mut parser = Events::default();
+                while let Some(chunk) = body.next().await {
+                    let chunk = chunk.map_err(|e| Failed::Transport(short(&e)))?;
+                    for message in parser.feed(&chunk) {
+                        if let Some(answer) = reply_to(&message, reply) {
+                            // Its 202 (or refusal) says nothing the call's
+                            // own answer will not.
+                            let _ =
+                                Box::pin(post(http, url, session, None, answer.to_string())).await;
+                        }
+                        messages.push(message);
+                    }
+                }
+                messages.extend(parser.feed(b"\n\n"));
+                messages
+            }
+            false => {
+                let text = response
+                    .text()
+                    .await
+                    .map_err(|e| Failed::Transport(short(&e)))?;
+                serde_json::from_str(&text).into_iter().collect()
+            }
         };
         Ok(Answer {
             status,
-            session,
+            session: issued,
             messages,
         })
     };
@@ -113,12 +149,13 @@ pub async fn post(
         .unwrap_or(Err(Failed::Lost))
 }
 
-/// The JSON messages of a complete event-stream text.
-pub fn events(text: &str) -> Vec<Value> {
-    let mut parser = Events::default();
-    let mut out = parser.feed(text.as_bytes());
-    out.extend(parser.feed(b"\n\n"));
-    out
+/// The JSON-RPC response to `message` when it is a request `reply` has a
+/// result for.
+fn reply_to(message: &Value, reply: &(dyn Fn(&Value) -> Option<Value> + Sync)) -> Option<Value> {
+    let id = message.get("id")?;
+    message.get("method")?;
+    let result = reply(message)?;
+    Some(serde_json::json!({ "jsonrpc": "2.0", "id": id, "result": result }))
 }
 
 /// An incremental event-stream parser: bytes in, JSON messages out.
