@@ -192,6 +192,7 @@ async fn soak(options: &Options) -> Res<record::Run> {
 
     let faults = faults.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let samples = samples.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    std::fs::write(work.join("samples.csv"), record::samples_csv(&samples))?;
     let records = verify::records(&work)?;
     let mut findings = ledger.verify(&records, &faults);
     findings.extend(verify::idle_findings(&idle_before, &idle_after));

@@ -75,3 +75,24 @@ impl Run {
         !self.findings.is_empty() && self.findings.iter().all(|f| f.passed)
     }
 }
+
+/// The samples as CSV with a header line, for reading them again.
+pub fn samples_csv(samples: &[Sample]) -> String {
+    let mut out = String::from("at_s,replica,pid,rss_kb,fds,connections,tasks,sessions,children\n");
+    let or_empty = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+    for s in samples {
+        out.push_str(&format!(
+            "{:.1},{},{},{},{},{},{},{},{}\n",
+            s.at_s,
+            s.replica,
+            s.pid,
+            s.rss_kb,
+            s.fds,
+            or_empty(s.connections),
+            or_empty(s.tasks),
+            or_empty(s.sessions),
+            s.children
+        ));
+    }
+    out
+}

@@ -183,9 +183,11 @@ fn markdown(run: &Run, plots: &Result<Vec<String>, String>) -> Result<String, fm
     writeln!(
         out,
         "Load start and end are the first and last samples taken while the load ran. The trend \
-         is the Theil–Sen slope through the medians of twentieths of the last two thirds of the \
-         load (at least {} s each), so a flood's spike of a second or two cannot tilt it; flat \
-         means it rose at most \
+         is read through the medians of twentieths of the last two thirds of the load (at least \
+         {} s each), so a flood's spike of a second or two cannot tilt it. Its slope is the larger \
+         of the Theil–Sen slope through those medians and the median slope between neighbouring \
+         ones, which a climb that faults reset now and then cannot hide from; the rise is that \
+         slope over the window. Flat means it rose at most \
          max({} MB, {:.0} % of the mean) for RSS and max({}, {:.0} % of the mean) for the fds \
          besides downstream connections (how many connections a replica holds follows how \
          HAProxy spreads the clients; that they are all let go shows at idle).",

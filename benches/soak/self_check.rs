@@ -6,11 +6,14 @@
 
 use crate::ledger;
 use crate::record::Sample;
-use crate::trend::{FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE, flatness, own_fds, percentile};
+use crate::trend::{
+    FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE, RSS_ABS_TOLERANCE_MB, RSS_REL_TOLERANCE, flatness,
+    own_fds, percentile,
+};
 
 /// Runs every check and returns how many ran.
 pub fn run() -> usize {
-    let checks: [(&str, fn()); 7] = [
+    let checks: [(&str, fn()); 8] = [
         (
             "a level series with flood spikes is flat",
             spikes_do_not_tilt,
@@ -20,6 +23,7 @@ pub fn run() -> usize {
             "a climb hidden under noise is caught",
             noisy_climb_is_caught,
         ),
+        ("a climb that faults reset is caught", sawtooth_is_caught),
         ("a falling or short series is flat", falling_and_short),
         ("percentiles by nearest rank", percentiles),
         ("own descriptors leave the connections out", own_descriptors),
@@ -78,6 +82,30 @@ fn noisy_climb_is_caught() {
     let t = flatness(&points, FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE);
     assert!(!t.flat, "{t:?}");
     assert!((t.rise - 20.0).abs() < 2.0, "{t:?}");
+}
+
+fn sawtooth_is_caught() {
+    // The legacy SSE leak as the committed report before its fix showed
+    // it: RSS of 27 MB climbing 13 MB in each 5.5-minute round, given
+    // back when the SSE upstream restarted, with a wobble of ±0.5 MB.
+    let round = 5.5 * 60.0;
+    let points: Vec<(f64, f64)> = (0..30 * 60)
+        .map(|s| {
+            let t = s as f64;
+            let wobble = [0.0, 0.5, -0.3, 0.2, -0.5][s % 5];
+            (t, 27.0 + 13.0 * ((t % round) / round) + wobble)
+        })
+        .collect();
+    let t = flatness(&points, RSS_ABS_TOLERANCE_MB, RSS_REL_TOLERANCE);
+    assert!(!t.flat, "{t:?}");
+    assert!((t.slope_per_min - 13.0 / 5.5).abs() < 0.3, "{t:?}");
+    // The same level with its wobble and no climb is flat.
+    let level: Vec<(f64, f64)> = points
+        .iter()
+        .map(|&(t, _)| (t, 27.0 + [0.0, 0.5, -0.3, 0.2, -0.5][t as usize % 5]))
+        .collect();
+    let t = flatness(&level, RSS_ABS_TOLERANCE_MB, RSS_REL_TOLERANCE);
+    assert!(t.flat && t.rise.abs() < 0.5, "{t:?}");
 }
 
 fn falling_and_short() {

@@ -3,9 +3,10 @@
 //! A soak run passes its resource checks when RSS and open file descriptors
 //! stop growing once the gateway has warmed up. [`flatness`] looks at the last
 //! two thirds of a series (the first third is warm-up: caches, pools and
-//! allocator arenas filling), fits a line that short fault spikes cannot
-//! tilt, and calls the series flat when the line rises no more than a
-//! tolerance over that window. The
+//! allocator arenas filling), fits a slope that short fault spikes cannot
+//! tilt and that a fault resetting a leak now and then cannot hide, and
+//! calls the series flat when it rises no more than a tolerance over that
+//! window. The
 //! report and the verifier judge with the same function and the same
 //! tolerances below, so they cannot disagree.
 
@@ -45,10 +46,22 @@ pub struct Trend {
 /// hundred descriptors for a second or two, and a least-squares line
 /// through one such spike near the end of the window tilts by more than a
 /// leak would. So the window is cut into buckets (a twentieth of it, at
-/// least [`MIN_BUCKET_S`]), each bucket is read as its median, and the
-/// slope is the Theil–Sen estimate over the bucket medians: the median of
-/// the slopes between every pair of them. A spike shorter than half a
-/// bucket does not move its median; a steady climb moves every one.
+/// least [`MIN_BUCKET_S`]), and each bucket is read as its median. A
+/// spike shorter than half a bucket does not move its median; a steady
+/// climb moves every one.
+///
+/// The slope is the larger of two robust estimates through the medians:
+/// - **overall**: the Theil–Sen slope, the median of the slopes between
+///   every pair of medians. It sees a steady climb, and a climb in steps.
+/// - **step**: the median of the slopes between neighbouring medians. It
+///   sees a climb that a fault resets now and then (a sawtooth: memory
+///   held by an upstream's link until that upstream restarts), which the
+///   overall slope reads as level because the pairs across a reset slope
+///   down. Most neighbours lie between two resets, so their median slope
+///   is the climb's.
+///
+/// The rise is that slope over the window's length: what the series would
+/// have gained had nothing reset it.
 ///
 /// Points with a non-finite coordinate are ignored. A window of fewer than
 /// three points, or fewer than two buckets, is flat with slope and rise 0.
@@ -83,7 +96,7 @@ pub fn flatness(points: &[(f64, f64)], abs_tolerance: f64, rel_tolerance: f64) -
     if medians.len() < 2 {
         return level;
     }
-    let slope = theil_sen_slope(&medians);
+    let slope = theil_sen_slope(&medians).max(step_slope(&medians));
     let rise = slope * (last - from);
     Trend {
         slope_per_min: slope * 60.0,
@@ -113,6 +126,17 @@ fn bucket_medians(window: &[(f64, f64)], from: f64, to: f64) -> Vec<(f64, f64)> 
             (middle, median_of_sorted(&values))
         })
         .collect()
+}
+
+/// The median slope between neighbours of `points` (in time order).
+fn step_slope(points: &[(f64, f64)]) -> f64 {
+    let mut slopes: Vec<f64> = points
+        .windows(2)
+        .filter(|w| w[1].0 != w[0].0)
+        .map(|w| (w[1].1 - w[0].1) / (w[1].0 - w[0].0))
+        .collect();
+    slopes.sort_by(f64::total_cmp);
+    median_of_sorted(&slopes)
 }
 
 /// The median slope between every pair of `points` with distinct times.
