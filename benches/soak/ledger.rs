@@ -54,6 +54,9 @@ pub struct Sent {
     pub at_s: f64,
     pub outcome: Outcome,
     pub took_us: u64,
+    /// The replica id (the session id's prefix) of the session it was sent
+    /// in; `None` for a stateless request, which HAProxy balances alone.
+    pub replica: Option<String>,
 }
 
 /// A subscription held over one open stream.
@@ -168,12 +171,14 @@ impl Ledger {
         (kinds, outcomes)
     }
 
-    /// (second, µs) of every call answered `ok`.
-    pub fn latencies(&self) -> Vec<(f64, u64)> {
+    /// (second, µs) of every call answered `ok` for which `keep` holds
+    /// of its replica id (`None`: stateless).
+    pub fn latencies(&self, keep: impl Fn(Option<&str>) -> bool) -> Vec<(f64, u64)> {
         self.book()
             .sent
             .iter()
             .filter(|s| s.outcome == Outcome::Ok && s.kind.starts_with("call"))
+            .filter(|s| keep(s.replica.as_deref()))
             .map(|s| (s.at_s, s.took_us))
             .collect()
     }

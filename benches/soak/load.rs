@@ -102,6 +102,8 @@ struct Client {
     ledger: Arc<Ledger>,
     http: reqwest::Client,
     next: u64,
+    /// The replica id of the session being run, for the ledger.
+    replica: Option<String>,
 }
 
 /// What a session-based client does besides calls.
@@ -132,6 +134,7 @@ impl Client {
                 .build()
                 .expect("a reqwest client"),
             next: 0,
+            replica: None,
         }
     }
 
@@ -170,6 +173,7 @@ impl Client {
     /// (or, one time in four, nothing: it is left to expire).
     async fn session(&mut self, role: Role, ends: Instant) -> Result<(), ()> {
         let session = self.initialize().await?;
+        self.replica = Some(replica_of(&session));
         let listener = match role {
             Role::Subscriber | Role::SlowReader => Some(self.subscribe(&session, role).await),
             _ => None,
@@ -193,6 +197,7 @@ impl Client {
                 .send()
                 .await;
         }
+        self.replica = None;
         Ok(())
     }
 
@@ -346,22 +351,14 @@ impl Client {
         let (answer, at_s, started) = self.timed_post(session, modern, body.to_string()).await;
         let outcome = match &answer {
             Ok(a) => {
-                let own = [token.as_str()];
-                for m in &a.messages {
-                    self.ledger.check_own(m, &own);
-                }
-                let outcome = self.outcome_of(a, id);
-                if outcome == Outcome::Ok && kind == "call" {
-                    let (response, _) = a.response(id);
-                    let text = response
-                        .map(|r| r["result"].to_string())
-                        .unwrap_or_default();
-                    if !text.contains(&token) {
-                        self.ledger.wrong(
-                            "no session saw another session's result, notification or elicitation",
-                            format!("{token}'s echo came back as {}", crate::ledger::clip(&text)),
-                        );
-                    }
+                let (outcome, result) = self.answered(a, id, &token);
+                if let Some(text) = result.filter(|_| kind == "call")
+                    && !text.contains(&token)
+                {
+                    self.ledger.wrong(
+                        "no session saw another session's result, notification or elicitation",
+                        format!("{token}'s echo came back as {}", crate::ledger::clip(&text)),
+                    );
                 }
                 outcome
             }
@@ -441,26 +438,18 @@ impl Client {
         .await;
         let outcome = match &answer {
             Ok(a) => {
-                let own = [token.as_str()];
-                for m in &a.messages {
-                    self.ledger.check_own(m, &own);
-                }
-                let outcome = self.outcome_of(a, id);
+                let (outcome, result) = self.answered(a, id, &token);
                 let asked = asked.into_inner();
-                if outcome == Outcome::Ok {
-                    let (response, _) = a.response(id);
-                    let text = response
-                        .map(|r| r["result"].to_string())
-                        .unwrap_or_default();
-                    if asked != 1 || !text.contains(&format!("Name: {token}")) {
-                        self.ledger.wrong(
-                            "each elicitation reached the session whose call asked it, once",
-                            format!(
-                                "{token} was asked {asked} time(s) and its result was {}",
-                                crate::ledger::clip(&text)
-                            ),
-                        );
-                    }
+                if let Some(text) = result
+                    && (asked != 1 || !text.contains(&format!("Name: {token}")))
+                {
+                    self.ledger.wrong(
+                        "each elicitation reached the session whose call asked it, once",
+                        format!(
+                            "{token} was asked {asked} time(s) and its result was {}",
+                            crate::ledger::clip(&text)
+                        ),
+                    );
                 }
                 outcome
             }
@@ -598,6 +587,24 @@ impl Client {
         (answer, at_s, started)
     }
 
+    /// Checks every message of `answer` for other clients' tokens, and
+    /// gives the outcome of request `id` with, when it is `ok`, its result
+    /// as text.
+    fn answered(&self, answer: &Answer, id: u64, token: &str) -> (Outcome, Option<String>) {
+        for m in &answer.messages {
+            self.ledger.check_own(m, &[token]);
+        }
+        let outcome = self.outcome_of(answer, id);
+        let result = (outcome == Outcome::Ok).then(|| {
+            answer
+                .response(id)
+                .0
+                .map(|r| r["result"].to_string())
+                .unwrap_or_default()
+        });
+        (outcome, result)
+    }
+
     /// The outcome of request `id` from its answer; a second response to
     /// the same id is a duplicate.
     fn outcome_of(&self, answer: &Answer, id: u64) -> Outcome {
@@ -634,6 +641,7 @@ impl Client {
             at_s,
             outcome,
             took_us: started.elapsed().as_micros() as u64,
+            replica: self.replica.clone(),
         });
     }
 }

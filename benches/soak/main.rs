@@ -135,6 +135,8 @@ async fn soak(options: &Options) -> Res<record::Run> {
         "fds.png",
         "tasks.png",
         "latency.png",
+        "latency-p50.png",
+        "latency-p99.png",
     ] {
         let _ = std::fs::remove_file(options.out.join(old));
     }
@@ -154,6 +156,7 @@ async fn soak(options: &Options) -> Res<record::Run> {
     let until = started + Duration::from_secs_f64(options.minutes * 60.0);
     let ledger = Arc::new(ledger::Ledger::new(started));
     let samples = Arc::new(Mutex::new(Vec::new()));
+    let ids = Arc::new(Mutex::new(std::collections::HashMap::new()));
     let faults = Arc::new(Mutex::new(Vec::new()));
     let stop = tokio_util::sync::CancellationToken::new();
     let sampler = tokio::spawn(sample::run(
@@ -162,6 +165,7 @@ async fn soak(options: &Options) -> Res<record::Run> {
         started,
         0.0,
         samples.clone(),
+        ids.clone(),
         stop.clone(),
     ));
     println!(
@@ -207,11 +211,35 @@ async fn soak(options: &Options) -> Res<record::Run> {
         outcomes,
         faults,
         samples,
-        latency: verify::latency_minutes(&ledger.latencies()),
+        latency: verify::latency_minutes(&ledger.latencies(|_| true)),
+        latency_by: latency_by_replica(&ledger, &ids, bases.len()),
         findings,
         idle: verify::idle_table(&idle_before, idle_after.as_ref().ok()),
     };
     report::write(&run, &options.out)?;
     drop(rig);
     Ok(run)
+}
+
+/// Latency per minute of the calls of each replica slot's sessions (by the
+/// replica that issued the session, `ids` mapping replica ids to slots),
+/// then of the stateless calls, which HAProxy balances one by one.
+fn latency_by_replica(
+    ledger: &ledger::Ledger,
+    ids: &Mutex<std::collections::HashMap<String, usize>>,
+    slots: usize,
+) -> Vec<(String, Vec<record::LatencyMinute>)> {
+    let ids = ids.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let slot_of = |replica: Option<&str>| replica.and_then(|r| ids.get(r).copied());
+    let mut by = Vec::new();
+    for slot in 0..slots {
+        let latencies = ledger.latencies(|r| slot_of(r) == Some(slot));
+        by.push((
+            format!("replica {slot}"),
+            verify::latency_minutes(&latencies),
+        ));
+    }
+    let stateless = ledger.latencies(|r| r.is_none());
+    by.push(("stateless".to_owned(), verify::latency_minutes(&stateless)));
+    by
 }

@@ -1,6 +1,7 @@
 //! PNG line plots of a soak run, for the report to link: RSS, open file
 //! descriptors and tokio tasks per replica slot over the run, and call latency
-//! per minute of load.
+//! per minute of load: overall, and by replica (the sessions each slot
+//! issued, and the stateless calls apart).
 //!
 //! The x axis is minutes since the load started; samples taken while the
 //! replicas idled before it sit left of 0. Injected faults are orange dashed
@@ -49,7 +50,8 @@ struct Series {
     points: Vec<(f64, f64)>,
 }
 
-/// Draws `rss.png`, `fds.png`, `tasks.png` and `latency.png` into `dir`
+/// Draws `rss.png`, `fds.png`, `tasks.png`, `latency.png`,
+/// `latency-p50.png` and `latency-p99.png` into `dir`
 /// (which must exist) and returns the names of the files written. A plot
 /// with no data at all (say, no replica exported its task gauge) is skipped
 /// and its name left out.
@@ -103,6 +105,48 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, Box<dyn Error>> {
     let path = dir.join(file);
     if line_chart(&path, title, "latency (ms)", &latency, &faults, &span)? {
         written.push(file.to_owned());
+    }
+
+    // The same by replica: one line per slot's sessions, one for the
+    // stateless calls, in a chart per percentile.
+    let by = |pick: fn(&LatencyMinute) -> f64| -> Vec<Series> {
+        run.latency_by
+            .iter()
+            .enumerate()
+            .map(|(i, (label, minutes))| Series {
+                label: label.clone(),
+                color: COLORS[i % COLORS.len()],
+                points: minutes
+                    .iter()
+                    .map(|m| (f64::from(m.minute) + 0.5, pick(m) / 1000.0))
+                    .filter(|&(x, y)| x.is_finite() && y.is_finite())
+                    .collect(),
+            })
+            .collect()
+    };
+    for (file, title, pick) in [
+        (
+            "latency-p50.png",
+            "Call latency p50 per minute, by replica",
+            (|m| m.p50_us) as fn(&LatencyMinute) -> f64,
+        ),
+        (
+            "latency-p99.png",
+            "Call latency p99 per minute, by replica",
+            |m| m.p99_us,
+        ),
+    ] {
+        let series = by(pick);
+        if line_chart(
+            &dir.join(file),
+            title,
+            "latency (ms)",
+            &series,
+            &faults,
+            &span,
+        )? {
+            written.push(file.to_owned());
+        }
     }
     Ok(written)
 }

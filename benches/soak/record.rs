@@ -64,6 +64,9 @@ pub struct Run {
     pub faults: Vec<Fault>,
     pub samples: Vec<Sample>,
     pub latency: Vec<LatencyMinute>,
+    /// The same per replica slot of the sessions (`replica 0`, ...), then
+    /// for the stateless calls (`stateless`).
+    pub latency_by: Vec<(String, Vec<LatencyMinute>)>,
     pub findings: Vec<Finding>,
     /// Idle figures per replica, before the load and after it: (what, before, after).
     pub idle: Vec<(String, u64, u64)>,

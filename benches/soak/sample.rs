@@ -3,6 +3,7 @@
 //! `/metrics` the live tasks, sessions, upstream subscriptions and open
 //! downstream connections.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -107,15 +108,40 @@ pub fn child_pids(pid: u32, needle: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Samples every replica once a second until `stop` is cancelled.
+/// The replica id of the replica at `base` (not HAProxy's address): the
+/// prefix of the session id it issues to a probe session, which is then
+/// deleted.
+async fn replica_id(http: &reqwest::Client, base: &str) -> Option<String> {
+    let url = format!("{base}/mcp");
+    let initialize = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": crate::wire::LEGACY_VERSION, "capabilities": {},
+            "clientInfo": { "name": "soak-sampler", "version": "1" } } });
+    let answer = crate::wire::post(http, &url, None, None, initialize.to_string())
+        .await
+        .ok()?;
+    let session = answer.session?;
+    let _ = http
+        .delete(&url)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", crate::wire::LEGACY_VERSION)
+        .send()
+        .await;
+    session.split_once('-').map(|(id, _)| id.to_owned())
+}
+
+/// Samples every replica once a second until `stop` is cancelled, and
+/// learns the replica id of each replica process it sees into `ids`
+/// (id → slot), so latencies can be told apart by replica.
 pub async fn run(
     pids: Arc<Mutex<Vec<Option<u32>>>>,
     bases: Vec<String>,
     started: std::time::Instant,
     offset_s: f64,
     samples: Arc<Mutex<Vec<Sample>>>,
+    ids: Arc<Mutex<HashMap<String, usize>>>,
     stop: tokio_util::sync::CancellationToken,
 ) {
+    let mut known: HashSet<u32> = HashSet::new();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()
@@ -130,6 +156,14 @@ pub async fn run(
         let now: Vec<Option<u32>> = pids.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for (replica, pid) in now.into_iter().enumerate() {
             let Some(pid) = pid else { continue };
+            if !known.contains(&pid)
+                && let Some(id) = replica_id(&http, &bases[replica]).await
+            {
+                known.insert(pid);
+                ids.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, replica);
+            }
             if let Some(r) = read(&http, pid, &bases[replica]).await {
                 samples
                     .lock()
