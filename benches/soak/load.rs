@@ -443,8 +443,8 @@ impl Client {
                 if let Some(text) = result
                     && (asked != 1 || !text.contains(&format!("Name: {token}")))
                 {
-                    self.ledger.wrong(
-                        "each elicitation reached the session whose call asked it, once",
+                    self.ledger.ask_failed(
+                        at_s,
                         format!(
                             "{token} was asked {asked} time(s) and its result was {}",
                             crate::ledger::clip(&text)

@@ -55,9 +55,9 @@ struct Metric {
     name: &'static str,
     value: fn(&Sample) -> Option<f64>,
     decimals: usize,
-    /// (absolute, relative) tolerance of the flatness verdict; rows without
+    /// How the flatness verdict judges the row; rows without
     /// one show the trend but no verdict.
-    tolerance: Option<(f64, f64)>,
+    tolerance: Option<trend::Judge>,
 }
 
 const METRICS: [Metric; 7] = [
@@ -65,7 +65,7 @@ const METRICS: [Metric; 7] = [
         name: "RSS (MB)",
         value: |s| Some(trend::rss_mb(s)),
         decimals: 1,
-        tolerance: Some((trend::RSS_ABS_TOLERANCE_MB, trend::RSS_REL_TOLERANCE)),
+        tolerance: Some(trend::RSS),
     },
     Metric {
         name: "open fds",
@@ -83,7 +83,7 @@ const METRICS: [Metric; 7] = [
         name: "fds besides downstream connections",
         value: trend::own_fds,
         decimals: 0,
-        tolerance: Some((trend::FDS_ABS_TOLERANCE, trend::FDS_REL_TOLERANCE)),
+        tolerance: Some(trend::FDS),
     },
     Metric {
         name: "tokio tasks",
@@ -184,18 +184,18 @@ fn markdown(run: &Run, plots: &Result<Vec<String>, String>) -> Result<String, fm
         out,
         "Load start and end are the first and last samples taken while the load ran. The trend \
          is read through the medians of twentieths of the last two thirds of the load (at least \
-         {} s each), so a flood's spike of a second or two cannot tilt it. Its slope is the larger \
-         of the Theil–Sen slope through those medians and the median slope between neighbouring \
-         ones, which a climb that faults reset now and then cannot hide from; the rise is that \
-         slope over the window. Flat means it rose at most \
+         {} s each), so a flood's spike of a second or two cannot tilt it. Its slope is the \
+         Theil–Sen slope through those medians and, for RSS, the median slope between neighbouring \
+         ones if larger, which a climb that faults reset now and then cannot hide from; the rise \
+         is that slope over the window. Flat means it rose at most \
          max({} MB, {:.0} % of the mean) for RSS and max({}, {:.0} % of the mean) for the fds \
          besides downstream connections (how many connections a replica holds follows how \
          HAProxy spreads the clients; that they are all let go shows at idle).",
         trend::MIN_BUCKET_S,
-        trend::RSS_ABS_TOLERANCE_MB,
-        trend::RSS_REL_TOLERANCE * 100.0,
-        trend::FDS_ABS_TOLERANCE,
-        trend::FDS_REL_TOLERANCE * 100.0,
+        trend::RSS.abs,
+        trend::RSS.rel * 100.0,
+        trend::FDS.abs,
+        trend::FDS.rel * 100.0,
     )?;
     for slot in slots {
         replica_table(&mut out, run, slot)?;
@@ -270,8 +270,12 @@ fn replica_table(out: &mut String, run: &Run, slot: usize) -> fmt::Result {
             continue;
         };
         let judged = trend::load_series(run, slot, longest, metric.value);
-        let (abs, rel) = metric.tolerance.unwrap_or((f64::INFINITY, 0.0));
-        let t = trend::flatness(&judged, abs, rel);
+        let judge = metric.tolerance.unwrap_or(trend::Judge {
+            abs: f64::INFINITY,
+            rel: 0.0,
+            steps: false,
+        });
+        let t = trend::flatness(&judged, judge);
         let verdict = match metric.tolerance {
             None => "–",
             Some(_) if t.flat => "flat",

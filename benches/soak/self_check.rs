@@ -6,10 +6,7 @@
 
 use crate::ledger;
 use crate::record::Sample;
-use crate::trend::{
-    FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE, RSS_ABS_TOLERANCE_MB, RSS_REL_TOLERANCE, flatness,
-    own_fds, percentile,
-};
+use crate::trend::{FDS, RSS, flatness, own_fds, percentile};
 
 /// Runs every check and returns how many ran.
 pub fn run() -> usize {
@@ -57,19 +54,19 @@ fn spikes_do_not_tilt() {
     // The ten-minute run that a least-squares line failed: floods at 3.1
     // and 8.7 minutes on a level of 30.
     let points = fds(10.0, 30.0, 0.0, &[3.1, 8.7]);
-    let t = flatness(&points, FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE);
+    let t = flatness(&points, FDS);
     assert!(t.flat, "{t:?}");
     assert!(t.rise.abs() < 1.0, "{t:?}");
     // The same with the flood in the last bucket of a 2-minute run.
     let points = fds(2.0, 30.0, 0.0, &[1.9]);
-    let t = flatness(&points, FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE);
+    let t = flatness(&points, FDS);
     assert!(t.flat, "{t:?}");
 }
 
 fn climb_is_caught() {
     // One descriptor a minute for 30 minutes: 20 over the judged window.
     let points = fds(30.0, 30.0, 1.0, &[]);
-    let t = flatness(&points, FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE);
+    let t = flatness(&points, FDS);
     assert!(!t.flat, "{t:?}");
     assert!((t.rise - 20.0).abs() < 1.0, "{t:?}");
     assert!((t.slope_per_min - 1.0).abs() < 0.05, "{t:?}");
@@ -79,7 +76,7 @@ fn noisy_climb_is_caught() {
     // The same climb with a flood every three minutes still reads as one.
     let floods: Vec<f64> = (1..10).map(|k| k as f64 * 3.0 + 0.5).collect();
     let points = fds(30.0, 30.0, 1.0, &floods);
-    let t = flatness(&points, FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE);
+    let t = flatness(&points, FDS);
     assert!(!t.flat, "{t:?}");
     assert!((t.rise - 20.0).abs() < 2.0, "{t:?}");
 }
@@ -96,7 +93,7 @@ fn sawtooth_is_caught() {
             (t, 27.0 + 13.0 * ((t % round) / round) + wobble)
         })
         .collect();
-    let t = flatness(&points, RSS_ABS_TOLERANCE_MB, RSS_REL_TOLERANCE);
+    let t = flatness(&points, RSS);
     assert!(!t.flat, "{t:?}");
     assert!((t.slope_per_min - 13.0 / 5.5).abs() < 0.3, "{t:?}");
     // The same level with its wobble and no climb is flat.
@@ -104,17 +101,17 @@ fn sawtooth_is_caught() {
         .iter()
         .map(|&(t, _)| (t, 27.0 + [0.0, 0.5, -0.3, 0.2, -0.5][t as usize % 5]))
         .collect();
-    let t = flatness(&level, RSS_ABS_TOLERANCE_MB, RSS_REL_TOLERANCE);
+    let t = flatness(&level, RSS);
     assert!(t.flat && t.rise.abs() < 0.5, "{t:?}");
 }
 
 fn falling_and_short() {
     let points = fds(10.0, 200.0, -5.0, &[]);
-    let t = flatness(&points, FDS_ABS_TOLERANCE, FDS_REL_TOLERANCE);
+    let t = flatness(&points, FDS);
     assert!(t.flat && t.rise < 0.0, "{t:?}");
-    let t = flatness(&[(0.0, 1.0), (1.0, 500.0)], 1.0, 0.0);
+    let t = flatness(&[(0.0, 1.0), (1.0, 500.0)], FDS);
     assert!(t.flat && t.rise == 0.0, "{t:?}");
-    let t = flatness(&[(0.0, f64::NAN), (f64::INFINITY, 3.0)], 1.0, 0.0);
+    let t = flatness(&[(0.0, f64::NAN), (f64::INFINITY, 3.0)], FDS);
     assert!(t.flat, "{t:?}");
 }
 

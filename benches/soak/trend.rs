@@ -14,15 +14,34 @@ use std::collections::BTreeMap;
 
 use crate::record::{Run, Sample};
 
-/// RSS may rise this many MB over the judged window and still be flat.
-pub const RSS_ABS_TOLERANCE_MB: f64 = 8.0;
-/// ... or this fraction of its mean over the window, whichever is larger.
-pub const RSS_REL_TOLERANCE: f64 = 0.10;
-/// The replica's own descriptors ([`own_fds`]) may rise this many over the
-/// judged window.
-pub const FDS_ABS_TOLERANCE: f64 = 8.0;
-/// ... or this fraction of their mean over the window, whichever is larger.
-pub const FDS_REL_TOLERANCE: f64 = 0.10;
+/// How a series is judged flat: it may rise `abs` (in its own unit) over
+/// the judged window, or `rel` of its mean there, whichever is larger; with
+/// `steps`, the slope between neighbouring medians counts too (see
+/// [`flatness`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judge {
+    pub abs: f64,
+    pub rel: f64,
+    pub steps: bool,
+}
+
+/// RSS in MB. Its medians move by fractions of a MB, so the median step
+/// between neighbours is the climb's wherever there is one.
+pub const RSS: Judge = Judge {
+    abs: 8.0,
+    rel: 0.10,
+    steps: true,
+};
+/// The replica's own descriptors ([`own_fds`]): a few dozen, in whole
+/// numbers, each minute's median wandering by one or two as faults come
+/// and go. The median step between neighbours of such a series is half a
+/// descriptor too often, which over twenty buckets reads as a climb of ten,
+/// so they are judged by the overall slope alone.
+pub const FDS: Judge = Judge {
+    abs: 8.0,
+    rel: 0.10,
+    steps: false,
+};
 
 /// The fitted trend of the last two thirds of a series.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,7 +58,7 @@ pub struct Trend {
 
 /// Judges whether the last two thirds (by time span) of `points`, given
 /// as `(seconds, value)` in any order, are flat: the fitted rise over that
-/// window is at most `abs_tolerance.max(rel_tolerance * mean)`, with both
+/// window is at most `judge.abs.max(judge.rel * mean)`, with both
 /// tolerances in the units of the values.
 ///
 /// The fit has to see through the faults: a connection flood holds a few
@@ -50,7 +69,8 @@ pub struct Trend {
 /// spike shorter than half a bucket does not move its median; a steady
 /// climb moves every one.
 ///
-/// The slope is the larger of two robust estimates through the medians:
+/// The slope is the larger of two robust estimates through the medians
+/// (the second only with `judge.steps`):
 /// - **overall**: the Theil–Sen slope, the median of the slopes between
 ///   every pair of medians. It sees a steady climb, and a climb in steps.
 /// - **step**: the median of the slopes between neighbouring medians. It
@@ -65,7 +85,7 @@ pub struct Trend {
 ///
 /// Points with a non-finite coordinate are ignored. A window of fewer than
 /// three points, or fewer than two buckets, is flat with slope and rise 0.
-pub fn flatness(points: &[(f64, f64)], abs_tolerance: f64, rel_tolerance: f64) -> Trend {
+pub fn flatness(points: &[(f64, f64)], judge: Judge) -> Trend {
     let finite = || {
         points
             .iter()
@@ -96,13 +116,17 @@ pub fn flatness(points: &[(f64, f64)], abs_tolerance: f64, rel_tolerance: f64) -
     if medians.len() < 2 {
         return level;
     }
-    let slope = theil_sen_slope(&medians).max(step_slope(&medians));
+    let overall = theil_sen_slope(&medians);
+    let slope = match judge.steps {
+        true => overall.max(step_slope(&medians)),
+        false => overall,
+    };
     let rise = slope * (last - from);
     Trend {
         slope_per_min: slope * 60.0,
         rise,
         mean,
-        flat: rise <= abs_tolerance.max(rel_tolerance * mean),
+        flat: rise <= judge.abs.max(judge.rel * mean),
     }
 }
 
@@ -230,7 +254,7 @@ pub fn longest_process(run: &Run, replica: usize) -> Option<u32> {
         .map(|(pid, _)| pid)
 }
 
-/// RSS of a sample in MB (1 MB = 1024 KiB), the unit of [`RSS_ABS_TOLERANCE_MB`].
+/// RSS of a sample in MB (1 MB = 1024 KiB), the unit of [`RSS`]'s tolerance.
 pub fn rss_mb(sample: &Sample) -> f64 {
     sample.rss_kb as f64 / 1024.0
 }

@@ -169,23 +169,16 @@ pub fn flat_findings(samples: &[Sample], load_ended_s: f64) -> Vec<Finding> {
             .iter()
             .filter_map(|s| Some((s.at_s, crate::trend::own_fds(s)?)))
             .collect();
-        for (what, points, abs, rel, unit) in [
-            (
-                "RSS",
-                rss,
-                crate::trend::RSS_ABS_TOLERANCE_MB,
-                crate::trend::RSS_REL_TOLERANCE,
-                "MB",
-            ),
+        for (what, points, judge, unit) in [
+            ("RSS", rss, crate::trend::RSS, "MB"),
             (
                 "descriptors besides downstream connections",
                 fds,
-                crate::trend::FDS_ABS_TOLERANCE,
-                crate::trend::FDS_REL_TOLERANCE,
+                crate::trend::FDS,
                 "",
             ),
         ] {
-            let t = crate::trend::flatness(&points, abs, rel);
+            let t = crate::trend::flatness(&points, judge);
             findings.push(Finding {
                 check: format!("replica {replica} (pid {pid}): {what} flat over the last two thirds of the load"),
                 passed: t.flat,
@@ -194,7 +187,7 @@ pub fn flat_findings(samples: &[Sample], load_ended_s: f64) -> Vec<Finding> {
                     t.rise,
                     t.slope_per_min,
                     t.mean,
-                    abs.max(rel * t.mean)
+                    judge.abs.max(judge.rel * t.mean)
                 ),
             });
         }
