@@ -281,10 +281,37 @@ impl Ledger {
                 ),
             },
         });
+        findings.push(tools_known(&book.sent, faults, &excused));
         findings.push(at_most_once(&book.sent, records));
         findings.push(deliveries(&book.periods, &book.touches, &excused));
         findings
     }
+}
+
+/// An elicited call's tool is server-everything's (`web`): the gateway
+/// may call it unknown (`-32602`) only while `web` or a replica restarts.
+/// Found by the soak: tools that server-everything adds on
+/// `notifications/initialized` were missing from one replica's catalog.
+fn tools_known(sent: &[Sent], faults: &[Fault], excused: &dyn Fn(f64) -> bool) -> Finding {
+    let web_restarting = |at: f64| {
+        faults
+            .iter()
+            .filter(|f| f.what.contains("upstream Web"))
+            .any(|f| at >= f.at_s - 2.0 && at <= f.at_s + 30.0)
+    };
+    let elicited: Vec<&Sent> = sent.iter().filter(|s| s.kind == "elicited call").collect();
+    let unknown: Vec<&Sent> = elicited
+        .iter()
+        .copied()
+        .filter(|s| s.outcome == Outcome::Rpc(-32602))
+        .filter(|s| !excused(s.at_s) && !web_restarting(s.at_s))
+        .collect();
+    finding(
+        "no call was refused as an unknown tool that its upstream has (except while it or a replica restarted)",
+        &unknown,
+        elicited.len(),
+        |s| format!("{} {} at {:.1}s", s.kind, s.token, s.at_s),
+    )
 }
 
 fn at_most_once(sent: &[Sent], records: &HashMap<&'static str, HashMap<String, u64>>) -> Finding {

@@ -523,6 +523,14 @@ impl Connection {
             .map_err(|_| self.unavailable())
     }
 
+    /// Tells the supervisor to fetch every list again: notifications of
+    /// changes may have been lost (a listen stream was not open).
+    pub(crate) fn lists_may_be_stale(&self) {
+        if let Err(e) = self.list_changes.try_send(ListsChanged::ALL) {
+            tracing::debug!(upstream = %self.upstream, error = %e, "list change queue full; a refetch is already due");
+        }
+    }
+
     /// Queues a request whose answer nobody waits for (the reader drops
     /// it as unknown). Keeps its place in line with later requests, so it
     /// reaches the upstream before them. False if the queue is full or closed.

@@ -6,6 +6,8 @@
 //! `connection::Connection`'s.
 
 pub(crate) mod http;
+#[cfg(test)]
+mod http_tests;
 mod legacy_sse;
 #[cfg(test)]
 mod legacy_sse_tests;

@@ -4,11 +4,13 @@
 //! One [`HttpLink`] serves one upstream session. Its writer task takes
 //! frames from the connection's outbound queue and POSTs each one in its
 //! own task (at most [`MAX_CONCURRENT_POSTS`] at once), so many calls run
-//! concurrently. A POST answer is JSON, or an SSE stream whose events are
+//! concurrently; only `notifications/initialized` is sent and accepted
+//! before anything after it goes out. A POST answer is JSON, or an SSE stream whose events are
 //! dispatched as they arrive; a stream that ends before the request's
 //! answer is resumed with `Last-Event-ID` (2025-11-25 polling). After the
 //! handshake a GET stream carries server-initiated notifications (a 405
-//! means the server has none). A 404 for our session means the server
+//! means the server has none); each time it opens, every list is fetched
+//! again, since a `list_changed` sent while none was open went nowhere. A 404 for our session means the server
 //! forgot it: the link ends as "session expired", the supervisor
 //! re-initializes at once, and the calls that failed are retried once.
 //! Credentials come only from the config's `headers` and, with an `auth:`
@@ -183,6 +185,17 @@ async fn write_loop(
             shared
                 .detect_and_send(message, mode == RemoteMode::Sse)
                 .await;
+            continue;
+        }
+        if message.is(&Method::Initialized) {
+            // Sent and accepted before anything after it goes out: a server
+            // may add tools while it handles it (server-everything does), and
+            // the list fetched next must not overtake it. Its `list_changed`
+            // would be lost too, the GET stream opening only after it.
+            tokio::select! {
+                () = shared.send(message) => {}
+                () = shared.ended.cancelled() => return,
+            }
             continue;
         }
         // A modern request is cancelled by closing its response stream.
@@ -622,6 +635,9 @@ impl RemoteSession {
                 }
                 Ok(r) if r.status().is_success() => {
                     delay = DEFAULT_RETRY;
+                    // A `list_changed` sent while no stream was open (before
+                    // the first, or between two) went nowhere: list again.
+                    self.conn.lists_may_be_stale();
                     let mut last = from;
                     let mut retry = DEFAULT_RETRY;
                     if let Err(e) = self.read_events(r, &mut last, &mut retry, None).await {

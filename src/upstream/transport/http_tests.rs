@@ -1,0 +1,167 @@
+//! A link over Streamable HTTP against a minimal server on 127.0.0.1:0
+//! (hyper) that adds tools as server-everything does: one while it handles
+//! `notifications/initialized`, one after the handshake while no stream
+//! is open to say so. Found by the soak (docs/soak.md): one replica's
+//! `web` sometimes came up without its conditional tools until it
+//! restarted.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Either, Empty, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::http::HttpLink;
+use crate::config::{RemoteConfig, RemoteMode};
+use crate::upstream::ListsChanged;
+use crate::upstream::handshake;
+use crate::upstream::test_support::FakeUpstream;
+
+/// How long the server takes over `notifications/initialized`: long
+/// enough that a list request sent without waiting for it arrives first.
+const SLOW_INITIALIZED: Duration = Duration::from_millis(300);
+
+type Chunks = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
+
+/// The server's tools, and the GET streams it holds open.
+#[derive(Default)]
+struct Server {
+    tools: Mutex<Vec<&'static str>>,
+    streams: Mutex<Vec<Chunks>>,
+}
+
+async fn serve() -> (std::net::SocketAddr, Arc<Server>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = Arc::new(Server {
+        tools: Mutex::new(vec!["early"]),
+        ..Server::default()
+    });
+    let shared = server.clone();
+    tokio::spawn(async move {
+        loop {
+            let (socket, _) = listener.accept().await.unwrap();
+            let server = shared.clone();
+            let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+                let server = server.clone();
+                async move { Ok::<_, Infallible>(server.answer(request).await) }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(socket), service),
+            );
+        }
+    });
+    (addr, server)
+}
+
+type Reply = hyper::Response<
+    Either<
+        StreamBody<tokio_stream::wrappers::ReceiverStream<Result<Frame<Bytes>, Infallible>>>,
+        Either<Full<Bytes>, Empty<Bytes>>,
+    >,
+>;
+
+impl Server {
+    async fn answer(&self, request: hyper::Request<Incoming>) -> Reply {
+        if request.method() == hyper::Method::GET {
+            // A tool added after the handshake, while no stream was open
+            // to carry its `list_changed` (the SDK drops such a notification).
+            self.tools.lock().unwrap().push("later");
+            let (tx, rx) = mpsc::channel(4);
+            self.streams.lock().unwrap().push(tx);
+            let body = StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+            return hyper::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Either::Left(body))
+                .unwrap();
+        }
+        let body = request.into_body().collect().await.unwrap().to_bytes();
+        let message: Value = serde_json::from_slice(&body).unwrap();
+        let result = match message["method"].as_str() {
+            Some("initialize") => json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": { "tools": { "listChanged": true } },
+                "serverInfo": { "name": "late-tools", "version": "1" } }),
+            Some("notifications/initialized") => {
+                tokio::time::sleep(SLOW_INITIALIZED).await;
+                self.tools.lock().unwrap().push("late");
+                return hyper::Response::builder()
+                    .status(202)
+                    .body(Either::Right(Either::Right(Empty::new())))
+                    .unwrap();
+            }
+            Some("tools/list") => {
+                let tools: Vec<Value> = self
+                    .tools
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|name| json!({ "name": name, "inputSchema": { "type": "object" } }))
+                    .collect();
+                json!({ "tools": tools })
+            }
+            _ => json!({}),
+        };
+        let answer = json!({ "jsonrpc": "2.0", "id": message["id"], "result": result });
+        hyper::Response::builder()
+            .header("content-type", "application/json")
+            .header("mcp-session-id", "s-1")
+            .body(Either::Right(Either::Left(Full::new(Bytes::from(
+                answer.to_string(),
+            )))))
+            .unwrap()
+    }
+}
+
+fn names(lists: &crate::catalog::UpstreamLists) -> Vec<&str> {
+    lists
+        .tools
+        .iter()
+        .filter_map(|tool| tool.get("name")?.as_str())
+        .collect()
+}
+
+#[tokio::test]
+async fn tools_added_on_initialized_or_before_the_stream_opens_are_listed() {
+    let (addr, server) = serve().await;
+    let FakeUpstream {
+        conn,
+        sent,
+        mut list_changes,
+        ..
+    } = FakeUpstream::new("web");
+    let cfg = RemoteConfig {
+        url: format!("http://{addr}/mcp"),
+        headers: BTreeMap::new(),
+        mode: RemoteMode::StreamableHttp,
+        auth: None,
+    };
+    let tasks = tokio_util::task::TaskTracker::new();
+    let mut link = HttpLink::start("web".into(), &cfg, conn.clone(), sent, &tasks, None).unwrap();
+    let wait = Duration::from_secs(30);
+
+    let hello = handshake::initialize(&conn, wait).await.unwrap();
+    let lists = handshake::fetch_lists(&conn, &hello, wait).await.unwrap();
+    assert!(
+        names(&lists).contains(&"late"),
+        "the list overtook notifications/initialized: {:?}",
+        names(&lists)
+    );
+
+    let told = tokio::time::timeout(wait, list_changes.recv()).await;
+    assert_eq!(
+        told.ok().flatten(),
+        Some(ListsChanged::ALL),
+        "the opened stream did not make the lists fetched again"
+    );
+    let lists = handshake::fetch_lists(&conn, &hello, wait).await.unwrap();
+    assert_eq!(names(&lists), ["early", "late", "later"]);
+    assert_eq!(server.streams.lock().unwrap().len(), 1);
+    link.stop().await;
+}
