@@ -518,12 +518,19 @@ impl NotifyHub {
     }
 
     /// A client's answer (`result` or `error`) to request `id` the gateway
-    /// sent it on behalf of an upstream; false if no such request waits for
-    /// this subscriber (another session's id is as unknown as a made-up one).
-    pub(crate) fn answer(&self, subscriber: SubscriberId, id: &str, answer: ClientAnswer) -> bool {
-        self.subscribers
-            .get(&subscriber)
-            .is_some_and(|s| s.asks.answer(id, answer))
+    /// sent it on behalf of an upstream; given back if no such request
+    /// waits for this subscriber here (another session's id is as unknown
+    /// as a made-up one; another replica may have asked it).
+    pub(crate) fn answer(
+        &self,
+        subscriber: SubscriberId,
+        id: &str,
+        answer: ClientAnswer,
+    ) -> Result<(), ClientAnswer> {
+        match self.subscribers.get(&subscriber) {
+            Some(s) => s.asks.answer(id, answer),
+            None => Err(answer),
+        }
     }
 
     /// Requests for clients that wait for an answer, over every subscriber.
@@ -632,7 +639,7 @@ impl UpstreamEvents for NotifyHub {
             .map(|s| s.clone())
             .ok_or(AskRefused::SessionGone)?;
         let id: Arc<str> =
-            format!("mcpmux-{}", self.next_ask.fetch_add(1, Ordering::Relaxed)).into();
+            crate::replica::ask_id(self.next_ask.fetch_add(1, Ordering::Relaxed)).into();
         subscriber.asks.register(id, method, params)
     }
 

@@ -20,6 +20,18 @@ pub(crate) fn of_session(session_id: &str) -> Option<&str> {
     (replica.len() == 8 && replica.bytes().all(|b| b.is_ascii_hexdigit())).then_some(replica)
 }
 
+/// The id of the `n`th request this replica asks a client (sampling,
+/// elicitation, roots): `mcpmux-{replica}-{n}`, so a replica that gets the
+/// client's answer can tell which replica waits for it.
+pub(crate) fn ask_id(n: u64) -> String {
+    format!("mcpmux-{}-{n}", id())
+}
+
+/// The replica an [`ask_id`] names.
+pub(crate) fn of_ask(ask: &str) -> Option<&str> {
+    of_session(ask.strip_prefix("mcpmux-")?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -32,5 +44,12 @@ mod tests {
         assert_eq!(of_session(&session), Some(id()));
         assert_eq!(of_session("0123456789abcdef"), None);
         assert_eq!(of_session("xyz-1"), None);
+    }
+
+    #[test]
+    fn an_ask_id_names_its_replica() {
+        assert_eq!(of_ask(&ask_id(12)), Some(id()));
+        assert_eq!(of_ask("mcpmux-12"), None);
+        assert_eq!(of_ask("0123abcd-12"), None);
     }
 }

@@ -7,7 +7,8 @@
 //! notification stream. Records expire after `sessions.idle_timeout`
 //! without use (the TTL is refreshed by each replica for the sessions it
 //! served). Replicas tell each other on one channel that a session was
-//! deleted, that its stream moved, or that its subscriptions changed.
+//! deleted, that its stream moved, that its subscriptions changed, or
+//! that its client answered there a request another replica asked it.
 //!
 //! The store is an enum so another backend is one more variant; today it
 //! is Redis (or Valkey) through the `redis` crate's `ConnectionManager`
@@ -77,6 +78,17 @@ pub(crate) enum Event {
     /// Its subscriptions or log level changed on `replica`: the holder of
     /// its stream catches up.
     Changed { session: String, replica: String },
+    /// A client answered, on another replica, request `ask` that
+    /// `replica` asked it (a load balancer sent the answer elsewhere):
+    /// `replica` hands it to the waiting call. `result` or `error` is the
+    /// answer's JSON text.
+    Answered {
+        session: String,
+        replica: String,
+        ask: String,
+        result: Option<String>,
+        error: Option<String>,
+    },
 }
 
 /// Why the store could not answer.
@@ -156,6 +168,14 @@ impl SessionStore {
         }
     }
 
+    /// Tells the other replicas a client's answer to a request `replica`
+    /// asked it ([`Event::Answered`]).
+    pub(crate) async fn relay_answer(&self, event: &Event) -> Result<(), StoreError> {
+        match self {
+            Self::Redis(r) => r.publish(event).await,
+        }
+    }
+
     /// Extends the TTL of sessions this replica served.
     pub(crate) async fn refresh(&self, ids: &[Arc<str>]) -> Result<(), StoreError> {
         match self {
@@ -212,6 +232,16 @@ mod tests {
                     replica: "0a1b2c3d".into(),
                 },
                 r#"{"changed":{"session":"s","replica":"0a1b2c3d"}}"#,
+            ),
+            (
+                Event::Answered {
+                    session: "s".into(),
+                    replica: "0a1b2c3d".into(),
+                    ask: "mcpmux-0a1b2c3d-4".into(),
+                    result: Some(r#"{"action":"decline"}"#.into()),
+                    error: None,
+                },
+                r#"{"answered":{"session":"s","replica":"0a1b2c3d","ask":"mcpmux-0a1b2c3d-4","result":"{\"action\":\"decline\"}","error":null}}"#,
             ),
         ];
         for (event, text) in cases {

@@ -445,6 +445,7 @@ impl Client {
                 {
                     self.ledger.ask_failed(
                         at_s,
+                        a.answers_refused > 0,
                         format!(
                             "{token} was asked {asked} time(s) and its result was {}",
                             crate::ledger::clip(&text)

@@ -29,6 +29,9 @@ pub struct Answer {
     pub session: Option<String>,
     /// Every JSON-RPC message of the body, in order.
     pub messages: Vec<Value>,
+    /// Answers to the server's requests that the gateway did not accept
+    /// (no 202: the connection broke, or HAProxy had no replica).
+    pub answers_refused: usize,
 }
 
 impl Answer {
@@ -110,6 +113,7 @@ pub async fn post_answering(
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|t| t.starts_with("text/event-stream"));
+        let mut answers_refused = 0;
         let messages = match stream {
             true => {
                 let mut messages = Vec::new();
@@ -119,10 +123,11 @@ pub async fn post_answering(
                     let chunk = chunk.map_err(|e| Failed::Transport(short(&e)))?;
                     for message in parser.feed(&chunk) {
                         if let Some(answer) = reply_to(&message, reply) {
-                            // Its 202 (or refusal) says nothing the call's
-                            // own answer will not.
-                            let _ =
+                            let sent =
                                 Box::pin(post(http, url, session, None, answer.to_string())).await;
+                            if !sent.is_ok_and(|a| a.status == 202) {
+                                answers_refused += 1;
+                            }
                         }
                         messages.push(message);
                     }
@@ -142,6 +147,7 @@ pub async fn post_answering(
             status,
             session: issued,
             messages,
+            answers_refused,
         })
     };
     tokio::time::timeout(ANSWER_WAIT, exchange)

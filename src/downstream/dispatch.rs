@@ -67,10 +67,9 @@ pub(crate) async fn handle(
                 (None, None) => return Outcome::Accepted,
             };
             let id: String = serde_json::from_str(id.get()).unwrap_or_default();
-            if !state
-                .router
-                .hub()
-                .answer(session.subscriber.id, &id, answer)
+            let hub = state.router.hub();
+            if let Err(answer) = hub.answer(session.subscriber.id, &id, answer)
+                && !super::shared::relay_answer(state, session, &id, answer).await
             {
                 tracing::debug!(parent: &session.span, id, "answer to no request of this session; ignored");
             }

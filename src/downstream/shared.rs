@@ -8,7 +8,10 @@
 //! answer stays 404. The replica that holds a session's `GET /mcp` stream
 //! subscribes upstream for the session's URIs itself and tells the others,
 //! which release theirs; a subscription or log level set on another
-//! replica reaches it as an event. `DELETE` ends the session everywhere.
+//! replica reaches it as an event, and so does a client's answer to a
+//! request (sampling, elicitation, roots) that another replica asked it,
+//! which waits there on the call that caused it. `DELETE` ends the
+//! session everywhere.
 //!
 //! With the store unreachable, sessions already held here keep working
 //! (nothing here is on their path); a new session, or one this replica
@@ -33,6 +36,7 @@ use crate::catalog::ListKind;
 use crate::protocol::{LogLevel, Request, code, method};
 use crate::router::Reply;
 use crate::session_store::{Event, Record, SessionStore, StoreError, StoredIdentity};
+use crate::upstream::ClientAnswer;
 
 /// Events from other replicas waiting to be applied. When full, the
 /// listener drops an event with a warning (see `SessionStore::run`).
@@ -235,6 +239,44 @@ async fn catch_up(state: &AppState, session: &Session, record: &Record) {
 
 /// A `DELETE` ended the session here: ends it on every replica. False
 /// when the store is unreachable (the caller still ended its own copy).
+/// A client's answer to request `ask`, which no call here waits for:
+/// when another replica asked it (its id says which), that replica gets
+/// it through the store. True if it was sent on.
+pub(crate) async fn relay_answer(
+    state: &AppState,
+    session: &Session,
+    ask: &str,
+    answer: ClientAnswer,
+) -> bool {
+    let Some(store) = state.sessions.store() else {
+        return false;
+    };
+    let Some(replica) = crate::replica::of_ask(ask).filter(|r| *r != crate::replica::id()) else {
+        return false;
+    };
+    let (result, error) = match answer {
+        Ok(result) => (Some(result.get().to_owned()), None),
+        Err(error) => (None, Some(error.get().to_owned())),
+    };
+    let event = Event::Answered {
+        session: session.id.to_string(),
+        replica: replica.to_owned(),
+        ask: ask.to_owned(),
+        result,
+        error,
+    };
+    match store.relay_answer(&event).await {
+        Ok(()) => {
+            tracing::debug!(parent: &session.span, ask, replica, "answer to a request another replica asked; sent on to it");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(parent: &session.span, ask, replica, error = %e, "answer to a request another replica asked could not be sent on");
+            false
+        }
+    }
+}
+
 pub(crate) async fn deleted(state: &AppState, id: &str) {
     if let Some(store) = state.sessions.store()
         && let Err(e) = store.delete(id).await
@@ -351,6 +393,31 @@ async fn apply(state: &AppState, event: Event) {
                 let _ = store.claim_stream(&session).await;
             }
         }
-        Event::StreamMoved { .. } | Event::Changed { .. } => {}
+        Event::Answered {
+            session,
+            replica,
+            ask,
+            result,
+            error,
+        } if replica == crate::replica::id() => {
+            let Some(local) = state.sessions.get(&session) else {
+                return;
+            };
+            let raw = |text: String| RawValue::from_string(text).ok();
+            let answer = match (result.and_then(raw), error.and_then(raw)) {
+                (Some(result), _) => Ok(result),
+                (None, Some(error)) => Err(error),
+                (None, None) => return,
+            };
+            if state
+                .router
+                .hub()
+                .answer(local.subscriber.id, &ask, answer)
+                .is_err()
+            {
+                tracing::debug!(parent: &local.span, ask, "answer relayed by another replica to no request waiting here; ignored");
+            }
+        }
+        Event::StreamMoved { .. } | Event::Changed { .. } | Event::Answered { .. } => {}
     }
 }

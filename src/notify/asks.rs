@@ -53,11 +53,15 @@ impl Asks {
         Ok(ClientAsk { id, answer })
     }
 
-    /// Hands the client's answer to its waiter; false if none waits for `id`.
-    pub(crate) fn answer(&self, id: &str, answer: ClientAnswer) -> bool {
+    /// Hands the client's answer to its waiter (one that gave up just
+    /// now drops it); gives it back if nothing here asked `id`.
+    pub(crate) fn answer(&self, id: &str, answer: ClientAnswer) -> Result<(), ClientAnswer> {
         match self.lock().remove(id) {
-            Some(waiter) => waiter.send(answer).is_ok(),
-            None => false,
+            Some(waiter) => {
+                let _ = waiter.send(answer);
+                Ok(())
+            }
+            None => Err(answer),
         }
     }
 
@@ -159,9 +163,12 @@ mod tests {
         let second = asks
             .register("g-2".into(), &Method::CreateMessage, None)
             .unwrap();
-        assert!(asks.answer("g-1", Ok(raw(json!({ "ok": 1 })))));
-        assert!(!asks.answer("g-1", Ok(raw(json!({})))), "answered twice");
-        assert!(!asks.answer("unknown", Ok(raw(json!({})))));
+        assert!(asks.answer("g-1", Ok(raw(json!({ "ok": 1 })))).is_ok());
+        assert!(
+            asks.answer("g-1", Ok(raw(json!({})))).is_err(),
+            "answered twice"
+        );
+        assert!(asks.answer("unknown", Ok(raw(json!({})))).is_err());
         let got = first.answer.await.unwrap().unwrap();
         assert_eq!(got.get(), r#"{"ok":1}"#);
         assert_eq!(asks.len(), 1);

@@ -206,6 +206,13 @@ impl RedisStore {
         Ok(deleted > 0)
     }
 
+    /// Publishes `event` alone.
+    pub(crate) async fn publish(&self, event: &Event) -> Result<(), StoreError> {
+        let mut pipe = ::redis::pipe();
+        pipe.publish(CHANNEL, json(event)).ignore();
+        self.run_pipe::<()>(&pipe).await
+    }
+
     pub(crate) async fn refresh(&self, ids: &[Arc<str>]) -> Result<(), StoreError> {
         if ids.is_empty() {
             return Ok(());

@@ -4,13 +4,15 @@
 //! One [`HttpLink`] serves one upstream session. Its writer task takes
 //! frames from the connection's outbound queue and POSTs each one in its
 //! own task (at most [`MAX_CONCURRENT_POSTS`] at once), so many calls run
-//! concurrently; only `notifications/initialized` is sent and accepted
-//! before anything after it goes out. A POST answer is JSON, or an SSE stream whose events are
+//! concurrently; only `notifications/initialized` is sent and accepted,
+//! and the GET stream it opens answered, before anything after it goes
+//! out. A POST answer is JSON, or an SSE stream whose events are
 //! dispatched as they arrive; a stream that ends before the request's
 //! answer is resumed with `Last-Event-ID` (2025-11-25 polling). After the
 //! handshake a GET stream carries server-initiated notifications (a 405
-//! means the server has none); each time it opens, every list is fetched
-//! again, since a `list_changed` sent while none was open went nowhere. A 404 for our session means the server
+//! means the server has none); each time it opens again, every list is
+//! fetched again, since a `list_changed` sent while none was open went
+//! nowhere. A 404 for our session means the server
 //! forgot it: the link ends as "session expired", the supervisor
 //! re-initializes at once, and the calls that failed are retried once.
 //! Credentials come only from the config's `headers` and, with an `auth:`
@@ -51,6 +53,10 @@ const MAX_BODY: usize = 64 * 1024 * 1024;
 /// Resumptions of one POST stream that ended before its answer.
 const MAX_RESUMES: usize = 3;
 const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+/// How long the writer waits for the first GET stream's answer before it
+/// sends what follows `initialized` (the lists); a server answers at once,
+/// and if it does not, the stream's opening refetches the lists.
+const FIRST_LISTEN_WAIT: Duration = Duration::from_secs(2);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// One session with a remote upstream.
@@ -108,6 +114,8 @@ impl HttpLink {
             conn,
             ended: CancellationToken::new(),
             listening: AtomicBool::new(false),
+            listen_answered: tokio::sync::Notify::new(),
+            listed_before_stream: AtomicBool::new(false),
             session_confirmed: AtomicBool::new(false),
             posts: dashmap::DashMap::new(),
             slots: Arc::new(Semaphore::new(MAX_CONCURRENT_POSTS)),
@@ -190,11 +198,23 @@ async fn write_loop(
         if message.is(&Method::Initialized) {
             // Sent and accepted before anything after it goes out: a server
             // may add tools while it handles it (server-everything does), and
-            // the list fetched next must not overtake it. Its `list_changed`
-            // would be lost too, the GET stream opening only after it.
+            // the lists fetched next must not overtake it. Then the GET
+            // stream its acceptance opened: a `list_changed` sent before
+            // that stream is open goes nowhere.
             tokio::select! {
                 () = shared.send(message) => {}
                 () = shared.ended.cancelled() => return,
+            }
+            if shared.listening.load(Ordering::SeqCst) {
+                let wait =
+                    tokio::time::timeout(FIRST_LISTEN_WAIT, shared.listen_answered.notified());
+                let answered = tokio::select! {
+                    answered = wait => answered.is_ok(),
+                    () = shared.ended.cancelled() => return,
+                };
+                if !answered {
+                    shared.listed_before_stream.store(true, Ordering::SeqCst);
+                }
             }
             continue;
         }
@@ -619,9 +639,17 @@ impl RemoteSession {
     /// with `Last-Event-ID` until the link ends.
     async fn listen(self: Arc<Self>) {
         let mut delay = DEFAULT_RETRY;
+        let mut opened = false;
         while !self.ended.is_cancelled() {
             let from = self.state().last_event_id.clone();
-            match self.get(from.as_deref()).await {
+            let answer = self.get(from.as_deref()).await;
+            // A `list_changed` sent while no stream was open (between two,
+            // or before the first if the lists were fetched before it
+            // opened) went nowhere: every list is fetched again.
+            let stale = matches!(&answer, Ok(r) if r.status().is_success())
+                && (opened || self.listed_before_stream.load(Ordering::SeqCst));
+            self.listen_answered.notify_one();
+            match answer {
                 Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => {
                     tracing::debug!(upstream = %self.upstream, "no standalone notification stream (405); notifications arrive on POST streams");
                     return;
@@ -635,9 +663,10 @@ impl RemoteSession {
                 }
                 Ok(r) if r.status().is_success() => {
                     delay = DEFAULT_RETRY;
-                    // A `list_changed` sent while no stream was open (before
-                    // the first, or between two) went nowhere: list again.
-                    self.conn.lists_may_be_stale();
+                    opened = true;
+                    if stale {
+                        self.conn.lists_may_be_stale();
+                    }
                     let mut last = from;
                     let mut retry = DEFAULT_RETRY;
                     if let Err(e) = self.read_events(r, &mut last, &mut retry, None).await {

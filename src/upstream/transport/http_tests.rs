@@ -1,9 +1,9 @@
 //! A link over Streamable HTTP against a minimal server on 127.0.0.1:0
-//! (hyper) that adds tools as server-everything does: one while it handles
-//! `notifications/initialized`, one after the handshake while no stream
-//! is open to say so. Found by the soak (docs/soak.md): one replica's
-//! `web` sometimes came up without its conditional tools until it
-//! restarted.
+//! (hyper) that adds tools when no stream is open to say so: one while it
+//! handles `notifications/initialized` (as server-everything does), one
+//! while it answers the first GET stream, one while it answers the next.
+//! Found by the soak (docs/soak.md): one replica's `web` sometimes came up
+//! without its conditional tools until it restarted.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -22,9 +22,10 @@ use crate::upstream::ListsChanged;
 use crate::upstream::handshake;
 use crate::upstream::test_support::FakeUpstream;
 
-/// How long the server takes over `notifications/initialized`: long
-/// enough that a list request sent without waiting for it arrives first.
-const SLOW_INITIALIZED: Duration = Duration::from_millis(300);
+/// How long the server takes over `notifications/initialized` and the
+/// first GET: long enough that a list request sent without waiting for
+/// them arrives first.
+const SLOW: Duration = Duration::from_millis(300);
 
 type Chunks = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
 
@@ -33,6 +34,7 @@ type Chunks = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
 struct Server {
     tools: Mutex<Vec<&'static str>>,
     streams: Mutex<Vec<Chunks>>,
+    gets: std::sync::atomic::AtomicUsize,
 }
 
 async fn serve() -> (std::net::SocketAddr, Arc<Server>) {
@@ -70,9 +72,14 @@ type Reply = hyper::Response<
 impl Server {
     async fn answer(&self, request: hyper::Request<Incoming>) -> Reply {
         if request.method() == hyper::Method::GET {
-            // A tool added after the handshake, while no stream was open
-            // to carry its `list_changed` (the SDK drops such a notification).
-            self.tools.lock().unwrap().push("later");
+            // Tools added while no stream was open to carry their
+            // `list_changed` (the SDKs drop such a notification).
+            let first = self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            if first {
+                tokio::time::sleep(SLOW).await;
+            }
+            let added = if first { "later" } else { "latest" };
+            self.tools.lock().unwrap().push(added);
             let (tx, rx) = mpsc::channel(4);
             self.streams.lock().unwrap().push(tx);
             let body = StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
@@ -89,7 +96,7 @@ impl Server {
                 "capabilities": { "tools": { "listChanged": true } },
                 "serverInfo": { "name": "late-tools", "version": "1" } }),
             Some("notifications/initialized") => {
-                tokio::time::sleep(SLOW_INITIALIZED).await;
+                tokio::time::sleep(SLOW).await;
                 self.tools.lock().unwrap().push("late");
                 return hyper::Response::builder()
                     .status(202)
@@ -128,7 +135,7 @@ fn names(lists: &crate::catalog::UpstreamLists) -> Vec<&str> {
 }
 
 #[tokio::test]
-async fn tools_added_on_initialized_or_before_the_stream_opens_are_listed() {
+async fn tools_added_while_no_stream_was_open_are_listed() {
     let (addr, server) = serve().await;
     let FakeUpstream {
         conn,
@@ -148,20 +155,25 @@ async fn tools_added_on_initialized_or_before_the_stream_opens_are_listed() {
 
     let hello = handshake::initialize(&conn, wait).await.unwrap();
     let lists = handshake::fetch_lists(&conn, &hello, wait).await.unwrap();
+    assert_eq!(
+        names(&lists),
+        ["early", "late", "later"],
+        "the lists overtook notifications/initialized or the first stream"
+    );
     assert!(
-        names(&lists).contains(&"late"),
-        "the list overtook notifications/initialized: {:?}",
-        names(&lists)
+        list_changes.try_recv().is_err(),
+        "the lists followed the first stream: nothing to fetch again"
     );
 
+    // The stream ends; the link opens another, and fetches every list again.
+    server.streams.lock().unwrap().clear();
     let told = tokio::time::timeout(wait, list_changes.recv()).await;
     assert_eq!(
         told.ok().flatten(),
         Some(ListsChanged::ALL),
-        "the opened stream did not make the lists fetched again"
+        "the reopened stream did not make the lists fetched again"
     );
     let lists = handshake::fetch_lists(&conn, &hello, wait).await.unwrap();
-    assert_eq!(names(&lists), ["early", "late", "later"]);
-    assert_eq!(server.streams.lock().unwrap().len(), 1);
+    assert_eq!(names(&lists), ["early", "late", "later", "latest"]);
     link.stop().await;
 }

@@ -69,7 +69,15 @@ pub(super) struct RemoteSession {
     pub(super) conn: Arc<Connection>,
     /// Cancelled when the link ends; `end_reason` says why.
     pub(super) ended: CancellationToken,
+    /// Whether the GET stream was started (once `initialized` was accepted).
     pub(super) listening: AtomicBool,
+    /// Told each time a GET for that stream has its answer (a stream, a
+    /// refusal or an error). The writer waits for the first, briefly,
+    /// before what follows `initialized`.
+    pub(super) listen_answered: tokio::sync::Notify,
+    /// Set when the writer stopped waiting for that first answer: the
+    /// lists went out before the stream opened, so its opening refetches them.
+    pub(super) listed_before_stream: AtomicBool,
     /// Set once a request carrying our session id succeeded: from then on
     /// a 400 that does not answer the request means the session is gone
     /// (real servers answer a lost session with 400 as well as 404).

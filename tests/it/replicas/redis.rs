@@ -336,3 +336,72 @@ async fn a_session_keeps_its_endpoint_on_every_replica() {
     );
     redis.stop().await;
 }
+
+/// Found by the soak: right after a replica restarted, HAProxy sent a
+/// client's answer to `elicitation/create` to the replica that had not
+/// asked, and the call waited out the upstream's timeout. Here the
+/// question comes from server-everything through A, the answer goes to
+/// B, and the call on A finishes with it.
+#[tokio::test]
+async fn an_answer_sent_to_another_replica_reaches_the_call_that_asked() {
+    let redis = RedisServer::start(free_port()).await;
+    let web = HttpPeer::everything("streamableHttp").await;
+    let path = tempdir().join("mcpmux.yaml");
+    let yaml = format!(
+        "upstreams:\n  web:\n    url: {:?}\n    transport: streamable-http\nsession_store: {:?}\n",
+        web.url("/mcp"),
+        redis.url()
+    );
+    std::fs::write(&path, with_auth_off(&yaml)).unwrap();
+    let a = Replica::start(&path, 1).await;
+    let b = Replica::start(&path, 1).await;
+
+    let on_a = McpClient::connect_declaring(&a.url, json!({ "elicitation": {} }), &[]).await;
+    let on_b = on_a.on(&b.url);
+    let mut call = on_a
+        .open_stream(
+            json!(1),
+            "tools/call",
+            json!({ "name": "web__trigger-elicitation-request", "arguments": {} }),
+        )
+        .await;
+    let question = within("elicitation/create", async {
+        loop {
+            let message = call.next().await.expect("the call's stream ended");
+            if message["method"] == "elicitation/create" {
+                return message;
+            }
+        }
+    })
+    .await;
+    let answer = json!({ "jsonrpc": "2.0", "id": question["id"],
+        "result": { "action": "accept", "content": { "name": "Grace Hopper", "check": true } } });
+    let sent = on_b.post_raw(&answer.to_string(), &[]).await;
+    assert_eq!(sent.status, StatusCode::ACCEPTED, "{}", sent.body);
+
+    let result = within("the call's answer", async {
+        loop {
+            let message = call.next().await.expect("the call's stream ended");
+            if message["id"] == 1 {
+                return message;
+            }
+        }
+    })
+    .await;
+    let text = result["result"]["content"].to_string();
+    assert!(text.contains("Name: Grace Hopper"), "{result}");
+
+    // An answer to a question nobody asked is dropped on every replica.
+    let stray =
+        json!({ "jsonrpc": "2.0", "id": question["id"], "result": { "action": "decline" } });
+    let sent = on_b.post_raw(&stray.to_string(), &[]).await;
+    assert_eq!(sent.status, StatusCode::ACCEPTED, "{}", sent.body);
+    let echo = on_b
+        .call_tool("web__echo", json!({ "message": "still here" }))
+        .await;
+    assert!(
+        echo["result"]["content"].to_string().contains("still here"),
+        "{echo}"
+    );
+    redis.stop().await;
+}
