@@ -15,3 +15,5 @@ mod pool;
 mod poster;
 mod remote;
 pub(crate) mod stdio;
+#[cfg(test)]
+mod test_server;

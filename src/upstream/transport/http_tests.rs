@@ -6,17 +6,16 @@
 //! without its conditional tools until it restarted.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Either, Empty, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::http::HttpLink;
+use super::test_server::{self, Chunks, Reply};
 use crate::config::{RemoteConfig, RemoteMode};
 use crate::upstream::ListsChanged;
 use crate::upstream::handshake;
@@ -27,66 +26,42 @@ use crate::upstream::test_support::FakeUpstream;
 /// them arrives first.
 const SLOW: Duration = Duration::from_millis(300);
 
-type Chunks = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
-
 /// The server's tools, and the GET streams it holds open.
 #[derive(Default)]
 struct Server {
     tools: Mutex<Vec<&'static str>>,
     streams: Mutex<Vec<Chunks>>,
-    gets: std::sync::atomic::AtomicUsize,
+    gets: AtomicUsize,
 }
 
 async fn serve() -> (std::net::SocketAddr, Arc<Server>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let server = Arc::new(Server {
         tools: Mutex::new(vec!["early"]),
         ..Server::default()
     });
     let shared = server.clone();
-    tokio::spawn(async move {
-        loop {
-            let (socket, _) = listener.accept().await.unwrap();
-            let server = shared.clone();
-            let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                let server = server.clone();
-                async move { Ok::<_, Infallible>(server.answer(request).await) }
-            });
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(socket), service),
-            );
-        }
-    });
+    let addr = test_server::serve(move |request| {
+        let server = shared.clone();
+        async move { server.answer(request).await }
+    })
+    .await;
     (addr, server)
 }
-
-type Reply = hyper::Response<
-    Either<
-        StreamBody<tokio_stream::wrappers::ReceiverStream<Result<Frame<Bytes>, Infallible>>>,
-        Either<Full<Bytes>, Empty<Bytes>>,
-    >,
->;
 
 impl Server {
     async fn answer(&self, request: hyper::Request<Incoming>) -> Reply {
         if request.method() == hyper::Method::GET {
             // Tools added while no stream was open to carry their
             // `list_changed` (the SDKs drop such a notification).
-            let first = self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            let first = self.gets.fetch_add(1, Ordering::SeqCst) == 0;
             if first {
                 tokio::time::sleep(SLOW).await;
             }
             let added = if first { "later" } else { "latest" };
             self.tools.lock().unwrap().push(added);
-            let (tx, rx) = mpsc::channel(4);
+            let (tx, reply) = test_server::event_stream();
             self.streams.lock().unwrap().push(tx);
-            let body = StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-            return hyper::Response::builder()
-                .header("content-type", "text/event-stream")
-                .body(Either::Left(body))
-                .unwrap();
+            return reply;
         }
         let body = request.into_body().collect().await.unwrap().to_bytes();
         let message: Value = serde_json::from_slice(&body).unwrap();
@@ -98,10 +73,7 @@ impl Server {
             Some("notifications/initialized") => {
                 tokio::time::sleep(SLOW).await;
                 self.tools.lock().unwrap().push("late");
-                return hyper::Response::builder()
-                    .status(202)
-                    .body(Either::Right(Either::Right(Empty::new())))
-                    .unwrap();
+                return test_server::status(202);
             }
             Some("tools/list") => {
                 let tools: Vec<Value> = self
@@ -116,13 +88,7 @@ impl Server {
             _ => json!({}),
         };
         let answer = json!({ "jsonrpc": "2.0", "id": message["id"], "result": result });
-        hyper::Response::builder()
-            .header("content-type", "application/json")
-            .header("mcp-session-id", "s-1")
-            .body(Either::Right(Either::Left(Full::new(Bytes::from(
-                answer.to_string(),
-            )))))
-            .unwrap()
+        test_server::json(answer.to_string(), &[("mcp-session-id", "s-1")])
     }
 }
 

@@ -2,66 +2,40 @@
 //! that transport on 127.0.0.1:0 (hyper): what the link keeps per request.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Either, Empty, StreamBody};
+use http_body_util::BodyExt as _;
 use hyper::body::{Frame, Incoming};
-use tokio::sync::mpsc;
 
 use super::http::HttpLink;
+use super::test_server::{self, Chunks, Reply};
 use crate::config::{RemoteConfig, RemoteMode};
 use crate::protocol::Method;
 use crate::upstream::test_support::FakeUpstream;
 
-type Events = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
-
 /// Serves `GET /sse` (its `endpoint` event, then the answers) and `POST
 /// /message` (202; an empty result for each request, on the stream).
 async fn legacy_server() -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stream: Arc<Mutex<Option<Events>>> = Arc::default();
-    tokio::spawn(async move {
-        loop {
-            let (socket, _) = listener.accept().await.unwrap();
-            let stream = stream.clone();
-            let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                let stream = stream.clone();
-                async move { Ok::<_, Infallible>(answer(request, &stream).await) }
-            });
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(socket), service),
-            );
-        }
-    });
-    addr
+    let stream: Arc<Mutex<Option<Chunks>>> = Arc::default();
+    test_server::serve(move |request| {
+        let stream = stream.clone();
+        async move { answer(request, &stream).await }
+    })
+    .await
 }
 
-type Reply = hyper::Response<
-    Either<
-        StreamBody<tokio_stream::wrappers::ReceiverStream<Result<Frame<Bytes>, Infallible>>>,
-        Empty<Bytes>,
-    >,
->;
-
-async fn answer(request: hyper::Request<Incoming>, stream: &Mutex<Option<Events>>) -> Reply {
+async fn answer(request: hyper::Request<Incoming>, stream: &Mutex<Option<Chunks>>) -> Reply {
     if request.method() == hyper::Method::GET {
-        let (tx, rx) = mpsc::channel(64);
+        let (tx, reply) = test_server::event_stream();
         tx.send(Ok(Frame::data(Bytes::from_static(
             b"event: endpoint\ndata: /message\n\n",
         ))))
         .await
         .unwrap();
         *stream.lock().unwrap() = Some(tx);
-        let body = StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-        return hyper::Response::builder()
-            .header("content-type", "text/event-stream")
-            .body(Either::Left(body))
-            .unwrap();
+        return reply;
     }
     let body = request.into_body().collect().await.unwrap().to_bytes();
     let message: serde_json::Value = serde_json::from_slice(&body).unwrap();
@@ -79,10 +53,7 @@ async fn answer(request: hyper::Request<Incoming>, stream: &Mutex<Option<Events>
         let tx = stream.lock().unwrap().clone().expect("the stream is open");
         tx.send(Ok(Frame::data(Bytes::from(event)))).await.unwrap();
     }
-    hyper::Response::builder()
-        .status(202)
-        .body(Either::Right(Empty::new()))
-        .unwrap()
+    test_server::status(202)
 }
 
 /// Found by the soak (docs/soak.md): each request's abort handle was kept
