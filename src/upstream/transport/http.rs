@@ -639,15 +639,16 @@ impl RemoteSession {
     /// with `Last-Event-ID` until the link ends.
     async fn listen(self: Arc<Self>) {
         let mut delay = DEFAULT_RETRY;
-        let mut opened = false;
+        let mut first = true;
         while !self.ended.is_cancelled() {
             let from = self.state().last_event_id.clone();
             let answer = self.get(from.as_deref()).await;
-            // A `list_changed` sent while no stream was open (between two,
-            // or before the first if the lists were fetched before it
-            // opened) went nowhere: every list is fetched again.
+            // A `list_changed` sent while no stream was open went nowhere:
+            // a stream that opens later than the first try, or after the
+            // writer stopped waiting for it, has every list fetched again.
             let stale = matches!(&answer, Ok(r) if r.status().is_success())
-                && (opened || self.listed_before_stream.load(Ordering::SeqCst));
+                && (!first || self.listed_before_stream.load(Ordering::SeqCst));
+            first = false;
             self.listen_answered.notify_one();
             match answer {
                 Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => {
@@ -663,7 +664,6 @@ impl RemoteSession {
                 }
                 Ok(r) if r.status().is_success() => {
                     delay = DEFAULT_RETRY;
-                    opened = true;
                     if stale {
                         self.conn.lists_may_be_stale();
                     }
