@@ -237,8 +237,6 @@ async fn catch_up(state: &AppState, session: &Session, record: &Record) {
     }
 }
 
-/// A `DELETE` ended the session here: ends it on every replica. False
-/// when the store is unreachable (the caller still ended its own copy).
 /// A client's answer to request `ask`, which no call here waits for:
 /// when another replica asked it (its id says which), that replica gets
 /// it through the store. True if it was sent on.
@@ -277,6 +275,8 @@ pub(crate) async fn relay_answer(
     }
 }
 
+/// A `DELETE` ended the session here: ends it on every replica. False
+/// when the store is unreachable (the caller still ended its own copy).
 pub(crate) async fn deleted(state: &AppState, id: &str) {
     if let Some(store) = state.sessions.store()
         && let Err(e) = store.delete(id).await
