@@ -49,7 +49,9 @@ fi
 if [ "$profile" = bench ]; then
   cargo build --release --locked --bin mcpmux --bin mcpmux-fixture
 else
+  # The fixture is the one `cargo test` built for the soak target above
+  # (with the dev-dependencies' features): building it again with
+  # `cargo build` would recompile tokio and the rest for other features.
   cargo build --release --locked --bin mcpmux
-  cargo build --locked --bin mcpmux-fixture
 fi
 exec "$soak" --bench --mcpmux target/release/mcpmux --fixture "$fixture" "${args[@]}"

@@ -10,6 +10,11 @@
 //! the buffer fills to [`QUEUED_LINES`] lines and further lines are dropped
 //! and counted (exported as `mcpmux_log_lines_dropped_total`) instead of
 //! stalling the gateway. Dropping the [`LogGuard`] writes what is left.
+//!
+//! JSON lines are tracing-subscriber's own format. The gateway's own events
+//! outside any span (the audit line of every call among them) are built by
+//! [`JsonLines`] in one buffer with the same serializer calls, instead of
+//! going to the formatter piece by piece through `fmt::Write`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -79,7 +84,10 @@ pub fn init(format: Format) -> LogGuard {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         Format::Text => builder.init(),
-        Format::Json => builder.json().init(),
+        Format::Json => builder
+            .json()
+            .event_format(JsonLines(tracing_subscriber::fmt::format().json()))
+            .init(),
     }
     LogGuard {
         buffer,
@@ -181,6 +189,69 @@ impl std::io::Write for LineSink {
     }
 }
 
+/// Events of these targets may be formatted by [`JsonLines`] itself: the
+/// gateway's own, never a `log` record (whose metadata the library
+/// normalizes first).
+const OWN_TARGETS: &str = "mcpmux";
+
+/// tracing-subscriber's JSON line format. An event of the gateway's own
+/// outside any span is serialized here with the very calls the library's
+/// formatter makes (timestamp, level, fields, target; no span entries, as
+/// there is no span), into one buffer written at once; every other event
+/// goes to the library's formatter. The test below holds the two to the
+/// same bytes.
+struct JsonLines(tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Json>);
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for JsonLines
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let meta = event.metadata();
+        let in_span =
+            event.parent().and_then(|id| ctx.span(id)).is_some() || ctx.lookup_current().is_some();
+        if in_span || !meta.target().starts_with(OWN_TARGETS) {
+            return self.0.format_event(ctx, writer, event);
+        }
+        let line = own_line(event).map_err(|_| std::fmt::Error)?;
+        #[cfg(test)]
+        tests::OWN_LINES.with(|n| n.set(n.get() + 1));
+        writer.write_str(&line)
+    }
+}
+
+/// One event outside any span as the library's JSON format writes it.
+fn own_line(event: &tracing::Event<'_>) -> Result<String, serde_json::Error> {
+    use serde::ser::{Error as _, SerializeMap, Serializer as _};
+    use tracing_serde::AsSerde;
+    use tracing_serde::fields::AsMap;
+    use tracing_subscriber::fmt::time::FormatTime;
+
+    let mut timestamp = String::new();
+    tracing_subscriber::fmt::time::SystemTime
+        .format_time(&mut tracing_subscriber::fmt::format::Writer::new(
+            &mut timestamp,
+        ))
+        .map_err(|_| serde_json::Error::custom("the clock could not be formatted"))?;
+    let meta = event.metadata();
+    let mut bytes = Vec::with_capacity(256);
+    let mut serializer = serde_json::Serializer::new(&mut bytes);
+    let mut map = serializer.serialize_map(None)?;
+    map.serialize_entry("timestamp", &timestamp)?;
+    map.serialize_entry("level", &meta.level().as_serde())?;
+    map.serialize_entry("fields", &event.field_map())?;
+    map.serialize_entry("target", meta.target())?;
+    map.end()?;
+    bytes.push(b'\n');
+    String::from_utf8(bytes).map_err(serde_json::Error::custom)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +297,77 @@ mod tests {
         let written = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         let expected: String = (0..100).map(|i| format!("line {i}\n")).collect();
         assert_eq!(written, expected);
+    }
+
+    thread_local! {
+        /// Lines [`JsonLines`] built itself on this thread.
+        pub(super) static OWN_LINES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Runs `emit` under a JSON subscriber, the library's formatter or
+    /// [`JsonLines`]; the lines written, each timestamp blanked.
+    fn json_lines(own: bool, emit: impl Fn()) -> Vec<String> {
+        let out = Recorded::default();
+        let writer = {
+            let out = out.clone();
+            move || out.clone()
+        };
+        let builder = tracing_subscriber::fmt()
+            .with_writer(writer)
+            .with_max_level(tracing::Level::DEBUG)
+            .json();
+        if own {
+            let format = JsonLines(tracing_subscriber::fmt::format().json());
+            tracing::subscriber::with_default(builder.event_format(format).finish(), emit);
+        } else {
+            tracing::subscriber::with_default(builder.finish(), emit);
+        }
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|line| {
+                let value: serde_json::Value = serde_json::from_str(line).unwrap();
+                let stamp = value["timestamp"].as_str().unwrap().to_owned();
+                assert!(
+                    stamp.ends_with('Z') && stamp.len() > 20,
+                    "timestamp {stamp}"
+                );
+                line.replacen(&stamp, "T", 1)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn own_json_lines_are_the_librarys_bytes() {
+        #[derive(Debug)]
+        #[allow(dead_code)]
+        enum Outcome {
+            Ok,
+        }
+        let emit = || {
+            tracing::info!(
+                target: "mcpmux::audit",
+                client = "a \"quoted\"\nclient\u{1}",
+                method = "tools/call",
+                item = "émoji ☃",
+                outcome = ?Outcome::Ok,
+                duration_ms = 0.25_f64,
+                whole = 3.0_f64,
+                count = 7_u64,
+                delta = -2_i64,
+                flag = true,
+                "call"
+            );
+            tracing::warn!(target: "mcpmux::upstream", error = %"it broke", "no message escape {}", 1);
+            tracing::debug!(target: "other::crate", value = 1, "not ours");
+            let span = tracing::info_span!("session", session = "s1");
+            span.in_scope(|| tracing::info!(target: "mcpmux::audit", n = 2, "inside a span"));
+            tracing::info!(target: "mcpmux::audit", parent: &span, n = 3, "with a parent");
+        };
+        let before = OWN_LINES.with(std::cell::Cell::get);
+        let own = json_lines(true, emit);
+        assert_eq!(OWN_LINES.with(std::cell::Cell::get) - before, 2);
+        let library = json_lines(false, emit);
+        assert_eq!(own.len(), 5, "{own:#?}");
+        assert_eq!(own, library);
     }
 }

@@ -7,8 +7,9 @@
 //! (upstreams, sessions, subscriptions) are read from the live tables when
 //! the endpoint is scraped, so nothing has to be kept in sync.
 
-use std::sync::Mutex;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -33,6 +34,9 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    /// How many outcomes there are: the size of [`SeriesByOutcome`].
+    const COUNT: usize = 5;
+
     fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
@@ -50,6 +54,20 @@ struct OperationLabels {
     upstream: String,
     outcome: String,
 }
+
+const _: () = assert!(Outcome::Unavailable as usize + 1 == Outcome::COUNT);
+
+/// One (method, upstream)'s histogram and counter per [`Outcome`], once
+/// used.
+type SeriesByOutcome = [Option<(Histogram, Counter)>; Outcome::COUNT];
+
+/// The series of [`Metrics::observe`] by upstream, then method: handles
+/// onto the families' own series (a clone shares its value), so that a
+/// finished request finds them with two string look-ups instead of
+/// building and hashing a label set for each family. Series are never
+/// removed from the families, so a kept handle never goes stale.
+#[derive(Default)]
+struct OperationSeries(RwLock<HashMap<Box<str>, HashMap<Box<str>, SeriesByOutcome>>>);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
@@ -127,6 +145,8 @@ pub(crate) struct Metrics {
     registry: Mutex<Registry>,
     operations: Family<OperationLabels, Histogram>,
     requests: Family<OperationLabels, Counter>,
+    /// Handles onto `operations` and `requests`, for the request path.
+    operation_series: OperationSeries,
     upstream_up: Family<UpstreamLabels, Gauge>,
     upstream_restarts: Family<UpstreamLabels, Counter>,
     upstream_instances: Family<UpstreamLabels, Gauge>,
@@ -168,6 +188,7 @@ impl Metrics {
             registry: Mutex::new(Registry::default()),
             operations,
             requests: Family::default(),
+            operation_series: OperationSeries::default(),
             upstream_up: Family::default(),
             upstream_restarts: Family::default(),
             upstream_instances: Family::default(),
@@ -297,15 +318,42 @@ impl Metrics {
         outcome: Outcome,
         elapsed: Duration,
     ) {
+        let seconds = elapsed.as_secs_f64();
+        let at = outcome as usize;
+        {
+            let kept = self
+                .operation_series
+                .0
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some((histogram, counter)) = kept
+                .get(upstream)
+                .and_then(|methods| methods.get(method))
+                .and_then(|outcomes| outcomes[at].as_ref())
+            {
+                histogram.observe(seconds);
+                counter.inc();
+                return;
+            }
+        }
         let labels = OperationLabels {
             mcp_method_name: method.to_owned(),
             upstream: upstream.to_owned(),
             outcome: outcome.as_str().to_owned(),
         };
-        self.operations
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
-        self.requests.get_or_create(&labels).inc();
+        let histogram = self.operations.get_or_create(&labels).clone();
+        let counter = self.requests.get_or_create(&labels).clone();
+        histogram.observe(seconds);
+        counter.inc();
+        let mut kept = self
+            .operation_series
+            .0
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        kept.entry(upstream.into())
+            .or_default()
+            .entry(method.into())
+            .or_default()[at] = Some((histogram, counter));
     }
 
     /// The text exposition, with state gauges read from `snapshot`.
@@ -388,4 +436,37 @@ impl Metrics {
 /// their Prometheus counter at scrape: the counter catches up with `value`.
 fn catch_up(counter: &Counter, value: u64) {
     counter.inc_by(value.saturating_sub(counter.get()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exposition(metrics: &Metrics) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &metrics.registry.lock().unwrap())
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn kept_series_count_with_the_families_they_came_from() {
+        let metrics = Metrics::new();
+        let took = Duration::from_millis(3);
+        metrics.observe("tools/call", "alpha", Outcome::Ok, took);
+        metrics.observe("tools/call", "alpha", Outcome::Ok, took);
+        metrics.observe("tools/call", "alpha", Outcome::Timeout, took);
+        metrics.observe("tools/call", "beta", Outcome::Ok, took);
+        metrics.observe("prompts/get", "alpha", Outcome::Ok, took);
+        let text = exposition(&metrics);
+        for line in [
+            r#"mcpmux_requests_total{mcp_method_name="tools/call",upstream="alpha",outcome="ok"} 2"#,
+            r#"mcpmux_requests_total{mcp_method_name="tools/call",upstream="alpha",outcome="timeout"} 1"#,
+            r#"mcpmux_requests_total{mcp_method_name="tools/call",upstream="beta",outcome="ok"} 1"#,
+            r#"mcpmux_requests_total{mcp_method_name="prompts/get",upstream="alpha",outcome="ok"} 1"#,
+            r#"mcp_server_operation_duration_seconds_count{mcp_method_name="tools/call",upstream="alpha",outcome="ok"} 2"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
 }

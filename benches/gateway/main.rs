@@ -56,6 +56,7 @@ pub fn fail(message: impl Into<String>) -> Error {
 const USAGE: &str = "\
 usage: cargo bench --bench gateway -- [--quick] [--rounds N] [--out FILE]
                                       [--mcpmux PATH] [--only calls,catalog,search,fanout,stall,baseline]
+                                      [--targets direct,http,stdio,proxy]
                                       [--floor-threads N] [--fanout N,M]
                                       [--baseline PATH [--baseline-label TEXT]]
   --quick    a short run (well under a minute) to check the pipeline
@@ -63,6 +64,8 @@ usage: cargo bench --bench gateway -- [--quick] [--rounds N] [--out FILE]
   --out      also write the Markdown report to FILE (docs/benchmark.md)
   --mcpmux   the gateway binary (default: $MCPMUX_BIN, else the one cargo built)
   --only     run only these parts
+  --targets  per-call targets to measure (default direct,http,stdio,proxy),
+             e.g. `--only calls --targets http` to profile one path
   --baseline another gateway binary (e.g. built from an earlier commit): adds
              paired per-call rounds of this build against it
   --baseline-label  what the baseline is, for the report (default: its path)
@@ -161,6 +164,8 @@ struct Options {
     out: Option<PathBuf>,
     mcpmux: PathBuf,
     only: Option<Vec<String>>,
+    /// `--targets`: the per-call targets measured (all when `None`).
+    targets: Option<Vec<String>>,
     /// `--baseline` and what to call it in the report.
     baseline: Option<(PathBuf, String)>,
 }
@@ -175,6 +180,7 @@ impl Options {
             PathBuf::from,
         );
         let mut only = None;
+        let mut targets = None;
         let (mut baseline, mut baseline_label) = (None, None);
         let mut floor_threads = std::thread::available_parallelism().map_or(1, usize::from);
         let mut args = args.iter();
@@ -202,6 +208,7 @@ impl Options {
                         .collect::<Result<_, _>>()?;
                 }
                 "--only" => only = Some(value()?.split(',').map(str::to_owned).collect()),
+                "--targets" => targets = Some(value()?.split(',').map(str::to_owned).collect()),
                 "--baseline" => baseline = Some(PathBuf::from(value()?)),
                 "--baseline-label" => baseline_label = Some(value()?),
                 "--help" | "-h" => return Err(fail(USAGE)),
@@ -226,6 +233,7 @@ impl Options {
             out,
             mcpmux,
             only,
+            targets,
             baseline,
         })
     }
@@ -507,7 +515,7 @@ async fn calls_part(
             .into_iter()
             .next()
             .ok_or_else(|| fail("the gateway has no stdio floor child"))?;
-        let targets = [
+        let mut targets = vec![
             calls::Target {
                 key: "direct",
                 addr: floor_addr,
@@ -537,6 +545,9 @@ async fn calls_part(
                 gateway: Some(proxy.pid),
             },
         ];
+        if let Some(keep) = &options.targets {
+            targets.retain(|t| keep.iter().any(|k| k == t.key));
+        }
         for round in 0..plan.rounds {
             eprintln!("per-call round {}/{}", round + 1, plan.rounds);
             for t in &targets {

@@ -237,7 +237,9 @@ Then, each with a fresh gateway:
 
 Options (after `scripts/bench.sh` or `cargo bench --bench gateway --`):
 `--quick`, `--rounds N`, `--out FILE`, `--mcpmux PATH`,
-`--only calls,catalog,search,fanout,stall,baseline`, `--fanout 1000,10000` (the fan-out sizes),
+`--only calls,catalog,search,fanout,stall,baseline`, `--targets direct,http,stdio,proxy`
+(the per-call targets measured; one alone, e.g. `--only calls --targets http`,
+keeps a gateway busy on one path for a profiler), `--fanout 1000,10000` (the fan-out sizes),
 `--baseline PATH` with `--baseline-label TEXT` (what to call it in the report),
 `--floor-threads N` (the HTTP floor's worker threads; default the CPU
 count, 1 for a current-thread runtime: cheaper per call, one core at
