@@ -67,7 +67,10 @@ type SeriesByOutcome = [Option<(Histogram, Counter)>; Outcome::COUNT];
 /// building and hashing a label set for each family. Series are never
 /// removed from the families, so a kept handle never goes stale.
 #[derive(Default)]
-struct OperationSeries(RwLock<HashMap<Box<str>, HashMap<Box<str>, SeriesByOutcome>>>);
+struct OperationSeries(RwLock<HashMap<Box<str>, SeriesByMethod>>);
+
+/// One upstream's series by method.
+type SeriesByMethod = HashMap<Box<str>, SeriesByOutcome>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
