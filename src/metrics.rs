@@ -441,15 +441,23 @@ fn catch_up(counter: &Counter, value: u64) {
     counter.inc_by(value.saturating_sub(counter.get()));
 }
 
+impl Metrics {
+    /// The registry's text, without the state gauges of a scrape.
+    #[cfg(test)]
+    pub(crate) fn exposition(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry.lock().unwrap())
+            .unwrap();
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn exposition(metrics: &Metrics) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &metrics.registry.lock().unwrap())
-            .unwrap();
-        out
+        metrics.exposition()
     }
 
     #[test]

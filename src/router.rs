@@ -42,6 +42,9 @@ use crate::protocol::{Params, ParamsError, Request};
 use crate::upstream::{Subscribed, SubscriberId};
 use crate::upstream::{UpstreamError, UpstreamSet};
 
+/// The `mcp_method_name` label of every method the gateway does not know.
+const OTHER_METHOD: &str = "other";
+
 /// A request's params, parsed on first use (see [`Request::params`]).
 fn params_of<'r, 'a>(request: &'r mut Request<'a>) -> Result<&'r Params<'a>, RouteError> {
     request.params().map_err(RouteError::InvalidParams)
@@ -489,8 +492,14 @@ impl Router {
             Ok(_) => Outcome::Ok,
             Err(e) => e.outcome(),
         };
+        // A name the gateway does not know is counted under one label, so
+        // that clients cannot add series to `/metrics` at will.
+        let method = match &request.method {
+            Method::Other(_) => OTHER_METHOD,
+            known => known.name(),
+        };
         self.metrics
-            .observe(request.method.name(), "mcpmux", measured, started.elapsed());
+            .observe(method, "mcpmux", measured, started.elapsed());
         // A view filtered for one client is no one else's to cache.
         let scope = if filtered { "private" } else { "public" };
         let hints = (ctx.era == Era::Modern).then_some(CacheHints {

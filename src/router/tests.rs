@@ -675,3 +675,25 @@ async fn a_call_of_a_tool_without_both_hints_is_not_sent_again() {
     );
     assert!(fresh.try_sent().is_none(), "never sent again");
 }
+
+/// A method the gateway does not know is refused and counted under one
+/// label whatever its name: a client cannot add series to `/metrics`.
+#[tokio::test]
+async fn unknown_methods_are_counted_under_one_label() {
+    let gw = gateway(PATIENT);
+    let ctx = session(&gw.router, false);
+    for name in ["no/such/method", "another/made/up/one"] {
+        let reply = within(call(&gw.router, &ctx, "1", name, json!({})))
+            .await
+            .unwrap();
+        assert_eq!(error_code(&ready(reply)), code::METHOD_NOT_FOUND);
+    }
+    let text = gw.router.metrics.exposition();
+    assert!(
+        text.contains(
+            r#"mcpmux_requests_total{mcp_method_name="other",upstream="mcpmux",outcome="error"} 2"#
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("no/such/method"), "{text}");
+}
