@@ -189,10 +189,10 @@ impl std::io::Write for LineSink {
     }
 }
 
-/// Events of these targets may be formatted by [`JsonLines`] itself: the
+/// The target prefix of the events [`JsonLines`] may format itself: the
 /// gateway's own, never a `log` record (whose metadata the library
 /// normalizes first).
-const OWN_TARGETS: &str = "mcpmux";
+const OWN_TARGET_PREFIX: &str = "mcpmux";
 
 /// tracing-subscriber's JSON line format. An event of the gateway's own
 /// outside any span is serialized here with the very calls the library's
@@ -216,7 +216,7 @@ where
         let meta = event.metadata();
         let in_span =
             event.parent().and_then(|id| ctx.span(id)).is_some() || ctx.lookup_current().is_some();
-        if in_span || !meta.target().starts_with(OWN_TARGETS) {
+        if in_span || !meta.target().starts_with(OWN_TARGET_PREFIX) {
             return self.0.format_event(ctx, writer, event);
         }
         let line = own_line(event).map_err(|_| std::fmt::Error)?;

@@ -456,10 +456,6 @@ impl Metrics {
 mod tests {
     use super::*;
 
-    fn exposition(metrics: &Metrics) -> String {
-        metrics.exposition()
-    }
-
     #[test]
     fn kept_series_count_with_the_families_they_came_from() {
         let metrics = Metrics::new();
@@ -469,7 +465,7 @@ mod tests {
         metrics.observe("tools/call", "alpha", Outcome::Timeout, took);
         metrics.observe("tools/call", "beta", Outcome::Ok, took);
         metrics.observe("prompts/get", "alpha", Outcome::Ok, took);
-        let text = exposition(&metrics);
+        let text = metrics.exposition();
         for line in [
             r#"mcpmux_requests_total{mcp_method_name="tools/call",upstream="alpha",outcome="ok"} 2"#,
             r#"mcpmux_requests_total{mcp_method_name="tools/call",upstream="alpha",outcome="timeout"} 1"#,
