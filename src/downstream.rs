@@ -24,6 +24,7 @@ pub(crate) mod modern;
 pub(crate) mod oauth;
 pub(crate) mod post_streams;
 pub(crate) mod resume;
+pub(crate) mod serve;
 pub(crate) mod session;
 pub(crate) mod shared;
 pub(crate) mod stdio;
@@ -321,8 +322,7 @@ pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
         .route("/ui", get(ui::page))
         .route("/ui/events", get(ui::events))
         .route("/ui/{file}", get(ui::asset))
-        .merge(authorize::discovery_routes())
-        .layer(axum::middleware::from_fn(listener::track_requests));
+        .merge(authorize::discovery_routes());
     // Only with tracing on: each request's `traceparent` header, for its span.
     let app = match traced {
         true => app.layer(axum::middleware::from_fn(trace_context)),

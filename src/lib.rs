@@ -303,16 +303,8 @@ impl Gateway {
         if let Some(server) = self.state.oauth_server.load_full() {
             server.listening_on(addr);
         }
-        let app = downstream::app(self.state.clone())
-            .into_make_service_with_connect_info::<downstream::listener::Peer>();
-        let stop = self.http_shutdown.clone();
-        let serve = async move {
-            let serve = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        };
+        let app = downstream::app(self.state.clone());
+        let serve = downstream::serve::serve(listener, app, self.http_shutdown.clone());
         let span = tracing::info_span!("http", %addr);
         let server = self
             .tracker

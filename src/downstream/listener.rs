@@ -20,28 +20,30 @@
 //! one, then `http.header_read_timeout` until axum has the request. A
 //! request in progress, a long-lived SSE stream included, has no deadline
 //! here (the body read timeout is the handlers' business); it holds its slot
-//! until its response body is dropped. [`track_requests`] is the middleware
-//! that marks requests in progress.
+//! until its response body is dropped. The server loop
+//! ([`super::serve`]) marks requests in progress ([`Peer::begin_request`]).
+//! At shutdown the listener drains ([`GuardedListener::drain`]): an idle
+//! connection reads end of stream at once, a busy one when its request is
+//! over.
 
 use axum::response::IntoResponse as _;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, HttpBody};
-use axum::extract::connect_info::Connected;
-use axum::extract::{ConnectInfo, Request};
-use axum::middleware::Next;
+use axum::extract::ConnectInfo;
 use axum::response::Response;
+use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
@@ -118,11 +120,20 @@ pub(crate) struct ConnTrack {
     /// Milliseconds after the epoch of the first byte of a request not yet
     /// handed to axum; 0 when none.
     first_byte: AtomicU64,
-    /// Cancelled to close the connection (eviction).
-    evict: CancellationToken,
+    /// [`OPEN`], [`EVICTED`] (close now) or [`DRAINING`] (close when idle).
+    ending: AtomicU8,
+    /// The connection's task while its read waits: woken when `ending` changes.
+    reader: AtomicWaker,
     /// The guard's epoch, which the times above count from.
     epoch: Instant,
 }
+
+/// `ConnTrack::ending`: served as usual.
+const OPEN: u8 = 0;
+/// Closed at its next read, whatever it is doing (eviction picks idle ones).
+const EVICTED: u8 = 1;
+/// Closed once no request is in progress (the gateway is shutting down).
+const DRAINING: u8 = 2;
 
 impl ConnTrack {
     /// Milliseconds after the epoch; never 0, which means "none" in
@@ -130,13 +141,39 @@ impl ConnTrack {
     fn now_ms(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX) + 1
     }
+
+    /// Moves `ending` from open to `to` and wakes a waiting read; false if
+    /// it was not open.
+    fn end(&self, to: u8) -> bool {
+        let moved = self
+            .ending
+            .compare_exchange(OPEN, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if moved {
+            self.reader.wake();
+        }
+        moved
+    }
+
+    /// Whether the connection closes once its request is over.
+    pub(crate) fn draining(&self) -> bool {
+        self.ending.load(Ordering::Relaxed) == DRAINING
+    }
 }
 
 /// Who is on the other end of a request: its address and its connection.
 #[derive(Debug, Clone)]
 pub(crate) struct Peer {
     pub addr: SocketAddr,
-    track: Arc<ConnTrack>,
+    pub(crate) track: Arc<ConnTrack>,
+}
+
+impl Peer {
+    /// Marks a request in progress on the connection until the returned
+    /// guard (kept by the response body, see [`tracked`]) is dropped.
+    pub(crate) fn begin_request(&self) -> InProgress {
+        InProgress::begin(self.track.clone())
+    }
 }
 
 /// The remote address of the request's connection, when known (an
@@ -148,15 +185,6 @@ pub(crate) fn client_ip(peer: &ClientPeer) -> Option<std::net::IpAddr> {
     peer.as_ref().map(|axum::Extension(info)| info.0.addr.ip())
 }
 
-impl Connected<axum::serve::IncomingStream<'_, GuardedListener>> for Peer {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, GuardedListener>) -> Self {
-        Peer {
-            addr: *stream.remote_addr(),
-            track: stream.io().track.clone(),
-        }
-    }
-}
-
 impl Guard {
     /// Closes the admitted connection idle the longest; false if every
     /// connection has a request in progress.
@@ -164,11 +192,13 @@ impl Guard {
         let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let idlest = open
             .values()
-            .filter(|t| t.active.load(Ordering::Relaxed) == 0 && !t.evict.is_cancelled())
+            .filter(|t| {
+                t.active.load(Ordering::Relaxed) == 0 && t.ending.load(Ordering::Relaxed) == OPEN
+            })
             .min_by_key(|t| t.idle_since.load(Ordering::Relaxed));
         match idlest {
             Some(track) => {
-                track.evict.cancel();
+                track.end(EVICTED);
                 self.counts.evicted.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
                     connection = track.id,
@@ -187,7 +217,8 @@ impl Guard {
             active: AtomicUsize::new(0),
             idle_since: AtomicU64::new(now),
             first_byte: AtomicU64::new(0),
-            evict: CancellationToken::new(),
+            ending: AtomicU8::new(OPEN),
+            reader: AtomicWaker::new(),
             epoch: self.epoch,
         });
         self.open
@@ -196,7 +227,6 @@ impl Guard {
             .insert(track.id, track.clone());
         self.counts.open.fetch_add(1, Ordering::Relaxed);
         GuardedIo {
-            evicted: Box::pin(track.evict.clone().cancelled_owned()),
             stream,
             track,
             guard: self.clone(),
@@ -206,26 +236,32 @@ impl Guard {
     }
 }
 
-/// The listener axum serves: admitted connections arrive from the acceptor.
+/// The listener the server loop takes admitted connections from.
 pub(crate) struct GuardedListener {
     admitted: mpsc::Receiver<(GuardedIo, SocketAddr)>,
-    local: SocketAddr,
+    guard: Arc<Guard>,
 }
 
-impl axum::serve::Listener for GuardedListener {
-    type Io = GuardedIo;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (GuardedIo, SocketAddr) {
-        match self.admitted.recv().await {
-            Some(admitted) => admitted,
-            // The acceptor stopped (shutdown); axum stops on its own signal.
-            None => std::future::pending().await,
-        }
+impl GuardedListener {
+    /// The next admitted connection and who is on its other end; none once
+    /// the acceptor has stopped.
+    pub(crate) async fn accept(&mut self) -> Option<(GuardedIo, Peer)> {
+        let (io, addr) = self.admitted.recv().await?;
+        let peer = Peer {
+            addr,
+            track: io.track.clone(),
+        };
+        Some((io, peer))
     }
 
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.local)
+    /// Shutdown: every admitted connection closes once no request is in
+    /// progress on it (an idle one at once).
+    pub(crate) fn drain(&mut self) {
+        self.admitted.close();
+        let open = self.guard.open.lock().unwrap_or_else(|e| e.into_inner());
+        for track in open.values() {
+            track.end(DRAINING);
+        }
     }
 }
 
@@ -254,9 +290,10 @@ pub(crate) fn guard(
     // Axum takes each admitted connection at once; a few in hand suffice.
     let (admit_tx, admitted) = mpsc::channel(16);
     let span = tracing::info_span!("acceptor", %local);
-    tracker
-        .spawn(accept_loop(listener, guard, admit_tx, shutdown, tracker.clone()).instrument(span));
-    Ok((GuardedListener { admitted, local }, counts))
+    tracker.spawn(
+        accept_loop(listener, guard.clone(), admit_tx, shutdown, tracker.clone()).instrument(span),
+    );
+    Ok((GuardedListener { admitted, guard }, counts))
 }
 
 /// The configured cap, lowered to what the open-file limit allows.
@@ -413,7 +450,6 @@ pub(crate) struct GuardedIo {
     guard: Arc<Guard>,
     /// The read deadline while no request is in progress.
     deadline: Pin<Box<tokio::time::Sleep>>,
-    evicted: Pin<Box<WaitForCancellationFutureOwned>>,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -429,6 +465,19 @@ impl Drop for GuardedIo {
 }
 
 impl GuardedIo {
+    /// What a read gets once the connection is ending: an error when
+    /// evicted, the end of the stream when drained and idle.
+    fn ended(&self) -> Option<io::Result<()>> {
+        match self.track.ending.load(Ordering::Acquire) {
+            EVICTED => Some(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "evicted to make room for a new connection",
+            ))),
+            DRAINING if self.track.active.load(Ordering::Acquire) == 0 => Some(Ok(())),
+            _ => None,
+        }
+    }
+
     /// While no request is in progress: the error that ends the connection
     /// if its deadline has passed, else `Pending` with the timer armed.
     fn poll_idle_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
@@ -479,11 +528,8 @@ impl AsyncRead for GuardedIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if self.evicted.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "evicted to make room for a new connection",
-            )));
+        if let Some(ended) = self.ended() {
+            return Poll::Ready(ended);
         }
         let before = buf.filled().len();
         match Pin::new(&mut self.stream).poll_read(cx, buf) {
@@ -501,10 +547,18 @@ impl AsyncRead for GuardedIo {
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => match self.poll_idle_deadline(cx) {
-                Poll::Ready(e) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => {
+                // Registered before `ending` is read again, so an eviction
+                // or a drain between the two is not missed.
+                self.track.reader.register(cx.waker());
+                if let Some(ended) = self.ended() {
+                    return Poll::Ready(ended);
+                }
+                match self.poll_idle_deadline(cx) {
+                    Poll::Ready(e) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 }
@@ -541,7 +595,7 @@ impl AsyncWrite for GuardedIo {
 
 /// A request in progress on a connection, from its headers until its
 /// response body is dropped.
-struct InProgress {
+pub(crate) struct InProgress {
     track: Arc<ConnTrack>,
 }
 
@@ -558,18 +612,16 @@ impl Drop for InProgress {
         self.track
             .idle_since
             .store(self.track.now_ms(), Ordering::Relaxed);
-        self.track.active.fetch_sub(1, Ordering::Relaxed);
+        if self.track.active.fetch_sub(1, Ordering::AcqRel) == 1 && self.track.draining() {
+            // Its read may be waiting with the request over: it ends now.
+            self.track.reader.wake();
+        }
     }
 }
 
-/// Middleware: marks the connection busy while a request is in progress,
-/// including while its response body (an SSE stream, say) is being sent.
-pub(crate) async fn track_requests(request: Request, next: Next) -> Response {
-    let Some(ConnectInfo(peer)) = request.extensions().get::<ConnectInfo<Peer>>().cloned() else {
-        return next.run(request).await;
-    };
-    let in_progress = InProgress::begin(peer.track);
-    let response = next.run(request).await;
+/// `response` with a body that keeps its request counted as in progress
+/// (an SSE stream, say) until it is dropped.
+pub(crate) fn tracked(response: Response, in_progress: InProgress) -> Response {
     response.map(|body| {
         Body::new(Tracked {
             body,
