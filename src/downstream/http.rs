@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -57,11 +56,13 @@ pub(crate) async fn post(
     State(state): State<Arc<AppState>>,
     caller: super::endpoint::Caller,
     peer: ClientPeer,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Response {
     let super::endpoint::Caller { at, identity } = caller;
-    let accept = accepts(&headers);
+    // The headers are read in place (a `HeaderMap` extractor would copy them).
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
+    let accept = accepts(headers);
     if !accept.json && !accept.sse {
         return Refusal::new(
             StatusCode::NOT_ACCEPTABLE,
@@ -70,7 +71,7 @@ pub(crate) async fn post(
         )
         .into_response();
     }
-    let bytes = match read_body(&state.http, &headers, body).await {
+    let bytes = match read_body(&state.http, headers, body).await {
         Ok(b) => b,
         Err(rejected) => return rejected,
     };
@@ -87,10 +88,10 @@ pub(crate) async fn post(
         }
         _ => None,
     };
-    if super::modern::is_modern(&headers, &envelope, request.as_mut()) {
+    if super::modern::is_modern(headers, &envelope, request.as_mut()) {
         return super::modern::handle(
             &state,
-            &headers,
+            headers,
             &envelope,
             kind,
             accept.sse,
@@ -112,7 +113,7 @@ pub(crate) async fn post(
         return super::shared::after_initialize(&state, response, id, envelope.params).await;
     }
 
-    let session = match session_of(&state, &at, identity.as_ref(), &headers, envelope.id).await {
+    let session = match session_of(&state, &at, identity.as_ref(), headers, envelope.id).await {
         Ok(session) => session,
         Err(refused) => return refused,
     };

@@ -147,6 +147,9 @@ pub(crate) fn session_header(headers: &HeaderMap) -> Result<&str, Response> {
 /// Checks the content type and reads the body within `http.max_body_bytes`
 /// and `http.body_read_timeout`.
 #[allow(clippy::result_large_err)]
+/// The media type a message body must have.
+const JSON_TYPE: &str = "application/json";
+
 pub(crate) async fn read_body(
     http: &HttpConfig,
     headers: &HeaderMap,
@@ -157,8 +160,8 @@ pub(crate) async fn read_body(
         .and_then(|v| v.to_str().ok())
         && !ct
             .trim_start()
-            .to_ascii_lowercase()
-            .starts_with("application/json")
+            .get(..JSON_TYPE.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(JSON_TYPE))
     {
         return Err(Refusal::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -545,6 +545,7 @@ async fn answer_or_stream(
     tasks: &tokio_util::task::TaskTracker,
 ) -> Reply {
     let first = tokio::select! {
+        biased;
         frame = &mut finishing => return Reply::Ready(frame),
         first = frames.recv() => first,
     };

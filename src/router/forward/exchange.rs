@@ -361,18 +361,17 @@ impl Exchange {
             }
         };
         tokio::pin!(client_gone);
+        // One timer for the whole wait, moved when progress extends it.
+        let expiry = tokio::time::sleep_until(deadline);
+        tokio::pin!(expiry);
         loop {
             tokio::select! {
+                // In this order: the common path polls the POST and the
+                // answer first, and nothing else until they are pending.
+                biased;
                 // The POST this task drives; its answer comes through `rx`.
                 () = async { post.as_mut().expect("guarded").await }, if post.is_some() => {
                     post = None;
-                    continue;
-                }
-                () = &mut client_gone => return Err(RouteError::Cancelled),
-                () = log_waiting(&self.log_tap) => {
-                    if let (Some(tap), Some((_, sink))) = (&self.log_tap, &self.progress) {
-                        tap.drain(sink);
-                    }
                     continue;
                 }
                 answer = &mut rx => return match answer {
@@ -380,10 +379,18 @@ impl Exchange {
                     // The pending entry was removed without an answer: cancelled.
                     Err(_) => Err(RouteError::Cancelled),
                 },
-                () = tokio::time::sleep_until(deadline) => {
+                () = &mut client_gone => return Err(RouteError::Cancelled),
+                () = log_waiting(&self.log_tap) => {
+                    if let (Some(tap), Some((_, sink))) = (&self.log_tap, &self.progress) {
+                        tap.drain(sink);
+                    }
+                    continue;
+                }
+                () = expiry.as_mut() => {
                     let progressed = self.started + Duration::from_millis(self.last_progress.load(Ordering::Relaxed));
                     if progressed + self.timeout > deadline {
                         deadline = progressed + self.timeout;
+                        expiry.as_mut().reset(deadline);
                         continue;
                     }
                     conn.cancel(upstream_id, "mcpmux: request timed out");

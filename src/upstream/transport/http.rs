@@ -260,16 +260,18 @@ impl DirectSend for RemoteSession {
         let Ok(slot) = self.slots.clone().try_acquire_owned() else {
             return Routed::Queue(message);
         };
-        let span = self.span.clone();
+        // Not in the link's span: it runs in the caller's request span, and
+        // every event on this path names its upstream itself.
         let post = async move {
             // A POST outlives neither the link nor its slot.
             tokio::select! {
+                biased;
                 () = self.send(message) => {}
                 () = self.ended.cancelled() => {}
             }
             drop(slot);
         };
-        Routed::Direct(Box::pin(tracing::Instrument::instrument(post, span)))
+        Routed::Direct(Box::pin(post))
     }
 }
 
