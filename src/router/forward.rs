@@ -407,27 +407,33 @@ impl Flight {
     }
 
     /// Waits for the answer and ends the call.
+    async fn finish(
+        self,
+        sent: Result<crate::upstream::Sent, crate::upstream::UpstreamError>,
+    ) -> Frame {
+        let Flight {
+            exchange,
+            guard,
+            conn,
+            upstream_id,
+        } = self;
+        let frame = exchange.finish(&guard, &conn, upstream_id, sent).await;
+        drop(guard);
+        frame
+    }
+
+    /// [`Flight::finish`] as a future of its own, for a task or a select.
     fn finishing(
         self,
         sent: Result<crate::upstream::Sent, crate::upstream::UpstreamError>,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Frame> + Send>> {
-        Box::pin(async move {
-            let Flight {
-                exchange,
-                guard,
-                conn,
-                upstream_id,
-            } = self;
-            let frame = exchange.finish(&guard, &conn, upstream_id, sent).await;
-            drop(guard);
-            frame
-        })
+        Box::pin(self.finish(sent))
     }
 
     /// No progress and nobody to ask: the answer, awaited here.
     async fn plain(self) -> Reply {
         let sent = self.sent().await;
-        Reply::Ready(self.finishing(sent).await)
+        Reply::Ready(self.finish(sent).await)
     }
 
     /// A 2025-era session's call that its upstream may ask things of
@@ -636,10 +642,32 @@ pub(super) fn cancel(ctx: &RequestContext, params: Option<&RawValue>) {
 /// A request id in one spelling, so `1`, `1.0`-free integers and strings
 /// with different escapes match between a request and its cancellation.
 fn canonical_id(id: &RawValue) -> Box<str> {
+    if is_canonical(id.get()) {
+        return id.get().into();
+    }
     match serde_json::from_str::<Value>(id.get()) {
         Ok(value) => value.to_string().into_boxed_str(),
         Err(_) => id.get().into(),
     }
+}
+
+/// Whether an id is spelled as [`canonical_id`] would spell it: a string
+/// with no escape in it, or an integer that fits an `i64` (at most 18
+/// digits), as nearly every client sends.
+fn is_canonical(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    match bytes {
+        [b'"', inner @ .., b'"'] => !inner.iter().any(|b| matches!(b, b'\\' | b'"')),
+        [b'-', digits @ ..] => is_plain_integer(digits) && digits[0] != b'0',
+        digits => is_plain_integer(digits),
+    }
+}
+
+/// 1 to 18 digits, with no leading zero unless it is `0` alone.
+fn is_plain_integer(digits: &[u8]) -> bool {
+    (1..=18).contains(&digits.len())
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits.len() == 1 || digits[0] != b'0')
 }
 
 /// The audit line of one call: who, what, where, how it ended, how long.
@@ -664,4 +692,47 @@ pub(super) fn audit(
         request_id,
         "call"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shortcut agrees with the full parse wherever it is taken, and
+    /// is not taken where the parse spells an id differently.
+    #[test]
+    fn an_id_already_canonical_is_kept_as_it_is() {
+        let spellings = [
+            "0",
+            "7",
+            "-7",
+            "123456789012345678",
+            "1234567890123456789",
+            "-0",
+            "1.0",
+            "1e2",
+            "\"abc\"",
+            "\"\"",
+            "\"é\"",
+            "\"a\\u0062\"",
+            "\"a\\\"b\"",
+            "\"\\/\"",
+            "null",
+            "true",
+        ];
+        let mut shortcut = 0;
+        for text in spellings {
+            let id = RawValue::from_string(text.to_owned()).unwrap();
+            let parsed = serde_json::from_str::<Value>(text).unwrap().to_string();
+            if is_canonical(text) {
+                shortcut += 1;
+                assert_eq!(parsed, text, "{text} is not canonical");
+            }
+            assert_eq!(&*canonical_id(&id), parsed, "{text}");
+        }
+        assert_eq!(
+            shortcut, 7,
+            "0, 7, -7, the 18 digits and three plain strings"
+        );
+    }
 }
