@@ -34,7 +34,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::{Body, HttpBody};
 use axum::extract::ConnectInfo;
@@ -43,6 +43,7 @@ use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
@@ -124,7 +125,8 @@ pub(crate) struct ConnTrack {
     ending: AtomicU8,
     /// The connection's task while its read waits: woken when `ending` changes.
     reader: AtomicWaker,
-    /// The guard's epoch, which the times above count from.
+    /// The guard's epoch, which the times above count from (tokio's clock,
+    /// the one the deadline timer runs on).
     epoch: Instant,
 }
 
@@ -510,14 +512,23 @@ impl GuardedIo {
             );
             return Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, what));
         }
-        let at = tokio::time::Instant::now() + Duration::from_millis(limit_ms - elapsed);
-        self.deadline.as_mut().reset(at);
-        match self.deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => {
-                timeouts.fetch_add(1, Ordering::Relaxed);
-                Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, what))
+        let at = Instant::now() + Duration::from_millis(limit_ms - elapsed);
+        // The timer moves only when it would fire too late (a header
+        // deadline inside an idle one); one that fires early is re-armed
+        // here. A busy keep-alive connection therefore does not register
+        // its timer again after every request.
+        if self.deadline.deadline() > at {
+            self.deadline.as_mut().reset(at);
+        }
+        loop {
+            match self.deadline.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(()) if self.deadline.deadline() >= at => {
+                    timeouts.fetch_add(1, Ordering::Relaxed);
+                    return Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, what));
+                }
+                Poll::Ready(()) => self.deadline.as_mut().reset(at),
             }
-            Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -200,4 +200,33 @@ mod tests {
             .unwrap();
         assert_eq!(counts.snapshot().open, 0);
     }
+
+    /// The idle deadline counts from the end of the last request, though
+    /// the timer was set before that request (it is re-armed when it fires
+    /// early, not moved after every request).
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_closes_its_idle_timeout_after_its_last_request() {
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let mut config = http();
+        config.idle_timeout = Duration::from_secs(10);
+        let stop = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let (mut listener, counts) =
+            super::super::listener::guard(tcp, &config, stop.clone(), &tracker).unwrap();
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let (mut io, peer) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 16];
+        // Idle from the start: the read waits, its timer set for 10 s on.
+        let waited = tokio::time::timeout(Duration::from_secs(6), io.read(&mut buf)).await;
+        assert!(waited.is_err(), "nothing was sent: {waited:?}");
+        // A request comes and goes 6 s in: idle again from there.
+        drop(peer.begin_request());
+        let quiet = tokio::time::Instant::now();
+        let ended = io.read(&mut buf).await.unwrap_err();
+        assert_eq!(ended.kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(quiet.elapsed(), Duration::from_secs(10));
+        assert_eq!(counts.snapshot().closed[1], ("idle_timeout", 1));
+        stop.cancel();
+    }
 }

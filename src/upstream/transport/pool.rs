@@ -53,6 +53,8 @@ pub(super) struct Pool {
 struct Shared {
     /// `host:port` as the URL names it, for `Host` and for connecting.
     authority: http::uri::Authority,
+    /// The `Host` header every request carries, built once.
+    host: http::HeaderValue,
     port: u16,
     connect_timeout: Duration,
     idle_timeout: Duration,
@@ -75,9 +77,12 @@ impl Pool {
     ) -> Option<Pool> {
         let authority = uri.authority()?.clone();
         let port = authority.port_u16().unwrap_or(80);
+        let host = http::HeaderValue::from_str(authority.as_str())
+            .unwrap_or_else(|_| http::HeaderValue::from_static("localhost"));
         Some(Pool {
             shared: Arc::new(Shared {
                 authority,
+                host,
                 port,
                 connect_timeout,
                 idle_timeout,
@@ -94,11 +99,9 @@ impl Pool {
         &self,
         mut request: http::Request<Full<Bytes>>,
     ) -> Result<http::Response<PooledBody>, PoolError> {
-        request.headers_mut().insert(
-            http::header::HOST,
-            http::HeaderValue::from_str(self.shared.authority.as_str())
-                .unwrap_or_else(|_| http::HeaderValue::from_static("localhost")),
-        );
+        request
+            .headers_mut()
+            .insert(http::header::HOST, self.shared.host.clone());
         let mut reused = self.checkout();
         loop {
             let was_reused = reused.is_some();
