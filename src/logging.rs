@@ -233,14 +233,15 @@ fn own_line(event: &tracing::Event<'_>) -> Result<String, serde_json::Error> {
     use tracing_serde::fields::AsMap;
     use tracing_subscriber::fmt::time::FormatTime;
 
-    let mut timestamp = String::new();
+    // Sized for what is written, so neither buffer grows on the way.
+    let mut timestamp = String::with_capacity(40);
     tracing_subscriber::fmt::time::SystemTime
         .format_time(&mut tracing_subscriber::fmt::format::Writer::new(
             &mut timestamp,
         ))
         .map_err(|_| serde_json::Error::custom("the clock could not be formatted"))?;
     let meta = event.metadata();
-    let mut bytes = Vec::with_capacity(256);
+    let mut bytes = Vec::with_capacity(512);
     let mut serializer = serde_json::Serializer::new(&mut bytes);
     let mut map = serializer.serialize_map(None)?;
     map.serialize_entry("timestamp", &timestamp)?;

@@ -385,8 +385,17 @@ pub(crate) fn notification_frame(method: &str, params: Option<&str>) -> String {
     out
 }
 
-/// Appends `s` as a JSON string literal.
+/// Appends `s` as a JSON string literal, as serde_json writes it.
 pub(crate) fn push_json_string(out: &mut String, s: &str) {
+    // What serde_json escapes: a quote, a backslash, a control character.
+    // Names and ids almost never hold one, and are then copied as they are.
+    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     // serde_json's escaping cannot fail for a &str.
     out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
@@ -455,6 +464,16 @@ pub(crate) mod proptests;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The copy without escapes writes what serde_json writes.
+        #[test]
+        fn a_json_string_is_written_as_serde_json_writes_it(s in "(\\PC|[\"\\\\\u{0}-\u{1f}\u{7f}])*") {
+            let mut out = String::from("x");
+            push_json_string(&mut out, &s);
+            proptest::prop_assert_eq!(&out[1..], serde_json::to_string(&s).unwrap());
+        }
+    }
 
     #[test]
     fn classifies_messages() {
