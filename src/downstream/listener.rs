@@ -144,9 +144,9 @@ impl ConnTrack {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX) + 1
     }
 
-    /// Moves `ending` from open to `to` and wakes a waiting read; false if
-    /// it was not open.
-    fn end(&self, to: u8) -> bool {
+    /// Moves `ending` from open to `to` and wakes a waiting read; a
+    /// connection already ending stays as it is.
+    fn end(&self, to: u8) {
         let moved = self
             .ending
             .compare_exchange(OPEN, to, Ordering::AcqRel, Ordering::Acquire)
@@ -154,11 +154,9 @@ impl ConnTrack {
         if moved {
             self.reader.wake();
         }
-        moved
     }
 
-    /// Whether the connection closes once its request is over.
-    pub(crate) fn draining(&self) -> bool {
+    fn draining(&self) -> bool {
         self.ending.load(Ordering::Relaxed) == DRAINING
     }
 }
@@ -167,10 +165,16 @@ impl ConnTrack {
 #[derive(Debug, Clone)]
 pub(crate) struct Peer {
     pub addr: SocketAddr,
-    pub(crate) track: Arc<ConnTrack>,
+    track: Arc<ConnTrack>,
 }
 
 impl Peer {
+    /// Whether the gateway is draining: the connection closes once its
+    /// request is over.
+    pub(crate) fn draining(&self) -> bool {
+        self.track.draining()
+    }
+
     /// Marks a request in progress on the connection until the returned
     /// guard (kept by the response body, see [`tracked`]) is dropped.
     pub(crate) fn begin_request(&self) -> InProgress {
@@ -289,7 +293,8 @@ pub(crate) fn guard(
         open: Mutex::default(),
         counts: counts.clone(),
     });
-    // Axum takes each admitted connection at once; a few in hand suffice.
+    // The server loop takes each admitted connection at once; a few in
+    // hand suffice.
     let (admit_tx, admitted) = mpsc::channel(16);
     let span = tracing::info_span!("acceptor", %local);
     tracker.spawn(

@@ -59,10 +59,10 @@ async fn serve_connection(io: super::listener::GuardedIo, peer: Peer, app: axum:
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(ConnectInfo(peer.clone()));
         let answer = app.clone().call(request);
-        let track = peer.track.clone();
+        let peer = peer.clone();
         async move {
             let Ok(mut response) = answer.await;
-            if track.draining() {
+            if peer.draining() {
                 response
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
