@@ -56,11 +56,11 @@ pub(crate) async fn post(
     State(state): State<Arc<AppState>>,
     caller: super::endpoint::Caller,
     peer: ClientPeer,
-    request: axum::extract::Request,
+    http_request: axum::extract::Request,
 ) -> Response {
     let super::endpoint::Caller { at, identity } = caller;
     // The headers are read in place (a `HeaderMap` extractor would copy them).
-    let (parts, body) = request.into_parts();
+    let (parts, body) = http_request.into_parts();
     let headers = &parts.headers;
     let accept = accepts(headers);
     if !accept.json && !accept.sse {

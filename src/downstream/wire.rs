@@ -144,12 +144,12 @@ pub(crate) fn session_header(headers: &HeaderMap) -> Result<&str, Response> {
         })
 }
 
-/// Checks the content type and reads the body within `http.max_body_bytes`
-/// and `http.body_read_timeout`.
-#[allow(clippy::result_large_err)]
 /// The media type a message body must have.
 const JSON_TYPE: &str = "application/json";
 
+/// Checks the content type and reads the body within `http.max_body_bytes`
+/// and `http.body_read_timeout`.
+#[allow(clippy::result_large_err)]
 pub(crate) async fn read_body(
     http: &HttpConfig,
     headers: &HeaderMap,
