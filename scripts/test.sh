@@ -5,6 +5,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# Free disk space first: a build that runs out of it fails deep inside some
+# crate's compile, and this line says why.
+echo "test: $(df -h . | awk 'NR==2 {print $4 " free on " $6}')"
+# A fresh clone in CI builds once: incremental caches would only take disk.
+if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
+
 bash scripts/setup-system.sh
 bash scripts/setup-interop.sh
 cargo fmt --all -- --check
