@@ -27,7 +27,7 @@ const MAX_POLLS_IN_PLACE: usize = 4;
 /// Wraps `future` so that wakes during its own poll re-poll it in place.
 pub(crate) fn inline_wakes<F: Future>(future: F) -> InlineWakes<F> {
     InlineWakes {
-        future: Box::pin(future),
+        future,
         state: Arc::new(State {
             task: AtomicWaker::new(),
             polling: AtomicBool::new(false),
@@ -37,12 +37,15 @@ pub(crate) fn inline_wakes<F: Future>(future: F) -> InlineWakes<F> {
     }
 }
 
-/// See [`inline_wakes`].
-pub(crate) struct InlineWakes<F> {
-    future: Pin<Box<F>>,
-    state: Arc<State>,
-    /// The waker handed to the inner future, built once.
-    waker: Option<Waker>,
+pin_project_lite::pin_project! {
+    /// See [`inline_wakes`]. The future is held in place, not boxed.
+    pub(crate) struct InlineWakes<F> {
+        #[pin]
+        future: F,
+        state: Arc<State>,
+        // The waker handed to the inner future, built once.
+        waker: Option<Waker>,
+    }
 }
 
 struct State {
@@ -75,22 +78,23 @@ impl<F: Future> Future for InlineWakes<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
-        this.state.task.register(cx.waker());
+        let mut this = self.project();
+        let state: &Arc<State> = this.state;
+        state.task.register(cx.waker());
         let waker = this
             .waker
-            .get_or_insert_with(|| Waker::from(this.state.clone()))
+            .get_or_insert_with(|| Waker::from(state.clone()))
             .clone();
         let mut inner = Context::from_waker(&waker);
         for _ in 0..MAX_POLLS_IN_PLACE {
-            this.state.woken.store(false, Ordering::SeqCst);
-            this.state.polling.store(true, Ordering::SeqCst);
+            state.woken.store(false, Ordering::SeqCst);
+            state.polling.store(true, Ordering::SeqCst);
             let polled = this.future.as_mut().poll(&mut inner);
-            this.state.polling.store(false, Ordering::SeqCst);
+            state.polling.store(false, Ordering::SeqCst);
             if polled.is_ready() {
                 return polled;
             }
-            if !this.state.woken.swap(false, Ordering::SeqCst) {
+            if !state.woken.swap(false, Ordering::SeqCst) {
                 return Poll::Pending;
             }
         }

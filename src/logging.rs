@@ -231,15 +231,10 @@ fn own_line(event: &tracing::Event<'_>) -> Result<String, serde_json::Error> {
     use serde::ser::{Error as _, SerializeMap, Serializer as _};
     use tracing_serde::AsSerde;
     use tracing_serde::fields::AsMap;
-    use tracing_subscriber::fmt::time::FormatTime;
 
-    // Sized for what is written, so neither buffer grows on the way.
-    let mut timestamp = String::with_capacity(40);
-    tracing_subscriber::fmt::time::SystemTime
-        .format_time(&mut tracing_subscriber::fmt::format::Writer::new(
-            &mut timestamp,
-        ))
-        .map_err(|_| serde_json::Error::custom("the clock could not be formatted"))?;
+    // The library's format (RFC 3339 in UTC, to the microsecond), written
+    // by humantime into one fixed buffer rather than field by field.
+    let timestamp = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
     let meta = event.metadata();
     let mut bytes = Vec::with_capacity(512);
     let mut serializer = serde_json::Serializer::new(&mut bytes);
@@ -328,8 +323,10 @@ mod tests {
             .map(|line| {
                 let value: serde_json::Value = serde_json::from_str(line).unwrap();
                 let stamp = value["timestamp"].as_str().unwrap().to_owned();
+                // RFC 3339 in UTC to the microsecond, whoever wrote it.
                 assert!(
-                    stamp.ends_with('Z') && stamp.len() > 20,
+                    stamp.len() == "2026-01-02T03:04:05.678901Z".len()
+                        && humantime::parse_rfc3339(&stamp).is_ok(),
                     "timestamp {stamp}"
                 );
                 line.replacen(&stamp, "T", 1)

@@ -40,16 +40,25 @@ fn accepts(headers: &HeaderMap) -> Accepts {
             sse: true,
         };
     };
-    let has = |t: &str| {
-        value
-            .split(',')
-            .any(|part| part.trim().split(';').next().is_some_and(|m| m.trim() == t))
+    // One pass over the media ranges; their parameters (`;q=…`) are not read.
+    let mut accepts = Accepts {
+        json: false,
+        sse: false,
     };
-    let any = has("*/*");
-    Accepts {
-        json: any || has("application/json") || has("application/*"),
-        sse: any || has("text/event-stream") || has("text/*"),
+    for range in value.split(',') {
+        match range.split(';').next().unwrap_or_default().trim() {
+            "*/*" => {
+                return Accepts {
+                    json: true,
+                    sse: true,
+                };
+            }
+            "application/json" | "application/*" => accepts.json = true,
+            "text/event-stream" | "text/*" => accepts.sse = true,
+            _ => {}
+        }
     }
+    accepts
 }
 
 pub(crate) async fn post(
@@ -269,5 +278,35 @@ pub(crate) async fn delete(
             "unknown or expired session",
         )
         .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(accept: Option<&'static str>) -> (bool, bool) {
+        let mut headers = HeaderMap::new();
+        if let Some(value) = accept {
+            headers.insert(header::ACCEPT, HeaderValue::from_static(value));
+        }
+        let accepts = accepts(&headers);
+        (accepts.json, accepts.sse)
+    }
+
+    #[test]
+    fn the_accept_header_is_read_range_by_range() {
+        assert_eq!(read(None), (true, true));
+        assert_eq!(
+            read(Some("application/json, text/event-stream")),
+            (true, true)
+        );
+        assert_eq!(read(Some("application/json")), (true, false));
+        assert_eq!(read(Some(" text/event-stream ;q=0.5")), (false, true));
+        assert_eq!(read(Some("text/html, */*;q=0.1")), (true, true));
+        assert_eq!(read(Some("application/*, text/plain")), (true, false));
+        assert_eq!(read(Some("text/*")), (false, true));
+        assert_eq!(read(Some("text/html, image/png")), (false, false));
+        assert_eq!(read(Some("")), (false, false));
     }
 }

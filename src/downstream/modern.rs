@@ -117,8 +117,11 @@ fn names_a_version(params: &RawValue) -> bool {
 /// the key's text and without an escape that could spell it, it cannot,
 /// and most requests end here, unparsed.
 fn might_name_a_version(text: &str) -> bool {
+    // The searcher is built once; building it costs more than a short search.
+    static PROTOCOL_VERSION: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"protocolVersion"));
     memchr::memchr(b'\\', text.as_bytes()).is_some()
-        || memchr::memmem::find(text.as_bytes(), b"protocolVersion").is_some()
+        || PROTOCOL_VERSION.find(text.as_bytes()).is_some()
 }
 
 /// What a valid modern request carries besides its method.

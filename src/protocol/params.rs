@@ -3,7 +3,10 @@
 //! changes (`name`, `uri`, `ref`, `_meta`) are touched and the rest
 //! (`arguments` above all) are written back as they came, unparsed.
 
+use std::borrow::{Borrow, Cow};
+
 use indexmap::IndexMap;
+use serde::de::{Deserialize, Deserializer, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -34,9 +37,39 @@ pub(crate) enum ParamsError {
     Invalid(String),
 }
 
+/// A member's key, borrowed from the request's text unless the client
+/// escaped a character in it.
+#[derive(PartialEq, Eq, Hash)]
+struct Key<'a>(Cow<'a, str>);
+
+impl Borrow<str> for Key<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(key)))
+            }
+            fn visit_str<E>(self, key: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(key.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
 /// A request's params, member by member.
 pub(crate) struct Params<'a> {
-    members: IndexMap<String, &'a RawValue>,
+    members: IndexMap<Key<'a>, &'a RawValue>,
     meta: Option<Map<String, Value>>,
 }
 
@@ -45,7 +78,7 @@ impl<'a> Params<'a> {
     pub(crate) fn parse(raw: Option<&'a RawValue>) -> Result<Self, ParamsError> {
         #[cfg(test)]
         note_parse();
-        let mut members: IndexMap<String, &'a RawValue> = match raw {
+        let mut members: IndexMap<Key<'a>, &'a RawValue> = match raw {
             None => IndexMap::new(),
             Some(raw) => serde_json::from_str(raw.get()).map_err(|_| ParamsError::NotAnObject)?,
         };
@@ -156,6 +189,7 @@ impl<'a> Params<'a> {
         };
         let mut replaced = false;
         for (k, v) in &self.members {
+            let k: &str = &k.0;
             member(&mut out, k);
             if k == key {
                 out.push_str(value);
@@ -261,6 +295,20 @@ mod tests {
         let plain = Params::parse(Some(&plain)).unwrap();
         let built = plain.build("name", r#""y""#, Some(7));
         assert_eq!(built.with_token(8), r#"{"name":"y"}"#);
+    }
+
+    /// A key is borrowed from the text as it came, or unescaped when the
+    /// client escaped it; either way it is found, and written back plainly.
+    #[test]
+    fn escaped_and_plain_keys_are_found_alike() {
+        let members = raw(r#"{"na\u006de":"tool","arguments":{"a":1}}"#);
+        let params = Params::parse(Some(&members)).unwrap();
+        assert_eq!(params.string("name").unwrap(), "tool");
+        assert_eq!(params.raw("arguments").unwrap().get(), r#"{"a":1}"#);
+        assert_eq!(
+            params.build("name", r#""up""#, None).text,
+            r#"{"name":"up","arguments":{"a":1}}"#
+        );
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! common `tools/call` result) is forwarded byte for byte.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use indexmap::IndexMap;
+use memchr::memmem::Finder;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -32,7 +34,10 @@ pub(crate) fn namespace_result<'r>(
     // A fast pre-check, not a parse: a body that cannot hold a "uri" key is
     // passed through without being parsed. Escaped keys could spell "uri"
     // without the literal bytes; treat them as possible.
-    if !text.contains("\"uri\"") && !text.contains("\\u") {
+    // The searchers are built once; building one costs more than a search.
+    static URI_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"uri\""));
+    static UNICODE_ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
+    if URI_KEY.find(text.as_bytes()).is_none() && UNICODE_ESCAPE.find(text.as_bytes()).is_none() {
         return Cow::Borrowed(text);
     }
     let Ok(mut value) = serde_json::from_str::<Value>(text) else {
