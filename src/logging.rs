@@ -198,8 +198,10 @@ const OWN_TARGET_PREFIX: &str = "mcpmux";
 /// outside any span is serialized here with the very calls the library's
 /// formatter makes (timestamp, level, fields, target; no span entries, as
 /// there is no span), into one buffer written at once; every other event
-/// goes to the library's formatter. The test below holds the two to the
-/// same bytes.
+/// goes to the library's formatter. The timestamp is the library's format
+/// (RFC 3339, UTC, microseconds) written by humantime. The test below holds
+/// the two to the same bytes but for the timestamp, and both timestamps to
+/// that format.
 struct JsonLines(tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Json>);
 
 impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for JsonLines
