@@ -222,6 +222,7 @@ async fn catch_up(state: &AppState, session: &Session, record: &Record) {
     for uri in &held {
         if !record.uris.contains(&**uri) {
             hub.interest().unsubscribe(subscriber, uri);
+            session.subscriber.outbox.forget_updated(uri);
         }
     }
     for uri in &record.uris {
@@ -376,6 +377,9 @@ async fn apply(state: &AppState, event: Event) {
             let subscriber = local.subscriber.id;
             for uri in hub.subscriptions().uris_of(subscriber) {
                 hub.interest().unsubscribe(subscriber, &uri);
+                // The stream's replica delivers its updates now: one queued
+                // here would reach the client twice if the stream came back.
+                local.subscriber.outbox.forget_updated(&uri);
             }
             tracing::debug!(parent: &local.span, replica, "the session's stream moved to another replica; its subscriptions here are released");
         }

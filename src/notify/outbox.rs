@@ -155,6 +155,13 @@ impl Outbox {
         self.wake();
     }
 
+    /// Drops a pending `resources/updated` for `uri`, not yet delivered:
+    /// the subscription that queued it is no longer this outbox's to serve
+    /// (the session's stream moved to another replica, which delivers it).
+    pub(crate) fn forget_updated(&self, uri: &str) {
+        self.lock().updated.shift_remove(uri);
+    }
+
     /// Wakes whichever consumer waits: a [`Self::wait`]er or a stream that
     /// registered its waker in [`Self::poll_next_event`].
     fn wake(&self) {
@@ -339,6 +346,23 @@ mod tests {
                 "notifications/resources/updated"
             ]
         );
+    }
+
+    #[test]
+    fn a_forgotten_update_is_not_delivered_and_others_are() {
+        let outbox = Outbox::default();
+        outbox.mark_updated("a+x".into());
+        outbox.mark_updated("a+y".into());
+        outbox.forget_updated("a+x");
+        let delivered: Vec<String> = std::iter::from_fn(|| outbox.next_event())
+            .map(|(_, f)| {
+                serde_json::from_str::<serde_json::Value>(&f).unwrap()["params"]["uri"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(delivered, ["a+y"]);
     }
 
     #[test]
