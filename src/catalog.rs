@@ -23,13 +23,14 @@ pub(crate) mod view;
 
 pub(crate) use view::ViewSpec;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use indexmap::IndexMap;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+use crate::hashing::{HashMap, HashSet};
 
 /// The four lists an MCP server can expose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -190,7 +191,7 @@ pub(crate) struct Catalog {
     tool_headers: HashMap<Box<str>, Arc<[crate::xheader::HeaderParam]>>,
     /// Tools their upstream marks `readOnlyHint` and `idempotentHint`, by
     /// exposed name: safe to send again (see `router::retry`).
-    repeatable_tools: std::collections::HashSet<Box<str>>,
+    repeatable_tools: HashSet<Box<str>>,
     /// Every configured upstream with a non-empty prefix, as
     /// (`{prefix}__`, upstream), longest prefix first.
     prefixes: Vec<(String, Arc<str>)>,

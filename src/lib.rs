@@ -57,6 +57,7 @@ pub(crate) mod config;
 pub(crate) mod credentials;
 pub(crate) mod downstream;
 pub mod example_server;
+pub(crate) mod hashing;
 pub mod import;
 pub(crate) mod inline_wake;
 mod inspect;

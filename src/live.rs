@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 
+use crate::hashing::RandomState;
+
 /// Items per upstream with figures of their own.
 pub(crate) const MAX_ITEMS: usize = 1024;
 /// The item that counts calls past [`MAX_ITEMS`].
@@ -45,7 +47,7 @@ pub(crate) struct Sample {
 /// Every upstream's figures.
 #[derive(Default)]
 pub(crate) struct Live {
-    by_upstream: DashMap<Arc<str>, DashMap<Arc<str>, Figures>>,
+    by_upstream: DashMap<Arc<str>, DashMap<Arc<str>, Figures, RandomState>, RandomState>,
 }
 
 fn bucket_of(elapsed: Duration) -> usize {

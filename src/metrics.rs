@@ -7,7 +7,6 @@
 //! (upstreams, sessions, subscriptions) are read from the live tables when
 //! the endpoint is scraped, so nothing has to be kept in sync.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
@@ -18,6 +17,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::hashing::HashMap;
 
 mod protection;
 

@@ -143,7 +143,7 @@ impl Subscriber {
 
 /// Routes upstream notifications to subscribers.
 pub(crate) struct NotifyHub {
-    subscribers: DashMap<SubscriberId, Arc<Subscriber>>,
+    subscribers: DashMap<SubscriberId, Arc<Subscriber>, crate::hashing::RandomState>,
     /// Notification counts of every outbox, for `/metrics`.
     counts: Arc<crate::metrics::NotificationCounts>,
     /// Open modern listen streams.
@@ -177,7 +177,7 @@ impl NotifyHub {
 
     fn build(interest: Arc<Interest>, views: Option<Arc<Views>>) -> Self {
         Self {
-            subscribers: DashMap::new(),
+            subscribers: DashMap::default(),
             counts: Arc::default(),
             listeners: std::sync::atomic::AtomicUsize::new(0),
             interest,

@@ -133,6 +133,16 @@ pub(crate) const MAX_NESTING: usize = 128;
 /// over the bytes, aware of strings and escapes; it does not validate.
 pub(crate) fn nesting_exceeds(text: &str, max: usize) -> bool {
     let bytes = text.as_bytes();
+    // Each level opens with a bracket, so a text with no more brackets
+    // than `max` (inside strings or not) cannot exceed it; counting them
+    // is a fraction of the walk below, and most messages end here.
+    if memchr::memchr2_iter(b'[', b'{', bytes)
+        .take(max + 1)
+        .count()
+        <= max
+    {
+        return false;
+    }
     let mut depth = 0usize;
     let mut at = 0;
     // Only brackets and quotes matter outside strings; inside one, only its

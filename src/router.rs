@@ -109,11 +109,11 @@ pub(crate) enum Admitted {
 /// dozen bytes where a sharded map would cost a kilobyte per session.
 #[derive(Default)]
 pub(crate) struct InflightCalls {
-    calls: std::sync::Mutex<std::collections::HashMap<Box<str>, InflightCall>>,
+    calls: std::sync::Mutex<crate::hashing::HashMap<Box<str>, InflightCall>>,
 }
 
 impl InflightCalls {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Box<str>, InflightCall>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, crate::hashing::HashMap<Box<str>, InflightCall>> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 

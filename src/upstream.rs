@@ -686,7 +686,7 @@ impl UpstreamHandle {
 /// The configured upstreams by name. Swapped whole when the set changes.
 #[derive(Default)]
 pub(crate) struct UpstreamSet {
-    by_name: ArcSwap<HashMap<Arc<str>, UpstreamHandle>>,
+    by_name: ArcSwap<crate::hashing::HashMap<Arc<str>, UpstreamHandle>>,
 }
 
 impl UpstreamSet {

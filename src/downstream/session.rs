@@ -158,14 +158,14 @@ impl CloseReason {
 
 /// Every live session. Guards are never held across an await.
 pub(crate) struct SessionTable {
-    sessions: DashMap<Arc<str>, Arc<Session>>,
+    sessions: DashMap<Arc<str>, Arc<Session>, crate::hashing::RandomState>,
     hub: Arc<NotifyHub>,
     epoch: Instant,
     idle_timeout: Duration,
     max_sessions: usize,
     max_per_client: usize,
     /// Sessions per client (identity or remote address); entries leave at zero.
-    per_client: DashMap<Arc<str>, usize>,
+    per_client: DashMap<Arc<str>, usize, crate::hashing::RandomState>,
     /// Sessions evicted so far, for `/metrics`.
     evicted: AtomicU64,
     /// Held by a creator from the limit checks to the insert, so limits are
@@ -231,13 +231,13 @@ impl TooManySessions {
 impl SessionTable {
     pub(crate) fn new(hub: Arc<NotifyHub>, config: &crate::config::SessionConfig) -> Self {
         Self {
-            sessions: DashMap::new(),
+            sessions: DashMap::default(),
             hub,
             epoch: Instant::now(),
             idle_timeout: config.idle_timeout,
             max_sessions: config.max,
             max_per_client: config.max_per_client,
-            per_client: DashMap::new(),
+            per_client: DashMap::default(),
             evicted: AtomicU64::new(0),
             admitting: std::sync::Mutex::new(()),
             count: watch::Sender::new(0),

@@ -69,7 +69,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
 
 /// A request's params, member by member.
 pub(crate) struct Params<'a> {
-    members: IndexMap<Key<'a>, &'a RawValue>,
+    members: IndexMap<Key<'a>, &'a RawValue, crate::hashing::RandomState>,
     meta: Option<Map<String, Value>>,
 }
 
@@ -78,8 +78,8 @@ impl<'a> Params<'a> {
     pub(crate) fn parse(raw: Option<&'a RawValue>) -> Result<Self, ParamsError> {
         #[cfg(test)]
         note_parse();
-        let mut members: IndexMap<Key<'a>, &'a RawValue> = match raw {
-            None => IndexMap::new(),
+        let mut members: IndexMap<Key<'a>, &'a RawValue, crate::hashing::RandomState> = match raw {
+            None => IndexMap::default(),
             Some(raw) => serde_json::from_str(raw.get()).map_err(|_| ParamsError::NotAnObject)?,
         };
         let meta = match members.shift_remove("_meta") {

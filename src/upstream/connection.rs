@@ -157,7 +157,7 @@ pub(crate) struct Connection {
     /// The transport, when it can send from the caller's task; weak, since
     /// the transport holds this connection.
     direct: OnceLock<std::sync::Weak<dyn DirectSend>>,
-    pending: DashMap<u64, Pending>,
+    pending: DashMap<u64, Pending, crate::hashing::RandomState>,
     next_id: AtomicU64,
     closed: CancellationToken,
     close_reason: OnceLock<String>,
@@ -172,7 +172,7 @@ pub(crate) struct Connection {
     tool_headers:
         arc_swap::ArcSwap<std::collections::HashMap<String, Arc<[crate::xheader::HeaderParam]>>>,
     /// Listen requests waiting for their `notifications/subscriptions/acknowledged`.
-    acks: DashMap<u64, oneshot::Sender<()>>,
+    acks: DashMap<u64, oneshot::Sender<()>, crate::hashing::RandomState>,
     /// `list_changed` notifications for the supervisor; when full they are
     /// dropped with a warning (the refresh already queued covers them).
     list_changes: mpsc::Sender<ListsChanged>,
@@ -205,13 +205,13 @@ impl Connection {
             upstream,
             outbound,
             direct: OnceLock::new(),
-            pending: DashMap::new(),
+            pending: DashMap::default(),
             next_id: AtomicU64::new(1),
             closed: CancellationToken::new(),
             close_reason: OnceLock::new(),
             modern_meta: OnceLock::new(),
             session_expired: AtomicBool::new(false),
-            acks: DashMap::new(),
+            acks: DashMap::default(),
             tool_headers: Default::default(),
             list_changes,
             events,

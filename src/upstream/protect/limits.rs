@@ -11,7 +11,7 @@
 //! queue; and a freed slot goes to the waiter whose client holds the
 //! fewest slots (first come first served among equals).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::config::LimitsConfig;
+use crate::hashing::HashMap;
 
 /// Who a slot is counted against: a client identity, a session, or the
 /// anonymous stateless clients together. Built per call without formatting

@@ -117,7 +117,7 @@ impl HttpLink {
             listen_answered: tokio::sync::Notify::new(),
             listed_before_stream: AtomicBool::new(false),
             session_confirmed: AtomicBool::new(false),
-            posts: dashmap::DashMap::new(),
+            posts: dashmap::DashMap::default(),
             slots: Arc::new(Semaphore::new(MAX_CONCURRENT_POSTS)),
             tasks: tasks.clone(),
             span: tracing::Span::current(),

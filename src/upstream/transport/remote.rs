@@ -84,7 +84,7 @@ pub(super) struct RemoteSession {
     pub(super) session_confirmed: AtomicBool,
     /// Requests whose POST is in flight, so a modern cancellation can close
     /// the response stream. Entries leave when the POST ends.
-    pub(super) posts: dashmap::DashMap<u64, tokio::task::AbortHandle>,
+    pub(super) posts: dashmap::DashMap<u64, tokio::task::AbortHandle, crate::hashing::RandomState>,
     /// POSTs in flight at once, from the writer and from callers' tasks.
     pub(super) slots: Arc<tokio::sync::Semaphore>,
     /// The gateway's task tracker: every task of the link runs on it, in
