@@ -195,10 +195,10 @@ impl std::io::Write for LineSink {
 const OWN_TARGET_PREFIX: &str = "mcpmux";
 
 /// tracing-subscriber's JSON line format. An event of the gateway's own
-/// outside any span is serialized here with the very calls the library's
-/// formatter makes (timestamp, level, fields, target; no span entries, as
-/// there is no span), into one buffer written at once; every other event
-/// goes to the library's formatter. The timestamp is the library's format
+/// outside any span is written here, member for member and value for value
+/// as the library's formatter writes it (timestamp, level, fields, target;
+/// no span entries, as there is no span), into one buffer written at once;
+/// every other event goes to the library's formatter. The timestamp is the library's format
 /// (RFC 3339, UTC, microseconds) written by humantime. The test below holds
 /// the two to the same bytes but for the timestamp, and both timestamps to
 /// that format.
@@ -221,33 +221,94 @@ where
         if in_span || !meta.target().starts_with(OWN_TARGET_PREFIX) {
             return self.0.format_event(ctx, writer, event);
         }
-        let line = own_line(event).map_err(|_| std::fmt::Error)?;
+        let line = own_line(event);
         #[cfg(test)]
         tests::OWN_LINES.with(|n| n.set(n.get() + 1));
         writer.write_str(&line)
     }
 }
 
-/// One event outside any span as the library's JSON format writes it.
-fn own_line(event: &tracing::Event<'_>) -> Result<String, serde_json::Error> {
-    use serde::ser::{Error as _, SerializeMap, Serializer as _};
-    use tracing_serde::AsSerde;
-    use tracing_serde::fields::AsMap;
+/// One event outside any span as the library's JSON format writes it:
+/// the same members in the same order, each value as serde_json writes
+/// it, built in one buffer without a serializer per field.
+fn own_line(event: &tracing::Event<'_>) -> String {
+    use std::fmt::Write as _;
 
+    let meta = event.metadata();
+    let mut fields = JsonFields {
+        out: String::with_capacity(384),
+        first: true,
+    };
     // The library's format (RFC 3339 in UTC, to the microsecond), written
     // by humantime into one fixed buffer rather than field by field.
-    let timestamp = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
-    let meta = event.metadata();
-    let mut bytes = Vec::with_capacity(512);
-    let mut serializer = serde_json::Serializer::new(&mut bytes);
-    let mut map = serializer.serialize_map(None)?;
-    map.serialize_entry("timestamp", &timestamp)?;
-    map.serialize_entry("level", &meta.level().as_serde())?;
-    map.serialize_entry("fields", &event.field_map())?;
-    map.serialize_entry("target", meta.target())?;
-    map.end()?;
-    bytes.push(b'\n');
-    String::from_utf8(bytes).map_err(serde_json::Error::custom)
+    let _ = write!(
+        fields.out,
+        r#"{{"timestamp":"{}","level":"{}","fields":{{"#,
+        humantime::format_rfc3339_micros(std::time::SystemTime::now()),
+        meta.level().as_str()
+    );
+    event.record(&mut fields);
+    let mut line = fields.out;
+    line.push_str(r#"},"target":"#);
+    crate::protocol::push_json_string(&mut line, meta.target());
+    line.push_str("}\n");
+    line
+}
+
+/// An event's fields as the members of a JSON object, each value as
+/// tracing-serde has serde_json write it: strings and `Debug` values as
+/// escaped strings, numbers as serde_json prints them (a float that is
+/// not finite as `null`). What the visitor does not implement (errors,
+/// 128-bit integers, bytes) reaches `record_debug`, as it does there.
+struct JsonFields {
+    out: String,
+    first: bool,
+}
+
+impl JsonFields {
+    fn key(&mut self, field: &tracing::field::Field) {
+        if !std::mem::take(&mut self.first) {
+            self.out.push(',');
+        }
+        crate::protocol::push_json_string(&mut self.out, field.name());
+        self.out.push(':');
+    }
+}
+
+impl tracing::field::Visit for JsonFields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.key(field);
+        crate::protocol::push_json_string(&mut self.out, &format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.key(field);
+        crate::protocol::push_json_string(&mut self.out, value);
+    }
+
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.key(field);
+        self.out.push_str(if value { "true" } else { "false" });
+    }
+
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        use std::fmt::Write as _;
+        self.key(field);
+        let _ = write!(self.out, "{value}");
+    }
+
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        use std::fmt::Write as _;
+        self.key(field);
+        let _ = write!(self.out, "{value}");
+    }
+
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        self.key(field);
+        // serde_json's own float format (and `null` for NaN or infinity).
+        self.out
+            .push_str(&serde_json::to_string(&value).unwrap_or_else(|_| "null".into()));
+    }
 }
 
 #[cfg(test)]
@@ -355,6 +416,8 @@ mod tests {
                 count = 7_u64,
                 delta = -2_i64,
                 flag = true,
+                not_a_number = f64::NAN,
+                big = 1_u128 << 100,
                 "call"
             );
             tracing::warn!(target: "mcpmux::upstream", error = %"it broke", "no message escape {}", 1);

@@ -415,7 +415,7 @@ pub(crate) mod method;
 pub(crate) mod params;
 mod request;
 
-pub(crate) use params::{Params, ParamsError};
+pub(crate) use params::{Params, ParamsError, RawMember};
 pub(crate) use request::Request;
 
 pub(crate) use method::Method;

@@ -228,8 +228,8 @@ pub(crate) fn decode(value: &str) -> Option<String> {
 }
 
 /// The `arguments` of a `tools/call` params object.
-pub(crate) fn arguments(raw: Option<&serde_json::value::RawValue>) -> Value {
-    raw.and_then(|raw| serde_json::from_str(raw.get()).ok())
+pub(crate) fn arguments(raw: Option<&str>) -> Value {
+    raw.and_then(|raw| serde_json::from_str(raw).ok())
         .unwrap_or(Value::Null)
 }
 

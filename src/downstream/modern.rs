@@ -424,7 +424,8 @@ fn check_param_headers(
             .map(str::to_owned)
     };
     // The arguments are read only for a tool that mirrors some into headers.
-    let arguments = crate::xheader::arguments(params.raw("arguments"));
+    let arguments =
+        crate::xheader::arguments(params.raw("arguments").map(crate::protocol::RawMember::get));
     crate::xheader::validate(header_params, &arguments, lookup)
         .map_err(|why| mismatch(Some(id), why.to_string()))
 }

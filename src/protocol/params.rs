@@ -1,14 +1,17 @@
 //! A request's params, member by member: the one parse of a client's
 //! params. Each member keeps its raw JSON, so only the members the gateway
 //! changes (`name`, `uri`, `ref`, `_meta`) are touched and the rest
-//! (`arguments` above all) are written back as they came, unparsed.
+//! (`arguments` above all) are written back as they came, unparsed. The
+//! members are found in text already known to be valid ([`members`]), so
+//! their values are not read by serde again.
 
 use std::borrow::{Borrow, Cow};
 
 use indexmap::IndexMap;
-use serde::de::{Deserialize, Deserializer, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+mod members;
 
 /// Why a request's params are not what its method needs: read here, or
 /// checked by the router, which answers "invalid params: " and this.
@@ -48,28 +51,21 @@ impl Borrow<str> for Key<'_> {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(key)))
-            }
-            fn visit_str<E>(self, key: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(key.to_owned())))
-            }
-        }
-        deserializer.deserialize_str(KeyVisitor)
+/// One member's value: its JSON text as the client wrote it, a slice of
+/// params the envelope's parse found valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RawMember<'a>(&'a str);
+
+impl<'a> RawMember<'a> {
+    /// The value's JSON text.
+    pub(crate) fn get(self) -> &'a str {
+        self.0
     }
 }
 
 /// A request's params, member by member.
 pub(crate) struct Params<'a> {
-    members: IndexMap<Key<'a>, &'a RawValue, crate::hashing::RandomState>,
+    members: IndexMap<Key<'a>, RawMember<'a>, crate::hashing::RandomState>,
     meta: Option<Map<String, Value>>,
 }
 
@@ -78,10 +74,16 @@ impl<'a> Params<'a> {
     pub(crate) fn parse(raw: Option<&'a RawValue>) -> Result<Self, ParamsError> {
         #[cfg(test)]
         note_parse();
-        let mut members: IndexMap<Key<'a>, &'a RawValue, crate::hashing::RandomState> = match raw {
-            None => IndexMap::default(),
-            Some(raw) => serde_json::from_str(raw.get()).map_err(|_| ParamsError::NotAnObject)?,
-        };
+        let mut members: IndexMap<Key<'a>, RawMember<'a>, crate::hashing::RandomState> =
+            IndexMap::default();
+        if let Some(raw) = raw {
+            // The text is valid JSON already: only its members are found.
+            let found = members::members(raw.get()).ok_or(ParamsError::NotAnObject)?;
+            members.reserve(found.len());
+            for (key, value) in found {
+                members.insert(Key(key), RawMember(value));
+            }
+        }
         let meta = match members.shift_remove("_meta") {
             None => None,
             Some(raw) => {
@@ -101,7 +103,7 @@ impl<'a> Params<'a> {
     }
 
     /// A member's raw JSON.
-    pub(crate) fn raw(&self, key: &str) -> Option<&'a RawValue> {
+    pub(crate) fn raw(&self, key: &str) -> Option<RawMember<'a>> {
         self.members.get(key).copied()
     }
 
@@ -148,7 +150,7 @@ impl<'a> Params<'a> {
     }
 
     /// Removes a member, giving its raw JSON.
-    pub(crate) fn take(&mut self, key: &str) -> Option<&'a RawValue> {
+    pub(crate) fn take(&mut self, key: &str) -> Option<RawMember<'a>> {
         self.members.shift_remove(key)
     }
 

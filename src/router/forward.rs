@@ -22,8 +22,8 @@ use super::call::Call;
 use super::{Admitted, Frame, Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
 use crate::protocol::Method;
-use crate::protocol::Params;
 use crate::protocol::{self, Era, RpcError, code};
+use crate::protocol::{Params, RawMember};
 use crate::upstream::protect::limits::ClientKey;
 use crate::upstream::{Connection, UpstreamError, UpstreamHandle};
 
@@ -263,6 +263,7 @@ async fn send(
         if let (true, Some(state)) = (parkable, state) {
             let client = ctx.identity.as_ref().map(|i| &*i.client);
             let (parking, tasks) = (on.parking, on.tasks);
+            let (state, responses) = (state.get(), responses.map(RawMember::get));
             return park::resume(parking, tasks, id, client, &call.item, state, responses).await;
         }
     }
@@ -359,7 +360,7 @@ fn admit_id(
     conn: &Arc<Connection>,
     upstream_id: u64,
 ) -> Result<CallGuard, Frame> {
-    let client_id = canonical_id(id);
+    let client_id = canonical_id(id.get());
     let entry = InflightCall {
         conn: Arc::downgrade(conn),
         upstream_id,
@@ -629,7 +630,7 @@ pub(super) fn cancel(ctx: &RequestContext, params: Option<&RawValue>) {
         return;
     };
     let reason = params.optional_string("reason").ok().flatten();
-    let Some(call) = ctx.inflight.take(&canonical_id(request_id)) else {
+    let Some(call) = ctx.inflight.take(&canonical_id(request_id.get())) else {
         tracing::debug!(
             request_id = request_id.get(),
             "cancellation for a request that is not in flight"
@@ -641,13 +642,13 @@ pub(super) fn cancel(ctx: &RequestContext, params: Option<&RawValue>) {
 
 /// A request id in one spelling, so `1`, `1.0`-free integers and strings
 /// with different escapes match between a request and its cancellation.
-fn canonical_id(id: &RawValue) -> Box<str> {
-    if is_canonical(id.get()) {
-        return id.get().into();
+fn canonical_id(id: &str) -> Box<str> {
+    if is_canonical(id) {
+        return id.into();
     }
-    match serde_json::from_str::<Value>(id.get()) {
+    match serde_json::from_str::<Value>(id) {
         Ok(value) => value.to_string().into_boxed_str(),
-        Err(_) => id.get().into(),
+        Err(_) => id.into(),
     }
 }
 
@@ -728,7 +729,7 @@ mod tests {
                 shortcut += 1;
                 assert_eq!(parsed, text, "{text} is not canonical");
             }
-            assert_eq!(&*canonical_id(&id), parsed, "{text}");
+            assert_eq!(&*canonical_id(id.get()), parsed, "{text}");
         }
         assert_eq!(
             shortcut, 7,

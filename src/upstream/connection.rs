@@ -313,7 +313,9 @@ impl Connection {
             (Method::ToolsCall, Some(tool)) => self
                 .tool_headers(tool)
                 .map(|headers| {
-                    let arguments = crate::xheader::arguments(params.raw("arguments"));
+                    let arguments = crate::xheader::arguments(
+                        params.raw("arguments").map(crate::protocol::RawMember::get),
+                    );
                     crate::xheader::headers_for(&headers, &arguments)
                 })
                 .unwrap_or_default(),

@@ -424,8 +424,8 @@ pub(super) async fn resume(
     id: &RawValue,
     client: Option<&str>,
     item: &str,
-    state: &RawValue,
-    responses: Option<&RawValue>,
+    state: &str,
+    responses: Option<&str>,
 ) -> Reply {
     match take_back(parking, id, client, item, state, responses).await {
         Ok(driver) => drive(driver, parking, tasks, false).await,
@@ -438,10 +438,10 @@ async fn take_back(
     id: &RawValue,
     client: Option<&str>,
     item: &str,
-    state: &RawValue,
-    responses: Option<&RawValue>,
+    state: &str,
+    responses: Option<&str>,
 ) -> Result<Driver, StateError> {
-    let token: String = serde_json::from_str(state.get()).map_err(|_| StateError::NotAString)?;
+    let token: String = serde_json::from_str(state).map_err(|_| StateError::NotAString)?;
     let state = parking.sealer.open(PURPOSE, &token)?;
     let state: State = serde_json::from_slice(&state).map_err(|_| SealError::Tampered)?;
     if state.expires <= millis(SystemTime::now()) {
@@ -454,7 +454,7 @@ async fn take_back(
         return Err(StateError::Elsewhere);
     }
     let responses: Map<String, Value> = responses
-        .and_then(|r| serde_json::from_str(r.get()).ok())
+        .and_then(|r| serde_json::from_str(r).ok())
         .unwrap_or_default();
     if let Some(missing) = state.keys.iter().find(|k| !responses.contains_key(*k)) {
         return Err(StateError::MissingResponse(missing.clone()));
@@ -501,8 +501,8 @@ mod tests {
             &serde_json::value::to_raw_value(&1).unwrap(),
             client,
             item,
-            &token,
-            Some(&responses),
+            token.get(),
+            Some(responses.get()),
         )
         .await
     }
@@ -558,7 +558,7 @@ mod tests {
         let token = serde_json::value::to_raw_value(&token).unwrap();
         let id = serde_json::value::to_raw_value(&1).unwrap();
         assert!(matches!(
-            take_back(&parking, &id, Some("alice"), "tool", &token, None).await,
+            take_back(&parking, &id, Some("alice"), "tool", token.get(), None).await,
             Err(StateError::Elsewhere)
         ));
         // Sealed with another key: altered, as far as this gateway knows.
@@ -569,7 +569,7 @@ mod tests {
         let token = serde_json::value::to_raw_value(&token).unwrap();
         let id = serde_json::value::to_raw_value(&1).unwrap();
         assert!(matches!(
-            take_back(&parking, &id, Some("alice"), "tool", &token, None).await,
+            take_back(&parking, &id, Some("alice"), "tool", token.get(), None).await,
             Err(StateError::Unsealed(SealError::Tampered))
         ));
     }
