@@ -331,6 +331,13 @@ pub(crate) fn app(state: Arc<AppState>) -> axum::Router {
     app.with_state(state)
 }
 
+/// The state `POST /mcp` is served with past the router (see
+/// [`serve`]); none with tracing on, where the router's layer gives each
+/// request its trace context.
+pub(crate) fn direct_post(state: &Arc<AppState>) -> serve::DirectPost {
+    state.router.telemetry().is_none().then(|| state.clone())
+}
+
 /// Makes a request's `traceparent` and `Mcp-Session-Id` headers known to
 /// the span of the MCP request it carries.
 async fn trace_context(request: axum::extract::Request, next: axum::middleware::Next) -> Response {

@@ -305,7 +305,8 @@ impl Gateway {
             server.listening_on(addr);
         }
         let app = downstream::app(self.state.clone());
-        let serve = downstream::serve::serve(listener, app, self.http_shutdown.clone());
+        let direct = downstream::direct_post(&self.state);
+        let serve = downstream::serve::serve(listener, app, direct, self.http_shutdown.clone());
         let span = tracing::info_span!("http", %addr);
         let server = self
             .tracker

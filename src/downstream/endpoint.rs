@@ -68,12 +68,25 @@ impl FromRequestParts<Arc<AppState>> for Caller {
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
         let at = At::from_request_parts(parts, state).await?;
-        state.check_origin(&parts.headers)?;
-        let identity = at.identify(state, &parts.headers).await?;
         let ip = parts
             .extensions
             .get::<axum::extract::ConnectInfo<super::listener::Peer>>()
             .map(|info| info.0.addr.ip());
+        Caller::admit(at, &parts.headers, state, ip).await
+    }
+}
+
+impl Caller {
+    /// The prologue past the endpoint: the `Origin` check, who is calling,
+    /// and the caller's rate (`ip`: the connection's remote address).
+    pub(crate) async fn admit(
+        at: At,
+        headers: &HeaderMap,
+        state: &Arc<AppState>,
+        ip: Option<std::net::IpAddr>,
+    ) -> Result<Caller, Response> {
+        state.check_origin(headers)?;
+        let identity = at.identify(state, headers).await?;
         state.admit_rate(identity.as_ref(), ip)?;
         Ok(Caller { at, identity })
     }

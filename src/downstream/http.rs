@@ -61,6 +61,28 @@ fn accepts(headers: &HeaderMap) -> Accepts {
     accepts
 }
 
+/// `POST /mcp` as the connection's own service serves it, past the axum
+/// router (see [`super::serve`]): the same prologue as the [`Caller`]
+/// extractor runs (no endpoint is named), then [`post`].
+///
+/// [`Caller`]: super::endpoint::Caller
+pub(crate) async fn post_root(
+    state: Arc<AppState>,
+    peer: super::listener::Peer,
+    http_request: axum::extract::Request,
+) -> Response {
+    let at = super::endpoint::At(None);
+    let ip = Some(peer.addr.ip());
+    let caller = super::endpoint::Caller::admit(at, http_request.headers(), &state, ip).await;
+    match caller {
+        Ok(caller) => {
+            let peer = Some(axum::Extension(axum::extract::ConnectInfo(peer)));
+            post(State(state), caller, peer, http_request).await
+        }
+        Err(refused) => refused,
+    }
+}
+
 pub(crate) async fn post(
     State(state): State<Arc<AppState>>,
     caller: super::endpoint::Caller,

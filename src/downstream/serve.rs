@@ -9,29 +9,45 @@
 //! running, and tokio would otherwise requeue that task and wake a second
 //! worker thread for nothing, once per request.
 //!
+//! `POST /mcp`, the call path, may skip the axum router ([`DirectPost`]):
+//! the connection's service hands it to [`super::http::post_root`], which
+//! runs the same prologue and handler, so a call costs no route lookup, no
+//! boxed service clone and no extension map. With tracing on, it takes the
+//! router like every other request, whose layer gives it its trace context.
+//!
 //! Draining, once `stop` is cancelled: no more connections are taken,
 //! every idle connection reads the end of its stream and closes, a busy
 //! one answers its request with `Connection: close` and then closes, and
 //! [`serve`] returns when every connection has.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderValue, header};
+use axum::response::Response;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::Service as _;
 
+use super::AppState;
 use super::listener::{GuardedListener, Peer};
+
+/// The state `POST /mcp` is served with when it skips the router; none:
+/// every request takes the router.
+pub(crate) type DirectPost = Option<Arc<AppState>>;
 
 /// Serves `app` on the connections `listener` admits until `stop`, then
 /// drains them.
 pub(crate) async fn serve(
     mut listener: GuardedListener,
     app: axum::Router,
+    direct: DirectPost,
     stop: CancellationToken,
 ) {
     let connections = TaskTracker::new();
@@ -45,6 +61,7 @@ pub(crate) async fn serve(
             io,
             peer,
             app.clone(),
+            direct.clone(),
         )));
     }
     listener.drain();
@@ -52,16 +69,48 @@ pub(crate) async fn serve(
     connections.wait().await;
 }
 
-async fn serve_connection(io: super::listener::GuardedIo, peer: Peer, app: axum::Router) {
+/// A request's answer on its way: from `POST /mcp` served directly, or
+/// from the router. The router's future is kept in place (it is a few
+/// hundred bytes, and boxing it would cost every routed request an
+/// allocation); the direct one is boxed already.
+#[allow(clippy::large_enum_variant)]
+enum Answer {
+    Direct(Pin<Box<dyn Future<Output = Response> + Send>>),
+    Routed(axum::routing::future::RouteFuture<Infallible>),
+}
+
+async fn serve_connection(
+    io: super::listener::GuardedIo,
+    peer: Peer,
+    app: axum::Router,
+    direct: DirectPost,
+) {
     let client = peer.addr;
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let in_progress = peer.begin_request();
-        let mut request = request.map(Body::new);
-        request.extensions_mut().insert(ConnectInfo(peer.clone()));
-        let answer = app.clone().call(request);
+        let request = request.map(Body::new);
+        let answer = match &direct {
+            Some(state)
+                if request.method() == hyper::Method::POST && request.uri().path() == "/mcp" =>
+            {
+                let post = super::http::post_root(state.clone(), peer.clone(), request);
+                Answer::Direct(Box::pin(post))
+            }
+            _ => {
+                let mut request = request;
+                request.extensions_mut().insert(ConnectInfo(peer.clone()));
+                Answer::Routed(app.clone().call(request))
+            }
+        };
         let peer = peer.clone();
         async move {
-            let Ok(mut response) = answer.await;
+            let mut response = match answer {
+                Answer::Direct(post) => post.await,
+                Answer::Routed(routed) => {
+                    let Ok(response) = routed.await;
+                    response
+                }
+            };
             if peer.draining() {
                 response
                     .headers_mut()
@@ -167,7 +216,7 @@ mod tests {
                     "done"
                 }),
             );
-        let server = tokio::spawn(serve(listener, app, stop.clone()));
+        let server = tokio::spawn(serve(listener, app, None, stop.clone()));
 
         // The handlers see who called as connect info.
         let mut idle = TcpStream::connect(addr).await.unwrap();

@@ -445,7 +445,11 @@ impl RemoteSession {
         let status = response.status();
         let had_session = {
             let mut state = self.state();
-            if let Some(session) = response.headers().get("mcp-session-id") {
+            // Cloned only when it changed: a clone of a header's bytes
+            // allocates, and the id stays the same call after call.
+            if let Some(session) = response.headers().get("mcp-session-id")
+                && state.session_id.as_ref() != Some(session)
+            {
                 state.session_id = Some(session.clone());
             }
             state.session_id.is_some()
@@ -499,12 +503,15 @@ impl RemoteSession {
         let content_type = response
             .headers()
             .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        if content_type.starts_with("text/event-stream") {
+            .map_or(&b""[..], HeaderValue::as_bytes);
+        let is = |media: &str| {
+            content_type
+                .get(..media.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(media.as_bytes()))
+        };
+        if is("text/event-stream") {
             self.post_stream(sent, response).await;
-        } else if content_type.starts_with("application/json") {
+        } else if is("application/json") {
             match read_limited(response, MAX_BODY).await {
                 Ok(body) => self.deliver_json(&body, sent.id).await,
                 Err(e) => self.fail(sent, self.protocol(e.to_string())),
