@@ -11,6 +11,8 @@
 
 use std::borrow::Cow;
 
+use crate::protocol::string_end;
+
 /// One member's key and its value's JSON text, in the order they came.
 pub(super) type Member<'a> = (Cow<'a, str>, &'a str);
 
@@ -63,18 +65,6 @@ fn skip_space(bytes: &[u8], mut at: usize) -> usize {
         at += 1;
     }
     at
-}
-
-/// The index of the quote that closes the string whose contents start at
-/// `from`; a backslash escapes the byte after it.
-fn string_end(bytes: &[u8], mut from: usize) -> Option<usize> {
-    loop {
-        let i = from + memchr::memchr2(b'"', b'\\', bytes.get(from..)?)?;
-        if bytes[i] == b'"' {
-            return Some(i);
-        }
-        from = i + 2;
-    }
 }
 
 /// Just past the value that starts at `start`.
