@@ -16,6 +16,7 @@
 //! [`JsonLines`] in one buffer with the same serializer calls, instead of
 //! going to the formatter piece by piece through `fmt::Write`.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
@@ -198,8 +199,8 @@ const OWN_TARGET_PREFIX: &str = "mcpmux";
 /// outside any span is written here, member for member and value for value
 /// as the library's formatter writes it (timestamp, level, fields, target;
 /// no span entries, as there is no span), into one buffer written at once;
-/// every other event goes to the library's formatter. The timestamp is the library's format
-/// (RFC 3339, UTC, microseconds) written by humantime. The test below holds
+/// every other event goes to the library's formatter. The timestamp is the
+/// library's format (RFC 3339, UTC, microseconds) written by humantime. The test below holds
 /// the two to the same bytes but for the timestamp, and both timestamps to
 /// that format.
 struct JsonLines(tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Json>);
@@ -232,8 +233,6 @@ where
 /// the same members in the same order, each value as serde_json writes
 /// it, built in one buffer without a serializer per field.
 fn own_line(event: &tracing::Event<'_>) -> String {
-    use std::fmt::Write as _;
-
     let meta = event.metadata();
     let mut fields = JsonFields {
         out: String::with_capacity(384),
@@ -292,13 +291,11 @@ impl tracing::field::Visit for JsonFields {
     }
 
     fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
-        use std::fmt::Write as _;
         self.key(field);
         let _ = write!(self.out, "{value}");
     }
 
     fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
-        use std::fmt::Write as _;
         self.key(field);
         let _ = write!(self.out, "{value}");
     }

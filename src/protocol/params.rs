@@ -63,9 +63,12 @@ impl<'a> RawMember<'a> {
     }
 }
 
+/// The members by key, in the order the client sent them.
+type Members<'a> = IndexMap<Key<'a>, RawMember<'a>, crate::hashing::RandomState>;
+
 /// A request's params, member by member.
 pub(crate) struct Params<'a> {
-    members: IndexMap<Key<'a>, RawMember<'a>, crate::hashing::RandomState>,
+    members: Members<'a>,
     meta: Option<Map<String, Value>>,
 }
 
@@ -74,8 +77,7 @@ impl<'a> Params<'a> {
     pub(crate) fn parse(raw: Option<&'a RawValue>) -> Result<Self, ParamsError> {
         #[cfg(test)]
         note_parse();
-        let mut members: IndexMap<Key<'a>, RawMember<'a>, crate::hashing::RandomState> =
-            IndexMap::default();
+        let mut members = Members::default();
         if let Some(raw) = raw {
             // The text is valid JSON already: only its members are found.
             let found = members::members(raw.get()).ok_or(ParamsError::NotAnObject)?;

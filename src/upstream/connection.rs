@@ -149,6 +149,9 @@ pub(crate) struct Prepared {
     pub(crate) mirrored: Vec<(String, String)>,
 }
 
+/// The `x-mcp-header` parameters of an upstream's tools, by tool name.
+pub(crate) type ToolHeaders = crate::hashing::HashMap<String, Arc<[crate::xheader::HeaderParam]>>;
+
 /// The gateway's client state for one upstream transport session.
 pub(crate) struct Connection {
     upstream: Arc<str>,
@@ -169,8 +172,7 @@ pub(crate) struct Connection {
     session_expired: AtomicBool,
     /// The upstream's tools with `x-mcp-header` parameters, by original
     /// name (set by the supervisor from the lists; read by HTTP links).
-    tool_headers:
-        arc_swap::ArcSwap<std::collections::HashMap<String, Arc<[crate::xheader::HeaderParam]>>>,
+    tool_headers: arc_swap::ArcSwap<ToolHeaders>,
     /// Listen requests waiting for their `notifications/subscriptions/acknowledged`.
     acks: DashMap<u64, oneshot::Sender<()>, crate::hashing::RandomState>,
     /// `list_changed` notifications for the supervisor; when full they are
@@ -553,10 +555,7 @@ impl Connection {
     }
 
     /// Records which of the upstream's tools mirror parameters into headers.
-    pub(crate) fn set_tool_headers(
-        &self,
-        map: std::collections::HashMap<String, Arc<[crate::xheader::HeaderParam]>>,
-    ) {
+    pub(crate) fn set_tool_headers(&self, map: ToolHeaders) {
         self.tool_headers.store(Arc::new(map));
     }
 

@@ -8,7 +8,6 @@
 //! The upstream is played by the test: it reads the outbound queue and
 //! feeds lines to [`Connection::dispatch`]; no process or socket is used.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -418,7 +417,7 @@ async fn a_modern_connection_merges_its_meta_target_and_mirrored_headers() {
         path: vec!["region".into()],
     }]);
     up.conn
-        .set_tool_headers(HashMap::from([("echo".to_owned(), region)]));
+        .set_tool_headers([("echo".to_owned(), region)].into_iter().collect());
 
     let id = up.conn.next_id();
     let origin = client_origin(9, "1");
