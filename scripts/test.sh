@@ -20,6 +20,12 @@ cargo clippy --all-targets --locked -- -D warnings
 # checks that the Dockerfile runs the same command).
 echo "container build stage: cargo build --release --locked --bin mcpmux"
 cargo build --release --locked --bin mcpmux
+# The tests, their peers and the browsers they drive write their temporary
+# files (configs, records, browser profiles) under one directory of this
+# run's, removed when the run ends however it ends.
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/mcpmux-test.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+export TMPDIR="$scratch"
 cargo test --all-targets --locked
 
 # Two minutes of the soak (docs/soak.md): mixed faults under load, then the

@@ -59,6 +59,7 @@ pub(crate) mod downstream;
 pub mod example_server;
 pub(crate) mod hashing;
 pub mod import;
+pub(crate) mod in_place;
 pub(crate) mod inline_wake;
 mod inspect;
 pub(crate) mod live;

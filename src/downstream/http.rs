@@ -40,6 +40,13 @@ fn accepts(headers: &HeaderMap) -> Accepts {
             sse: true,
         };
     };
+    // What the SDKs send, as the spec spells it: no need to split it.
+    if value == "application/json, text/event-stream" {
+        return Accepts {
+            json: true,
+            sse: true,
+        };
+    }
     // One pass over the media ranges; their parameters (`;q=…`) are not read.
     let mut accepts = Accepts {
         json: false,
@@ -189,13 +196,13 @@ async fn session_of(
             .answering(id.map(RawValue::get))
             .into_response()
     };
-    let Some(session_id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+    let Some(session_id) = headers.get(&SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(refuse(
             StatusCode::BAD_REQUEST,
             "missing Mcp-Session-Id header; send initialize first".into(),
         ));
     };
-    if let Some(version) = headers.get(VERSION_HEADER) {
+    if let Some(version) = headers.get(&VERSION_HEADER) {
         let version = version.to_str().unwrap_or_default();
         if !protocol::is_supported_downstream(version) {
             return Err(refuse(
@@ -262,7 +269,7 @@ fn initialize(
     );
     let mut response = json_response(frame);
     if let Ok(value) = HeaderValue::from_str(&session.id) {
-        response.headers_mut().insert(SESSION_HEADER, value);
+        response.headers_mut().insert(SESSION_HEADER.clone(), value);
     }
     response
 }

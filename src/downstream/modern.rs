@@ -72,9 +72,9 @@ pub(crate) fn is_modern(
     if method == method::DISCOVER || method == method::LISTEN {
         return true;
     }
-    headers.get(SESSION_HEADER).is_none()
+    headers.get(&SESSION_HEADER).is_none()
         && headers
-            .get(VERSION_HEADER)
+            .get(&VERSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|version| !protocol::is_supported_downstream(version))
 }
@@ -179,7 +179,7 @@ pub(crate) fn validate(
         ));
     };
     let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
-    match header(VERSION_HEADER) {
+    match header(VERSION_HEADER.as_str()) {
         None => {
             return Err(mismatch(
                 id,

@@ -93,8 +93,9 @@ async fn serve_connection(
             Some(state)
                 if request.method() == hyper::Method::POST && request.uri().path() == "/mcp" =>
             {
-                let post = super::http::post_root(state.clone(), peer.clone(), request);
-                Answer::Direct(Box::pin(post))
+                let (state, peer) = (state.clone(), peer.clone());
+                let post = crate::in_place::boxed(|| super::http::post_root(state, peer, request));
+                Answer::Direct(post)
             }
             _ => {
                 let mut request = request;

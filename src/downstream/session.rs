@@ -114,7 +114,7 @@ impl Session {
         id: Option<&RawValue>,
     ) -> Result<(), Response> {
         let (Some(header), Some(negotiated)) =
-            (headers.get(VERSION_HEADER), self.protocol_version.get())
+            (headers.get(&VERSION_HEADER), self.protocol_version.get())
         else {
             return Ok(());
         };

@@ -104,7 +104,7 @@ pub(crate) async fn after_initialize(
     };
     let Some(id) = response
         .headers()
-        .get(SESSION_HEADER)
+        .get(&SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
     else {

@@ -45,7 +45,7 @@ pub(crate) async fn get(
         Ok(id) => id,
         Err(missing) => return missing,
     };
-    if let Some(version) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())
+    if let Some(version) = headers.get(&VERSION_HEADER).and_then(|v| v.to_str().ok())
         && !protocol::is_supported_downstream(version)
     {
         return Refusal::new(

@@ -14,8 +14,7 @@ use crate::config::HttpConfig;
 use crate::protocol::{self, Envelope, MessageKind, RpcError, code};
 use crate::router::PageFrame;
 
-pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
-pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
+pub(crate) use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
 
 /// A request the HTTP edge refuses: the HTTP status, the JSON-RPC error,
 /// the id of the request it answers (none: `null`) and any header the
@@ -132,7 +131,7 @@ impl http_body::Body for Pieces {
 #[allow(clippy::result_large_err)]
 pub(crate) fn session_header(headers: &HeaderMap) -> Result<&str, Response> {
     headers
-        .get(SESSION_HEADER)
+        .get(&SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| {
             Refusal::new(

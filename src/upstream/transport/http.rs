@@ -25,6 +25,8 @@ use std::time::Duration;
 
 use http_body_util::BodyExt as _;
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
 use reqwest::{StatusCode, Url};
 use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
@@ -165,7 +167,7 @@ impl HttpLink {
                 .client
                 .delete(self.shared.url.clone())
                 .headers(headers)
-                .header("mcp-session-id", session);
+                .header(&SESSION_HEADER, session);
             let _ = tokio::time::timeout(Duration::from_secs(2), delete.send()).await;
         }
         "session closed".into()
@@ -262,7 +264,7 @@ impl DirectSend for RemoteSession {
         };
         // Not in the link's span: it runs in the caller's request span, and
         // every event on this path names its upstream itself.
-        let post = async move {
+        Routed::Direct(crate::in_place::boxed(|| async move {
             // A POST outlives neither the link nor its slot.
             tokio::select! {
                 biased;
@@ -270,8 +272,7 @@ impl DirectSend for RemoteSession {
                 () = self.ended.cancelled() => {}
             }
             drop(slot);
-        };
-        Routed::Direct(Box::pin(post))
+        }))
     }
 }
 
@@ -370,8 +371,30 @@ impl RemoteSession {
         &self,
         sent: &Outgoing,
     ) -> Result<(HttpAnswer, Option<HeaderValue>), UpstreamError> {
-        let mut extra = HeaderMap::new();
-        let used = self.authorize(&mut extra).await?;
+        let mut credential = HeaderMap::new();
+        let used = self.authorize(&mut credential).await?;
+        let add = |extra: &mut HeaderMap| {
+            for (name, value) in &credential {
+                extra.insert(name.clone(), value.clone());
+            }
+            self.request_headers(sent, extra);
+        };
+        self.poster
+            .post(sent.frame.clone(), add)
+            .await
+            .map(|answer| (answer, used))
+            .map_err(|e| {
+                let reason = format!("request failed: {e}");
+                if e.connect && !self.conn.is_modern() {
+                    self.end(format!("the server is unreachable ({reason})"));
+                }
+                self.unavailable(reason)
+            })
+    }
+
+    /// A request's own headers: its trace context, then a modern
+    /// request's mirrored body or a session-based link's session.
+    fn request_headers(&self, sent: &Outgoing, extra: &mut HeaderMap) {
         if let Some(traceparent) = sent
             .traceparent
             .as_deref()
@@ -390,7 +413,7 @@ impl RemoteSession {
                 .as_deref()
                 .unwrap_or(crate::protocol::MODERN_VERSION);
             if let Some(version) = header_value(version) {
-                extra.insert("mcp-protocol-version", version);
+                extra.insert(VERSION_HEADER.clone(), version);
             }
             if let Some(method) = sent.method.as_ref().and_then(|m| header_value(m.name())) {
                 extra.insert("mcp-method", method);
@@ -410,29 +433,18 @@ impl RemoteSession {
                 }
             }
         } else {
-            self.session_headers(&mut extra);
+            self.session_headers(extra);
         }
-        self.poster
-            .post(sent.frame.clone(), extra)
-            .await
-            .map(|answer| (answer, used))
-            .map_err(|e| {
-                let reason = format!("request failed: {e}");
-                if e.connect && !self.conn.is_modern() {
-                    self.end(format!("the server is unreachable ({reason})"));
-                }
-                self.unavailable(reason)
-            })
     }
 
     /// Adds the session id and negotiated version of a session-based link.
     fn session_headers(&self, headers: &mut HeaderMap) {
         let state = self.state();
         if let Some(session) = &state.session_id {
-            headers.insert("mcp-session-id", session.clone());
+            headers.insert(SESSION_HEADER.clone(), session.clone());
         }
         if let Some(version) = &state.version {
-            headers.insert("mcp-protocol-version", version.clone());
+            headers.insert(VERSION_HEADER.clone(), version.clone());
         }
     }
 
@@ -447,7 +459,7 @@ impl RemoteSession {
             let mut state = self.state();
             // Cloned only when it changed: a clone of a header's bytes
             // allocates, and the id stays the same call after call.
-            if let Some(session) = response.headers().get("mcp-session-id")
+            if let Some(session) = response.headers().get(&SESSION_HEADER)
                 && state.session_id.as_ref() != Some(session)
             {
                 state.session_id = Some(session.clone());

@@ -93,23 +93,24 @@ impl Poster {
         }
     }
 
-    /// POSTs `body` with the fixed headers and `extra` ones (which win).
+    /// POSTs `body` with the fixed headers and the ones `add` puts in
+    /// (which replace fixed ones of the same name). `add` runs once per
+    /// client the POST goes through, so the headers are never copied.
     pub(super) async fn post(
         &self,
         body: Bytes,
-        extra: HeaderMap,
+        add: impl Fn(&mut HeaderMap),
     ) -> Result<HttpAnswer, PostError> {
-        if let Some(fast) = &self.fast {
+        let headers = || {
             let mut headers = self.fixed.clone();
-            headers.extend(
-                extra
-                    .iter()
-                    .map(|(name, value)| (name.clone(), value.clone())),
-            );
+            add(&mut headers);
+            headers
+        };
+        if let Some(fast) = &self.fast {
             let mut request = http::Request::new(Full::new(body.clone()));
             *request.method_mut() = http::Method::POST;
             *request.uri_mut() = fast.path.clone();
-            *request.headers_mut() = headers;
+            *request.headers_mut() = headers();
             let answer = fast.pool.send(request).await.map_err(|e| PostError {
                 connect: e.is_connect(),
                 message: describe(&e),
@@ -119,12 +120,10 @@ impl Poster {
                 return Ok(answer.map(|b| b.map_err(BoxError::from).boxed_unsync()));
             }
         }
-        let mut headers = self.fixed.clone();
-        headers.extend(extra);
         let answer = self
             .client
             .post(self.url.clone())
-            .headers(headers)
+            .headers(headers())
             .body(body)
             .send()
             .await
