@@ -47,6 +47,18 @@ impl Outcome {
             Self::Unavailable => "unavailable",
         }
     }
+
+    /// Its value in the audit line: the variant's name, as `Debug` spells
+    /// it, without going through the formatter on every call.
+    pub(crate) fn audit_name(self) -> &'static str {
+        match self {
+            Self::Ok => "Ok",
+            Self::Error => "Error",
+            Self::Cancelled => "Cancelled",
+            Self::Timeout => "Timeout",
+            Self::Unavailable => "Unavailable",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -456,6 +468,22 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The audit line spells an outcome as it always has: as `Debug` does.
+    #[test]
+    fn the_audit_name_is_the_debug_spelling() {
+        let all = [
+            Outcome::Ok,
+            Outcome::Error,
+            Outcome::Cancelled,
+            Outcome::Timeout,
+            Outcome::Unavailable,
+        ];
+        assert_eq!(all.len(), Outcome::COUNT);
+        for outcome in all {
+            assert_eq!(outcome.audit_name(), format!("{outcome:?}"));
+        }
+    }
 
     #[test]
     fn kept_series_count_with_the_families_they_came_from() {

@@ -688,7 +688,7 @@ pub(super) fn audit(
         method,
         upstream,
         item,
-        outcome = ?outcome,
+        outcome = outcome.audit_name(),
         duration_ms = took.as_secs_f64() * 1000.0,
         request_id,
         "call"
