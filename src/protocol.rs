@@ -12,8 +12,6 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// Legacy-era versions the gateway serves downstream, newest first
-/// (2024-11-05 for hosts on the HTTP+SSE transport).
 /// `Mcp-Session-Id`: a 2025-era session's id, on both sides. A
 /// `HeaderName` built once, so a lookup does not parse the name again.
 pub(crate) static SESSION_HEADER: axum::http::HeaderName =
@@ -22,6 +20,8 @@ pub(crate) static SESSION_HEADER: axum::http::HeaderName =
 pub(crate) static VERSION_HEADER: axum::http::HeaderName =
     axum::http::HeaderName::from_static("mcp-protocol-version");
 
+/// Legacy-era versions the gateway serves downstream, newest first
+/// (2024-11-05 for hosts on the HTTP+SSE transport).
 pub(crate) const DOWNSTREAM_VERSIONS: &[&str] =
     &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 

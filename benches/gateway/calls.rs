@@ -63,6 +63,9 @@ impl Target {
         if let (Some(now), Some(before)) = (now.gateway, before.gateway) {
             let gw = now.since(before);
             res.push(format!("{what}_gw/{}", self.key), gw.cpu_us as f64 / calls);
+            if let Some(user) = gw.user_cpu_us() {
+                res.push(format!("{what}_gw_user/{}", self.key), user / calls);
+            }
             res.push(
                 format!("csw_{what}_gw/{}", self.key),
                 gw.switches as f64 / calls,

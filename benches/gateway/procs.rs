@@ -205,6 +205,9 @@ pub struct Usage {
     /// utime + stime of `/proc/<pid>/stat` (all threads, exited ones
     /// included, in 10 ms ticks), in µs: the cross-check of `cpu_us`.
     pub ticks_us: u64,
+    /// utime alone (the same ticks), in µs: the user-space part of
+    /// `ticks_us`, the rest being the kernel's work for the process.
+    pub user_ticks_us: u64,
     /// Voluntary and involuntary context switches of its live threads.
     pub switches: u64,
 }
@@ -219,7 +222,8 @@ impl Usage {
             .split_whitespace()
             .collect();
         // Fields 14 and 15 of proc_pid_stat(5), counted from the state (field 3).
-        let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+        let user: u64 = fields[11].parse()?;
+        let ticks: u64 = user + fields[12].parse::<u64>()?;
         let (mut run_ns, mut switches) = (0, 0);
         for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
             let task = task?.path();
@@ -242,6 +246,7 @@ impl Usage {
         Ok(Usage {
             cpu_us: run_ns / 1000,
             ticks_us: ticks * 1_000_000 / TICKS_PER_SECOND,
+            user_ticks_us: user * 1_000_000 / TICKS_PER_SECOND,
             switches,
         })
     }
@@ -252,6 +257,7 @@ impl Usage {
         let used = Usage {
             cpu_us: self.cpu_us.saturating_sub(earlier.cpu_us),
             ticks_us: self.ticks_us.saturating_sub(earlier.ticks_us),
+            user_ticks_us: self.user_ticks_us.saturating_sub(earlier.user_ticks_us),
             switches: self.switches.saturating_sub(earlier.switches),
         };
         let slack = 30_000 + used.cpu_us / 10;
@@ -262,6 +268,13 @@ impl Usage {
             );
         }
         used
+    }
+
+    /// `cpu_us`'s user-space part: its share of utime in utime + stime
+    /// (none when no tick was counted).
+    pub fn user_cpu_us(&self) -> Option<f64> {
+        (self.ticks_us > 0)
+            .then(|| self.cpu_us as f64 * self.user_ticks_us as f64 / self.ticks_us as f64)
     }
 }
 

@@ -192,7 +192,8 @@ round by round:
 
 - latency p50 and p99 of `tools/call` with 2 KB and 32 KB payloads, one
   client calling sequentially;
-- CPU µs and context switches per call of the gateway and of the floor;
+- CPU µs and context switches per call of the gateway and of the floor, and
+  the gateway's (and the bare proxy's) user-space part of its CPU per call;
 - throughput with 1, 16 and 64 clients, as a fraction of direct;
 - `initialize` (with `notifications/initialized`): latency and server CPU.
 

@@ -109,6 +109,10 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize], baseline: Option<&str>)
         "cpu_gw".to_owned(),
         "gateway CPU per call, 2 KB, 1 client (µs)",
     ));
+    gateway.row(measured(
+        "cpu_gw_user".to_owned(),
+        "of which in user space (µs; the rest is the kernel's)",
+    ));
     gateway.row(row(
         "gateway CPU per call ÷ floor CPU per call (direct)".to_owned(),
         &|t| ratio_cell(res.ratio(&format!("cpu_gw/{t}"), "cpu_floor/direct")),
@@ -134,7 +138,10 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize], baseline: Option<&str>)
          an HTTP/1.1 pass-through in hyper on tokio's multi-thread runtime (as mcpmux \
          runs), one upstream connection per client connection, no MCP and no JSON, in \
          front of the same floor and measured in the same rounds (its \"gateway\" \
-         figures are its own process's).",
+         figures are its own process's). The user-space part is the run time split \
+         as /proc/<pid>/stat splits utime from stime (10 ms ticks, over the whole \
+         window of sequential calls); the rest is the kernel's work for the process \
+         (its sockets, its wake-ups).",
     );
     tables.push(gateway);
 
