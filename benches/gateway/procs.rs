@@ -196,6 +196,9 @@ pub async fn wait_ready(addr: SocketAddr, since: Instant, bound: Duration) -> Re
     )))
 }
 
+/// The fewest ticks of utime + stime that [`Usage::user_cpu_us`] splits.
+const SPLIT_TICKS: u64 = 20;
+
 /// A process's CPU time and context switches at one moment.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Usage {
@@ -270,10 +273,12 @@ impl Usage {
         used
     }
 
-    /// `cpu_us`'s user-space part: its share of utime in utime + stime
-    /// (none when no tick was counted).
+    /// `cpu_us`'s user-space part: its share of utime in utime + stime;
+    /// none over fewer than [`SPLIT_TICKS`] ticks, where one tick more or
+    /// less would move the share by more than a few percent (a `--quick`
+    /// run's windows are that short).
     pub fn user_cpu_us(&self) -> Option<f64> {
-        (self.ticks_us > 0)
+        (self.ticks_us >= SPLIT_TICKS * 1_000_000 / TICKS_PER_SECOND)
             .then(|| self.cpu_us as f64 * self.user_ticks_us as f64 / self.ticks_us as f64)
     }
 }
