@@ -59,7 +59,9 @@ pub(crate) fn is_modern(
 ) -> bool {
     let names_version = match (envelope.params, request) {
         (None, _) => false,
-        (Some(raw), _) if !might_name_a_version(raw.get()) => false,
+        // A request's members are found once for every later layer (the
+        // router reads its name or URI there), so looking up `_meta` among
+        // them costs less than searching the whole text first.
         (Some(_), Some(request)) => request
             .params()
             .is_ok_and(|p| p.meta(meta::PROTOCOL_VERSION).is_some()),

@@ -286,7 +286,9 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind),
             .answering(id)
             .into_response()
     };
-    let text = std::str::from_utf8(bytes)
+    // The whole body is checked at once, with the CPU's vector units
+    // where it has them; serde then reads it as the `str` it is.
+    let text = simdutf8::basic::from_utf8(bytes)
         .map_err(|_| bad(code::PARSE_ERROR, "body is not valid UTF-8".into(), None))?;
     if protocol::nesting_exceeds(text, protocol::MAX_NESTING) {
         let error = protocol::too_deep();

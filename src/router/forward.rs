@@ -682,8 +682,12 @@ pub(super) fn audit(
     took: Duration,
     request_id: &str,
 ) {
+    // The message is a field like the others (the line is the same): as
+    // a `&str` it is written as it is, where a format string would be
+    // formatted into a buffer first.
     tracing::info!(
         target: "mcpmux::audit",
+        message = "call",
         client = client.unwrap_or("-"),
         method,
         upstream,
@@ -691,7 +695,6 @@ pub(super) fn audit(
         outcome = outcome.audit_name(),
         duration_ms = took.as_secs_f64() * 1000.0,
         request_id,
-        "call"
     );
 }
 

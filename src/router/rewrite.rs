@@ -34,10 +34,14 @@ pub(crate) fn namespace_result<'r>(
     // A fast pre-check, not a parse: a body that cannot hold a "uri" key is
     // passed through without being parsed. Escaped keys could spell "uri"
     // without the literal bytes; treat them as possible.
-    // The searchers are built once; building one costs more than a search.
+    // The searcher is built once; building it costs more than a search.
+    // Backslashes are found by the one-byte search, which is the cheaper,
+    // and only a `\u` among them counts.
     static URI_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"uri\""));
-    static UNICODE_ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
-    if URI_KEY.find(text.as_bytes()).is_none() && UNICODE_ESCAPE.find(text.as_bytes()).is_none() {
+    let bytes = text.as_bytes();
+    let unicode_escape =
+        || memchr::memchr_iter(b'\\', bytes).any(|at| bytes.get(at + 1) == Some(&b'u'));
+    if URI_KEY.find(bytes).is_none() && !unicode_escape() {
         return Cow::Borrowed(text);
     }
     let Ok(mut value) = serde_json::from_str::<Value>(text) else {

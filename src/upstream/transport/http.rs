@@ -490,15 +490,16 @@ impl RemoteSession {
             );
         }
         if !status.is_success() {
-            let body = read_limited(response, MAX_BODY).await.unwrap_or_default();
+            let bytes = read_limited(response, MAX_BODY).await.unwrap_or_default();
+            let body = body_text(&bytes).unwrap_or_default();
             // A JSON-RPC error answering our request says more than the status.
             let answers = sent.id.is_some_and(|id| {
-                serde_json::from_str::<Value>(&body).ok().is_some_and(|v| {
+                serde_json::from_str::<Value>(body).ok().is_some_and(|v| {
                     v.get("error").is_some() && v.get("id").and_then(Value::as_u64) == Some(id)
                 })
             });
             if answers {
-                return self.deliver(&body, sent.id).await;
+                return self.deliver(body, sent.id).await;
             }
             if self.lost_session(status, had_session, sent) {
                 let snippet: String = body.chars().take(200).collect();
@@ -525,7 +526,10 @@ impl RemoteSession {
             self.post_stream(sent, response).await;
         } else if is("application/json") {
             match read_limited(response, MAX_BODY).await {
-                Ok(body) => self.deliver_json(&body, sent.id).await,
+                Ok(bytes) => match body_text(&bytes) {
+                    Ok(body) => self.deliver_json(body, sent.id).await,
+                    Err(e) => self.fail(sent, self.protocol(e.to_string())),
+                },
                 Err(e) => self.fail(sent, self.protocol(e.to_string())),
             }
         } else if let Some(id) = sent.id {
@@ -726,19 +730,41 @@ pub(super) enum BodyError {
     Events(#[from] crate::sse::LineTooLong),
 }
 
-/// Reads a body up to `limit` bytes.
-pub(super) async fn read_limited(response: HttpAnswer, limit: usize) -> Result<String, BodyError> {
-    let mut body = Vec::new();
+/// Reads a body up to `limit` bytes. A body that comes in one frame (the
+/// usual answer with a `Content-Length`) is kept as that frame's bytes,
+/// not copied; only a body of several frames is joined into one buffer.
+pub(super) async fn read_limited(
+    response: HttpAnswer,
+    limit: usize,
+) -> Result<bytes::Bytes, BodyError> {
+    let mut first = bytes::Bytes::new();
+    let mut joined: Option<Vec<u8>> = None;
     let mut stream = response.into_body();
     while let Some(frame) = stream.frame().await {
         let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
         let Ok(chunk) = frame.into_data() else {
             continue;
         };
-        if body.len() + chunk.len() > limit {
+        let read = joined.as_ref().map_or(first.len(), Vec::len);
+        if read + chunk.len() > limit {
             return Err(BodyError::TooLarge(limit));
         }
-        body.extend_from_slice(&chunk);
+        match &mut joined {
+            Some(body) => body.extend_from_slice(&chunk),
+            None if first.is_empty() => first = chunk,
+            None => {
+                let mut body = Vec::with_capacity(read + chunk.len());
+                body.extend_from_slice(&first);
+                body.extend_from_slice(&chunk);
+                joined = Some(body);
+            }
+        }
     }
-    String::from_utf8(body).map_err(|_| BodyError::NotUtf8)
+    Ok(joined.map_or(first, bytes::Bytes::from))
+}
+
+/// A body read by [`read_limited`] as text, checked with the CPU's vector
+/// units where it has them.
+fn body_text(body: &[u8]) -> Result<&str, BodyError> {
+    simdutf8::basic::from_utf8(body).map_err(|_| BodyError::NotUtf8)
 }
