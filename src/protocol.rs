@@ -122,7 +122,8 @@ pub(crate) fn error_code(error: &RawValue) -> i64 {
 
 #[cfg(test)]
 thread_local! {
-    /// Envelopes parsed on this thread (tests count them: [`envelopes_parsed`]).
+    /// Messages parsed on this thread, by [`Envelope::parse`] or by
+    /// [`checked::response`] (tests count them: [`envelopes_parsed`]).
     static ENVELOPES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
@@ -433,9 +434,12 @@ pub(crate) fn push_json_string(out: &mut String, s: &str) {
 }
 
 /// MCP method names the gateway treats specially.
+pub(crate) mod checked;
 pub(crate) mod method;
 pub(crate) mod params;
 mod request;
+
+pub(crate) use checked::Json;
 
 pub(crate) use params::{Params, ParamsError, RawMember};
 pub(crate) use request::Request;

@@ -25,12 +25,7 @@ pub(crate) fn json_string(s: &str) -> String {
 }
 
 /// The result with every upstream URI namespaced under `upstream`.
-pub(crate) fn namespace_result<'r>(
-    method: &str,
-    upstream: &str,
-    result: &'r RawValue,
-) -> Cow<'r, str> {
-    let text = result.get();
+pub(crate) fn namespace_result<'r>(method: &str, upstream: &str, text: &'r str) -> Cow<'r, str> {
     // A fast pre-check, not a parse: a body that cannot hold a "uri" key is
     // passed through without being parsed. Escaped keys could spell "uri"
     // without the literal bytes; treat them as possible.
@@ -191,26 +186,26 @@ mod tests {
             r#"{"content":[{"type":"text","text":"hi"},{"type":"resource_link","uri":"file:///a","name":"a"},{"type":"resource","resource":{"uri":"mem://b","text":"b"}}]}"#,
         );
         let out: Value =
-            serde_json::from_str(&namespace_result("tools/call", "fs", &result)).unwrap();
+            serde_json::from_str(&namespace_result("tools/call", "fs", result.get())).unwrap();
         assert_eq!(out["content"][1]["uri"], "fs+file:///a");
         assert_eq!(out["content"][2]["resource"]["uri"], "fs+mem://b");
 
         let plain = raw(r#"{"content":[{"type":"text","text":"no links"}]}"#);
         assert!(matches!(
-            namespace_result("tools/call", "fs", &plain),
+            namespace_result("tools/call", "fs", plain.get()),
             Cow::Borrowed(_)
         ));
 
         let read = raw(r#"{"contents":[{"uri":"file:///a","text":"x"}]}"#);
         let out: Value =
-            serde_json::from_str(&namespace_result("resources/read", "fs", &read)).unwrap();
+            serde_json::from_str(&namespace_result("resources/read", "fs", read.get())).unwrap();
         assert_eq!(out["contents"][0]["uri"], "fs+file:///a");
 
         let prompt = raw(
             r#"{"messages":[{"role":"user","content":{"type":"resource","resource":{"uri":"x://1","text":""}}}]}"#,
         );
         let out: Value =
-            serde_json::from_str(&namespace_result("prompts/get", "p", &prompt)).unwrap();
+            serde_json::from_str(&namespace_result("prompts/get", "p", prompt.get())).unwrap();
         assert_eq!(out["messages"][0]["content"]["resource"]["uri"], "p+x://1");
     }
 }

@@ -22,7 +22,7 @@ use super::UpstreamError;
 use super::events::UpstreamEvents;
 use super::message::{Origin, Outgoing};
 use crate::catalog::ListKind;
-use crate::protocol::{self, Envelope, MessageKind, Method};
+use crate::protocol::{self, Envelope, Json, MessageKind, Method};
 
 /// A transport that can send a request from the caller's own task (the
 /// Streamable HTTP link): no hop through a writer task, no task per POST.
@@ -62,7 +62,7 @@ pub(crate) const OUTBOUND_CAPACITY: usize = 256;
 const DEFAULT_ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What an upstream answered to one request: its `result`, or an error.
-pub(crate) type Answer = Result<Box<RawValue>, UpstreamError>;
+pub(crate) type Answer = Result<Json, UpstreamError>;
 
 /// Where progress for one forwarded request goes.
 pub(crate) struct ProgressRoute {
@@ -635,6 +635,11 @@ impl Connection {
     /// Handles one message that arrived on the response stream of request
     /// `via` (a Streamable HTTP POST), or on no request's stream.
     pub(crate) async fn dispatch_from(&self, line: &str, via: Option<u64>) {
+        // Most messages are answers with a result: read and checked in one
+        // pass, they are not parsed again.
+        if let Some(answered) = protocol::checked::response(line) {
+            return self.answered(Some(answered.id), || Ok(answered.result));
+        }
         let envelope = match Envelope::parse(line) {
             Ok(e) => e,
             Err(e) => {
@@ -655,16 +660,9 @@ impl Connection {
     }
 
     fn on_response(&self, envelope: &Envelope<'_>) {
-        let Some(id) = envelope.id.and_then(|id| id.get().parse::<u64>().ok()) else {
-            tracing::warn!(upstream = %self.upstream, "response with an id the gateway never sent; ignored");
-            return;
-        };
-        let Some((_, pending)) = self.pending.remove(&id) else {
-            tracing::debug!(upstream = %self.upstream, id, "late response (cancelled or timed out); ignored");
-            return;
-        };
-        let answer = match (envelope.result, envelope.error) {
-            (Some(result), _) => Ok(result.to_owned()),
+        let id = envelope.id.and_then(|id| id.get().parse::<u64>().ok());
+        self.answered(id, || match (envelope.result, envelope.error) {
+            (Some(result), _) => Ok(Json::from(result)),
             (None, Some(error)) => Err(UpstreamError::Rpc {
                 upstream: self.upstream.to_string(),
                 code: protocol::error_code(error),
@@ -674,8 +672,20 @@ impl Connection {
                 upstream: self.upstream.to_string(),
                 detail: "response without result or error".into(),
             }),
+        });
+    }
+
+    /// Hands the answer to request `id` to whoever waits for it.
+    fn answered(&self, id: Option<u64>, answer: impl FnOnce() -> Answer) {
+        let Some(id) = id else {
+            tracing::warn!(upstream = %self.upstream, "response with an id the gateway never sent; ignored");
+            return;
         };
-        let _ = pending.reply.send(answer);
+        let Some((_, pending)) = self.pending.remove(&id) else {
+            tracing::debug!(upstream = %self.upstream, id, "late response (cancelled or timed out); ignored");
+            return;
+        };
+        let _ = pending.reply.send(answer());
     }
 
     fn on_notification(&self, envelope: &Envelope<'_>) {

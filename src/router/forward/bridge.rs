@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::{CallGuard, Exchange};
 use crate::notify::NotifyHub;
-use crate::protocol::{self, Method};
+use crate::protocol::{self, Json, Method};
 use crate::router::RouteError;
 use crate::upstream::{ClientAnswer, Connection, UpstreamError, UpstreamEvents};
 
@@ -89,8 +89,8 @@ impl Exchange {
         &self,
         guard: &CallGuard,
         conn: &Connection,
-        mut result: Box<RawValue>,
-    ) -> Result<Box<RawValue>, RouteError> {
+        mut result: Json,
+    ) -> Result<Json, RouteError> {
         let Some(asker) = &self.asker else {
             return Ok(result);
         };
@@ -157,7 +157,7 @@ impl Exchange {
 type InputRound = (Map<String, Value>, Option<Value>);
 
 /// The round an `input_required` result asks for; none for any other result.
-fn input_required(result: &RawValue) -> Result<Option<InputRound>, BridgeError> {
+fn input_required(result: &Json) -> Result<Option<InputRound>, BridgeError> {
     // Most results are complete: look before parsing.
     if !result.get().contains("input_required") {
         return Ok(None);
@@ -201,8 +201,8 @@ mod tests {
 
     use super::*;
 
-    fn raw(value: Value) -> Box<RawValue> {
-        serde_json::value::to_raw_value(&value).unwrap()
+    fn raw(value: Value) -> Json {
+        Json::from(serde_json::value::to_raw_value(&value).unwrap())
     }
 
     #[test]

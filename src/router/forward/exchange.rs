@@ -15,7 +15,7 @@ use super::super::rewrite;
 use super::super::{Frame, RouteError};
 use super::{CallGuard, bridge};
 use crate::metrics::{Metrics, Outcome};
-use crate::protocol::{self, Era, Method};
+use crate::protocol::{self, Era, Json, Method};
 use crate::upstream::{
     Connection, Origin, ProgressRoute, Request, Sent, UpstreamError, UpstreamHandle,
 };
@@ -242,7 +242,7 @@ impl Exchange {
 
     /// Counts how the call ended: the upstream's health, metrics, the
     /// operator's page, the trace span and the audit line.
-    fn report(&self, answer: &Result<Box<RawValue>, RouteError>) {
+    fn report(&self, answer: &Result<Json, RouteError>) {
         match answer {
             Err(RouteError::Upstream(UpstreamError::Timeout { .. })) => self.handle.note_call(true),
             Ok(_) | Err(RouteError::Upstream(UpstreamError::Rpc { .. })) => {
@@ -285,9 +285,9 @@ impl Exchange {
 
     /// The client's response frame for the upstream's `result`: its URIs
     /// namespaced, kept if it may be, in the client's era.
-    fn result_frame(&self, result: &RawValue) -> Frame {
+    fn result_frame(&self, result: &Json) -> Frame {
         let body = match self.handle.namespaces_uris() {
-            true => rewrite::namespace_result(self.method.name(), self.handle.name(), result),
+            true => rewrite::namespace_result(self.method.name(), self.handle.name(), result.get()),
             false => std::borrow::Cow::Borrowed(result.get()),
         };
         let body = match &self.cached {
@@ -308,7 +308,7 @@ impl Exchange {
         conn: &Connection,
         upstream_id: u64,
         rx: Result<Sent, UpstreamError>,
-    ) -> Result<Box<RawValue>, RouteError> {
+    ) -> Result<Json, RouteError> {
         match rx {
             Ok(rx) => self.wait(conn, upstream_id, rx).await,
             Err(e) => Err(RouteError::Upstream(e)),
@@ -322,7 +322,7 @@ impl Exchange {
         guard: &CallGuard,
         failed: &Connection,
         same: bool,
-    ) -> Result<Box<RawValue>, RouteError> {
+    ) -> Result<Json, RouteError> {
         // A restart is waited for as long as a start would be.
         let deadline = (self.started + self.timeout).min(Instant::now() + self.handle.start_wait());
         let conn = match same {
@@ -347,7 +347,7 @@ impl Exchange {
         conn: &Connection,
         upstream_id: u64,
         sent: Sent,
-    ) -> Result<Box<RawValue>, RouteError> {
+    ) -> Result<Json, RouteError> {
         let Sent {
             answer: mut rx,
             mut post,

@@ -1,0 +1,274 @@
+//! JSON text checked in one pass, as serde_json checks a value it skips,
+//! and what an upstream answered carried as that checked text.
+//!
+//! serde_json reads a string a byte (or an eight-byte word) at a time to
+//! find its end and any control character in it; on a 2 KB tool answer
+//! that was the largest part of the gateway's own work per call. Here a
+//! string's end is found by `memchr` and its control characters by a pass
+//! the compiler vectorizes. The grammar is serde_json's for a value it
+//! skips (`IgnoredAny`, `RawValue`): any nesting depth, any `\u` escape
+//! (a lone surrogate included), numbers as JSON spells them. A test holds
+//! the two to the same verdict on generated and broken texts.
+//!
+//! [`response`] reads the common answer (`jsonrpc`, a numeric `id`, a
+//! `result`) in that pass; anything else is left to the full parse.
+
+use serde_json::value::RawValue;
+
+/// JSON text of one value, checked: by serde (taken from a `RawValue`) or
+/// by [`value_end`]. What an upstream answered travels as this, so an
+/// answer checked once is not checked again on its way to the client.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Json(Box<str>);
+
+impl Json {
+    /// The text, as it came.
+    pub(crate) fn get(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&RawValue> for Json {
+    fn from(raw: &RawValue) -> Json {
+        Json(raw.get().into())
+    }
+}
+
+impl From<Box<RawValue>> for Json {
+    fn from(raw: Box<RawValue>) -> Json {
+        Json(raw.into())
+    }
+}
+
+impl std::fmt::Debug for Json {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Json").field(&self.get()).finish()
+    }
+}
+
+/// A response read by [`response`]: its numeric id and its result.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Answered {
+    pub id: u64,
+    pub result: Json,
+}
+
+/// `text` as a response with `"jsonrpc": "2.0"`, an unsigned integer `id`
+/// and a `result`, every byte of it checked; `None` for anything else (a
+/// method, an error, an escaped key, a repeated member, broken JSON),
+/// which the full parse then reads and judges.
+pub(crate) fn response(text: &str) -> Option<Answered> {
+    let bytes = text.as_bytes();
+    let mut at = skip_space(bytes, 0);
+    if bytes.get(at) != Some(&b'{') {
+        return None;
+    }
+    let (mut version, mut id, mut result) = (false, None, None);
+    at = skip_space(bytes, at + 1);
+    if bytes.get(at) == Some(&b'}') {
+        return None;
+    }
+    loop {
+        if bytes.get(at) != Some(&b'"') {
+            return None;
+        }
+        let key_end = plain_string_end(bytes, at + 1)?;
+        let key = &bytes[at + 1..key_end];
+        at = skip_space(bytes, key_end + 1);
+        if bytes.get(at) != Some(&b':') {
+            return None;
+        }
+        let start = skip_space(bytes, at + 1);
+        let end = value_end(bytes, start)?;
+        let value = &text[start..end];
+        match key {
+            b"jsonrpc" if !version && value == "\"2.0\"" => version = true,
+            b"id" if id.is_none() => id = Some(value.parse::<u64>().ok()?),
+            b"result" if result.is_none() => result = Some(value),
+            b"jsonrpc" | b"id" | b"result" | b"error" | b"method" | b"params" => return None,
+            _ => {}
+        }
+        at = skip_space(bytes, end);
+        match bytes.get(at)? {
+            b',' => at = skip_space(bytes, at + 1),
+            b'}' => break,
+            _ => return None,
+        }
+    }
+    if skip_space(bytes, at + 1) != bytes.len() || !version {
+        return None;
+    }
+    let (id, result) = (id?, result?);
+    // This read is the message's one parse, as `Envelope::parse` would be.
+    #[cfg(test)]
+    super::ENVELOPES.with(|n| n.set(n.get() + 1));
+    Some(Answered {
+        id,
+        result: Json(result.into()),
+    })
+}
+
+/// Just past the one JSON value that starts at `start` (no whitespace
+/// before it), or `None` if the text there is not one.
+pub(crate) fn value_end(bytes: &[u8], start: usize) -> Option<usize> {
+    // The open arrays and objects, innermost last: `true` for an object.
+    let mut open: Vec<bool> = Vec::new();
+    let mut at = start;
+    loop {
+        // A value.
+        at = match *bytes.get(at)? {
+            b'"' => string_end(bytes, at + 1)? + 1,
+            b'{' => {
+                at = skip_space(bytes, at + 1);
+                if bytes.get(at) == Some(&b'}') {
+                    at + 1
+                } else {
+                    open.push(true);
+                    at = member_value(bytes, at)?;
+                    continue;
+                }
+            }
+            b'[' => {
+                at = skip_space(bytes, at + 1);
+                if bytes.get(at) == Some(&b']') {
+                    at + 1
+                } else {
+                    open.push(false);
+                    continue;
+                }
+            }
+            b't' => literal(bytes, at, b"true")?,
+            b'f' => literal(bytes, at, b"false")?,
+            b'n' => literal(bytes, at, b"null")?,
+            b'-' | b'0'..=b'9' => number_end(bytes, at)?,
+            _ => return None,
+        };
+        // After a value: the next one in the innermost container, or its end.
+        loop {
+            let Some(&object) = open.last() else {
+                return Some(at);
+            };
+            at = skip_space(bytes, at);
+            match (*bytes.get(at)?, object) {
+                (b',', true) => {
+                    at = member_value(bytes, skip_space(bytes, at + 1))?;
+                    break;
+                }
+                (b',', false) => {
+                    at = skip_space(bytes, at + 1);
+                    break;
+                }
+                (b'}', true) | (b']', false) => {
+                    open.pop();
+                    at += 1;
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// At a member's key: where its value starts.
+fn member_value(bytes: &[u8], at: usize) -> Option<usize> {
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let at = skip_space(bytes, string_end(bytes, at + 1)? + 1);
+    if bytes.get(at) != Some(&b':') {
+        return None;
+    }
+    Some(skip_space(bytes, at + 1))
+}
+
+/// The closing quote of the string whose contents start at `from`: no
+/// control character in it, every escape one JSON has.
+fn string_end(bytes: &[u8], mut from: usize) -> Option<usize> {
+    loop {
+        let rest = bytes.get(from..)?;
+        let found = memchr::memchr2(b'"', b'\\', rest)?;
+        if has_control(&rest[..found]) {
+            return None;
+        }
+        let at = from + found;
+        if bytes[at] == b'"' {
+            return Some(at);
+        }
+        from = at + 1 + escape_len(bytes.get(at + 1..)?)?;
+    }
+}
+
+/// The closing quote of a string with no escape in it (a key the fast
+/// path compares as it is); `None` for one with an escape.
+fn plain_string_end(bytes: &[u8], from: usize) -> Option<usize> {
+    let rest = bytes.get(from..)?;
+    let found = memchr::memchr2(b'"', b'\\', rest)?;
+    (rest[found] == b'"' && !has_control(&rest[..found])).then_some(from + found)
+}
+
+/// Whether `bytes` holds a control character (below 0x20). No early exit,
+/// so the loop is vectorized.
+fn has_control(bytes: &[u8]) -> bool {
+    bytes.iter().fold(false, |found, &b| found | (b < 0x20))
+}
+
+/// The length of the escape after a backslash (its letter, and the four
+/// hex digits of a `\u`), if it is one JSON has.
+fn escape_len(after: &[u8]) -> Option<usize> {
+    match *after.first()? {
+        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(1),
+        b'u' => after
+            .get(1..5)?
+            .iter()
+            .all(u8::is_ascii_hexdigit)
+            .then_some(5),
+        _ => None,
+    }
+}
+
+/// Just past `word` at `at`.
+fn literal(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
+    let end = at + word.len();
+    (bytes.get(at..end)? == word).then_some(end)
+}
+
+/// Just past the number at `at`: `-`, then `0` or digits not starting
+/// with `0`, then an optional fraction and exponent, each with digits.
+fn number_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    let digits = |from: usize| {
+        let n = bytes.get(from..).map_or(0, |rest| {
+            rest.iter().take_while(|b| b.is_ascii_digit()).count()
+        });
+        (n > 0).then_some(from + n)
+    };
+    if bytes.get(at) == Some(&b'-') {
+        at += 1;
+    }
+    at = match bytes.get(at)? {
+        b'0' => at + 1,
+        b'1'..=b'9' => digits(at)?,
+        _ => return None,
+    };
+    if bytes.get(at) == Some(&b'.') {
+        at = digits(at + 1)?;
+    }
+    if matches!(bytes.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(bytes.get(at), Some(b'+' | b'-')) {
+            at += 1;
+        }
+        at = digits(at)?;
+    }
+    Some(at)
+}
+
+/// The first byte at or after `at` that is not JSON whitespace.
+fn skip_space(bytes: &[u8], mut at: usize) -> usize {
+    while matches!(bytes.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+#[cfg(test)]
+#[path = "checked_tests.rs"]
+mod tests;

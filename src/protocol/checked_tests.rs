@@ -1,0 +1,259 @@
+//! The one-pass check against serde_json's: the same verdict on every
+//! text, written by hand at the edges and generated around them; and the
+//! fast response reader against the full envelope parse.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::protocol::proptests::json;
+use crate::protocol::{Envelope, MessageKind};
+
+/// The verdict of the check here on a whole text (one value, whitespace
+/// around it allowed).
+fn ours(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let start = skip_space(bytes, 0);
+    value_end(bytes, start).is_some_and(|end| skip_space(bytes, end) == bytes.len())
+}
+
+/// serde_json's verdict on the same text, skipping the value as the
+/// envelope's raw members are skipped.
+fn serdes(text: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+}
+
+#[test]
+fn edge_cases_get_serdes_verdict() {
+    let texts = [
+        "0",
+        "-0",
+        "01",
+        "-",
+        "1.",
+        "1.5",
+        ".5",
+        "1e",
+        "1e+",
+        "1E-7",
+        "1e5x",
+        "-01",
+        "1.0e+10",
+        "2 3",
+        "true",
+        "tru",
+        "truex",
+        "nul",
+        "null ",
+        " \t\r\nnull",
+        "\u{b}null",
+        "\"\"",
+        "\"a",
+        "\"\\\"",
+        "\"\\u12\"",
+        "\"\\u12g4\"",
+        "\"\\uD800\"",
+        "\"\\uDFFF\\uD800\"",
+        "\"\\x\"",
+        "\"\\/\\b\\f\\n\\r\\t\"",
+        "\"tab\there\"",
+        "\"nl\nhere\"",
+        "\"\u{1f}\"",
+        "\"\u{7f}\u{80}é😀\"",
+        "[]",
+        "[ ]",
+        "[,]",
+        "[1,]",
+        "[1 2]",
+        "[[[]]]",
+        "[[]",
+        "[]]",
+        "{}",
+        "{ }",
+        "{,}",
+        "{\"a\"}",
+        "{\"a\":}",
+        "{\"a\":1,}",
+        "{\"a\" : 1 , \"b\":[2]}",
+        "{1:2}",
+        "{\"a\":1 \"b\":2}",
+        "{\"a\":1}}",
+        "{\"\\u0061\":1}",
+        "{\"a\\\"\":1}",
+        "[{\"a\":[{\"b\":{}}]},\"x\",-1.25e-3,null,false]",
+        "",
+        " ",
+        "[\"a\\",
+        "{\"a\":\"\\",
+    ];
+    for text in texts {
+        assert_eq!(ours(text), serdes(text), "{text:?}");
+    }
+}
+
+#[test]
+fn depth_is_not_limited_as_serde_does_not_limit_a_skipped_value() {
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    assert!(ours(&deep));
+    assert_eq!(ours(&deep), serdes(&deep));
+    assert!(!ours(&deep[..deep.len() - 1]));
+}
+
+#[test]
+fn a_plain_response_is_read_in_the_one_pass() {
+    let text =
+        r#" {"jsonrpc":"2.0","id":42,"result":{"content":[{"type":"text","text":"a\nb"}]}} "#;
+    let answered = response(text).expect("the common answer");
+    assert_eq!(answered.id, 42);
+    assert_eq!(
+        answered.result.get(),
+        r#"{"content":[{"type":"text","text":"a\nb"}]}"#
+    );
+    // Members in any order, unknown ones checked and skipped.
+    let text = r#"{"result":null,"x":[1,{"y":"z"}],"id":7,"jsonrpc":"2.0"}"#;
+    assert_eq!(response(text).map(|a| a.id), Some(7));
+}
+
+#[test]
+fn anything_but_a_plain_response_is_left_to_the_full_parse() {
+    for text in [
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{},"error":null}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":"1","result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":-1,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1.0,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":18446744073709551616,"result":{}}"#,
+        r#"{"jsonrpc":"1.0","id":1,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","result":{}}"#,
+        r#"{"id":1,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1}"#,
+        r#"{"jsonrpc":"2.0","id":1,"id":2,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{},"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{},"params":{}}"#,
+        r#"{"jsonrpc":"2.0","\u0069d":1,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"a":"\u0001"}} x"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":["tab	inside"]}"#,
+        r#"[{"jsonrpc":"2.0","id":1,"result":{}}]"#,
+        "{}",
+        "",
+    ] {
+        assert_eq!(response(text), None, "{text}");
+    }
+}
+
+#[test]
+fn checked_text_is_kept_as_it_came() {
+    let raw = serde_json::value::RawValue::from_string("[1, 2]".into()).unwrap();
+    assert_eq!(Json::from(&*raw).get(), "[1, 2]");
+    let json = Json::from(raw);
+    assert_eq!(json.get(), "[1, 2]");
+    assert_eq!(format!("{json:?}"), r#"Json("[1, 2]")"#);
+}
+
+/// A text made from generated JSON by a few edits with JSON's own
+/// characters (and a control character), so most are broken near the
+/// places the grammar is strict.
+fn edited() -> impl Strategy<Value = String> {
+    let edit = (
+        any::<prop::sample::Index>(),
+        0u8..3,
+        prop::sample::select(
+            &[
+                "\"", "\\", "{", "}", "[", "]", ":", ",", " ", "0", "1", "-", "+", ".", "e", "E",
+                "u", "t", "n", "\u{1}", "\t", "\\u", "\\uD800", "é",
+            ][..],
+        ),
+    );
+    (json(), 0usize..3, prop::collection::vec(edit, 0..4)).prop_map(|(value, spaced, edits)| {
+        let mut text = match spaced {
+            0 => value.to_string(),
+            _ => serde_json::to_string_pretty(&value).unwrap_or_default(),
+        };
+        for (at, kind, piece) in edits {
+            let boundaries: Vec<usize> = (0..=text.len())
+                .filter(|i| text.is_char_boundary(*i))
+                .collect();
+            let i = boundaries[at.index(boundaries.len())];
+            match kind {
+                0 => text.insert_str(i, piece),
+                1 => {
+                    let next = boundaries.iter().copied().find(|j| *j > i);
+                    if let Some(j) = next {
+                        text.replace_range(i..j, "");
+                    }
+                }
+                _ => {
+                    let next = boundaries.iter().copied().find(|j| *j > i);
+                    if let Some(j) = next {
+                        text.replace_range(i..j, piece);
+                    }
+                }
+            }
+        }
+        text
+    })
+}
+
+/// Responses as upstreams send them, and around them.
+fn response_text() -> impl Strategy<Value = String> {
+    (
+        prop::option::of(prop::sample::select(&["\"2.0\"", "\"1.0\"", "null"][..])),
+        prop::option::of(prop_oneof![
+            any::<u64>().prop_map(|n| n.to_string()),
+            Just("\"7\"".to_owned()),
+            Just("-3".to_owned()),
+        ]),
+        prop::option::of(json()),
+        prop::option::of(json()),
+        any::<bool>(),
+    )
+        .prop_map(|(version, id, result, extra, shuffled)| {
+            let mut members = Vec::new();
+            if let Some(v) = version {
+                members.push(format!("\"jsonrpc\":{v}"));
+            }
+            if let Some(id) = id {
+                members.push(format!("\"id\":{id}"));
+            }
+            if let Some(result) = result {
+                members.push(format!("\"result\":{result}"));
+            }
+            if let Some(extra) = extra {
+                members.push(format!("\"extra\":{extra}"));
+            }
+            if shuffled {
+                members.reverse();
+            }
+            format!("{{{}}}", members.join(","))
+        })
+}
+
+proptest! {
+    #[test]
+    fn generated_json_gets_serdes_verdict(text in edited()) {
+        prop_assert_eq!(ours(&text), serdes(&text), "{:?}", text);
+    }
+
+    #[test]
+    fn arbitrary_text_gets_serdes_verdict(text in crate::protocol::proptests::chars(24)) {
+        prop_assert_eq!(ours(&text), serdes(&text), "{:?}", text);
+    }
+
+    #[test]
+    fn a_fast_response_is_what_the_full_parse_reads(
+        text in prop_oneof![response_text(), edited()]
+    ) {
+        if let Some(answered) = response(&text) {
+            let envelope = Envelope::parse(&text);
+            prop_assert!(envelope.is_ok(), "{:?}", text);
+            let envelope = envelope.unwrap();
+            prop_assert_eq!(envelope.kind(), Ok(MessageKind::Response));
+            prop_assert_eq!(
+                envelope.id.and_then(|id| id.get().parse::<u64>().ok()),
+                Some(answered.id)
+            );
+            prop_assert!(envelope.error.is_none());
+            prop_assert_eq!(envelope.result.map(RawValue::get), Some(answered.result.get()));
+        }
+    }
+}
