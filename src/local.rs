@@ -167,8 +167,11 @@ async fn send(
     let id = RawValue::from_string(id.to_string()).expect("a number is JSON");
     let params = (!params.is_null())
         .then(|| RawValue::from_string(params.to_string()).expect("a Value is JSON"));
-    let mut request =
-        crate::protocol::Request::new(&id, Method::from_name(method), params.as_deref());
+    let mut request = crate::protocol::Request::new(
+        &id,
+        Method::from_name(method),
+        params.as_deref().map(crate::protocol::Raw::from),
+    );
     let frame = match state.router.request(ctx, &mut request).await {
         Reply::Ready(frame) => frame.into_text(),
         Reply::Page(page) => page.into_text(),

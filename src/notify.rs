@@ -542,7 +542,7 @@ impl NotifyHub {
     pub(crate) fn set_client_capabilities(
         &self,
         subscriber: &Subscriber,
-        params: Option<&RawValue>,
+        params: Option<crate::protocol::Raw<'_>>,
     ) {
         let mut params =
             params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok());

@@ -206,17 +206,22 @@ pub(crate) fn too_deep() -> RpcError {
     )
 }
 
-/// The envelope of one JSON-RPC message, with every body left raw.
+/// The envelope of one JSON-RPC message, with every body left raw: the
+/// params as `P`, by default a checked [`Raw`] span (what a client sends
+/// travels so, and the one-pass read makes it), or a serde `RawValue`
+/// ([`RawEnvelope`], what the upstream's own messages are read into, whose
+/// params go on to the hub as they are).
 #[derive(Debug, Deserialize)]
-pub(crate) struct Envelope<'a> {
+#[serde(bound(deserialize = "P: Deserialize<'de>"))]
+pub(crate) struct Envelope<'a, P = Raw<'a>> {
     #[serde(borrow, default)]
     pub jsonrpc: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "raw_including_null")]
     pub id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub method: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub params: Option<&'a RawValue>,
+    #[serde(default)]
+    pub params: Option<P>,
     #[serde(borrow, default, deserialize_with = "raw_including_null")]
     pub result: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -252,9 +257,33 @@ pub(crate) enum EnvelopeError {
     Shape,
 }
 
+/// An envelope whose params stay a serde `RawValue`.
+pub(crate) type RawEnvelope<'a> = Envelope<'a, &'a RawValue>;
+
 impl<'a> Envelope<'a> {
     /// Parses one message's envelope; the bodies stay borrowed from `text`.
     pub(crate) fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
+        // The one-pass read takes the common message; serde the rest.
+        match checked::envelope(text) {
+            Some(envelope) => {
+                #[cfg(test)]
+                ENVELOPES.with(|n| n.set(n.get() + 1));
+                Ok(envelope)
+            }
+            None => Self::read(text),
+        }
+    }
+}
+
+impl<'a> RawEnvelope<'a> {
+    /// [`Envelope::parse`], the params kept as a serde `RawValue`.
+    pub(crate) fn parse_raw(text: &'a str) -> Result<Self, serde_json::Error> {
+        Self::read(text)
+    }
+}
+
+impl<'a, P: Deserialize<'a>> Envelope<'a, P> {
+    fn read(text: &'a str) -> Result<Self, serde_json::Error> {
         #[cfg(test)]
         ENVELOPES.with(|n| n.set(n.get() + 1));
         let envelope = serde_json::from_str(text)?;
@@ -270,7 +299,9 @@ impl<'a> Envelope<'a> {
         }
         Ok(envelope)
     }
+}
 
+impl<P> Envelope<'_, P> {
     /// Checks the JSON-RPC 2.0 rules and says what kind of message this is.
     pub(crate) fn kind(&self) -> Result<MessageKind, EnvelopeError> {
         if self.jsonrpc.as_deref() != Some("2.0") {
@@ -439,7 +470,7 @@ pub(crate) mod method;
 pub(crate) mod params;
 mod request;
 
-pub(crate) use checked::Json;
+pub(crate) use checked::{Json, Raw};
 
 pub(crate) use params::{Params, ParamsError, RawMember};
 pub(crate) use request::Request;

@@ -388,7 +388,11 @@ impl Router {
                 None => {}
                 Some(search::GatewayCall::Answered(frame)) => return Reply::Ready(frame),
                 Some(search::GatewayCall::Call(inner)) => {
-                    let mut found = Request::new(request.id, Method::ToolsCall, Some(&inner));
+                    let mut found = Request::new(
+                        request.id,
+                        Method::ToolsCall,
+                        Some(crate::protocol::Raw::from(&*inner)),
+                    );
                     return self.traced_or_not(ctx, &mut found).await;
                 }
             }
@@ -577,7 +581,7 @@ impl Router {
         &self,
         ctx: &RequestContext,
         method: &str,
-        params: Option<&RawValue>,
+        params: Option<crate::protocol::Raw<'_>>,
     ) {
         match Method::from_name(method) {
             Method::Cancelled => forward::cancel(ctx, params),

@@ -98,7 +98,9 @@ pub(crate) async fn handle(
 }
 
 /// The version to agree on: the client's if supported, else the latest.
-pub(crate) fn negotiate(params: Option<&RawValue>) -> Result<&'static str, RpcError> {
+pub(crate) fn negotiate(
+    params: Option<crate::protocol::Raw<'_>>,
+) -> Result<&'static str, RpcError> {
     let requested = params
         .and_then(|p| {
             serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p.get()).ok()
@@ -125,7 +127,7 @@ fn initialize(
     state: &AppState,
     session: &Session,
     id: &RawValue,
-    params: Option<&RawValue>,
+    params: Option<crate::protocol::Raw<'_>>,
 ) -> Frame {
     match negotiate(params) {
         Ok(version) => {

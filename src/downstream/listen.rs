@@ -41,7 +41,7 @@ pub(crate) async fn open(
     identity: Option<Arc<crate::auth::Identity>>,
     endpoint: Option<Arc<str>>,
     id: &RawValue,
-    params: Option<&RawValue>,
+    params: Option<crate::protocol::Raw<'_>>,
 ) -> Response {
     let mut parsed = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok());
     // Who is listening, for the operator's page.

@@ -26,7 +26,8 @@ use super::AppState;
 use super::wire::{Refusal, SESSION_HEADER, VERSION_HEADER, json_response as json, page_response};
 use crate::notify::LogLevel;
 use crate::protocol::{
-    self, Envelope, Era, MessageKind, Method, ParamsError, Request, RpcError, code, meta, method,
+    self, Envelope, Era, MessageKind, Method, ParamsError, Raw, Request, RpcError, code, meta,
+    method,
 };
 use crate::router::{Ended, Reply, RequestContext};
 
@@ -84,7 +85,7 @@ pub(crate) fn is_modern(
 /// Whether `params` is an object whose `_meta` object has the protocol
 /// version member (whatever its value: [`validate`] judges that). Only
 /// these two levels are read; everything else is skipped unparsed.
-fn names_a_version(params: &RawValue) -> bool {
+fn names_a_version(params: Raw<'_>) -> bool {
     #[derive(Deserialize)]
     struct Params {
         #[serde(rename = "_meta", default)]
@@ -470,7 +471,7 @@ mod tests {
             // The key spelled with escapes is the same key.
             r#"{"_meta":{"io.modelcontextprotocol\/protocol\u0056ersion":"2026-07-28"}}"#,
         ] {
-            assert!(names_a_version(&raw(modern)), "{modern}");
+            assert!(names_a_version(Raw::from(&*raw(modern))), "{modern}");
         }
         for legacy in [
             r#"{}"#,
@@ -482,7 +483,7 @@ mod tests {
             r#"{"name":"io.modelcontextprotocol/protocolVersion"}"#,
             r#"[{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}]"#,
         ] {
-            assert!(!names_a_version(&raw(legacy)), "{legacy}");
+            assert!(!names_a_version(Raw::from(&*raw(legacy))), "{legacy}");
         }
     }
 

@@ -33,7 +33,7 @@ use super::AppState;
 use super::session::{CloseReason, Session};
 use super::wire::{Refusal, SESSION_HEADER};
 use crate::catalog::ListKind;
-use crate::protocol::{LogLevel, Request, code, method};
+use crate::protocol::{LogLevel, Raw, Request, code, method};
 use crate::router::Reply;
 use crate::session_store::{Event, Record, SessionStore, StoreError, StoredIdentity};
 use crate::upstream::ClientAnswer;
@@ -82,7 +82,7 @@ pub(crate) async fn touch(state: &AppState, id: &str) -> Result<Option<Arc<Sessi
     let mut params = Map::new();
     params.insert("capabilities".into(), Value::Object(record.capabilities));
     if let Ok(raw) = serde_json::value::to_raw_value(&params) {
-        hub.set_client_capabilities(&session.subscriber, Some(&raw));
+        hub.set_client_capabilities(&session.subscriber, Some(Raw::from(&*raw)));
     }
     if let Some(level) = record.log_level.as_deref().and_then(LogLevel::parse) {
         hub.set_log_level(&session.subscriber, level);
@@ -97,7 +97,7 @@ pub(crate) async fn after_initialize(
     state: &AppState,
     response: Response,
     request_id: &str,
-    params: Option<&RawValue>,
+    params: Option<crate::protocol::Raw<'_>>,
 ) -> Response {
     let Some(store) = state.sessions.store() else {
         return response;

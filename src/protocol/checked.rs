@@ -11,9 +11,15 @@
 //! the two to the same verdict on generated and broken texts.
 //!
 //! [`response`] reads the common answer (`jsonrpc`, a numeric `id`, a
-//! `result`) in that pass; anything else is left to the full parse.
+//! `result`) in that pass, and [`envelope`] a client's message (its
+//! params handed on unread, as [`Raw`]); anything else is left to serde,
+//! which then reads and judges it as before.
+
+use std::borrow::Cow;
 
 use serde_json::value::RawValue;
+
+use super::Envelope;
 
 /// JSON text of one value, checked: by serde (taken from a `RawValue`) or
 /// by [`value_end`]. What an upstream answered travels as this, so an
@@ -46,6 +52,38 @@ impl std::fmt::Debug for Json {
     }
 }
 
+/// A value's JSON text inside a message, checked: by serde (a message's
+/// `params` as [`super::Envelope::parse`] reads them) or by [`value_end`].
+/// A `RawValue` would be checked by serde however it was found; this is
+/// what lets the one-pass read hand a large value on unread.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Raw<'a>(&'a str);
+
+impl<'a> Raw<'a> {
+    /// The text, as it came.
+    pub(crate) fn get(self) -> &'a str {
+        self.0
+    }
+}
+
+impl<'a> From<&'a RawValue> for Raw<'a> {
+    fn from(raw: &'a RawValue) -> Raw<'a> {
+        Raw(raw.get())
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Raw<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <&'de RawValue>::deserialize(deserializer).map(Raw::from)
+    }
+}
+
+impl std::fmt::Debug for Raw<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Raw").field(&self.0).finish()
+    }
+}
+
 /// A response read by [`response`]: its numeric id and its result.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Answered {
@@ -58,15 +96,87 @@ pub(crate) struct Answered {
 /// method, an error, an escaped key, a repeated member, broken JSON),
 /// which the full parse then reads and judges.
 pub(crate) fn response(text: &str) -> Option<Answered> {
+    let (mut version, mut id, mut result) = (false, None, None);
+    each_member(text, |key, value| {
+        match key {
+            b"jsonrpc" if !version && value == "\"2.0\"" => version = true,
+            b"id" if id.is_none() => id = Some(value.parse::<u64>().ok()?),
+            b"result" if result.is_none() => result = Some(value),
+            b"jsonrpc" | b"id" | b"result" | b"error" | b"method" | b"params" => return None,
+            _ => {}
+        }
+        Some(())
+    })?;
+    let (id, result) = (id.filter(|_| version)?, result?);
+    // This read is the message's one parse, as `Envelope::parse` would be.
+    #[cfg(test)]
+    super::ENVELOPES.with(|n| n.set(n.get() + 1));
+    Some(Answered {
+        id,
+        result: Json(result.into()),
+    })
+}
+
+/// `text` as the envelope serde would read from it, when its `jsonrpc`
+/// and `method` are plain strings (no escape), it has no `result` or
+/// `error`, and no member comes twice: every byte checked, the params
+/// handed on unread. `None` for anything else, which serde then reads.
+pub(crate) fn envelope(text: &str) -> Option<Envelope<'_>> {
+    let mut envelope = Envelope {
+        jsonrpc: None,
+        id: None,
+        method: None,
+        params: None,
+        result: None,
+        error: None,
+    };
+    let (mut id, mut params) = (false, false);
+    each_member(text, |key, value| {
+        match key {
+            b"jsonrpc" if envelope.jsonrpc.is_none() => {
+                envelope.jsonrpc = Some(Cow::Borrowed(plain_string(value)?));
+            }
+            b"method" if envelope.method.is_none() => {
+                envelope.method = Some(Cow::Borrowed(plain_string(value)?));
+            }
+            // An id is short: serde makes its `RawValue` (`null` kept).
+            b"id" if !std::mem::replace(&mut id, true) => {
+                envelope.id = Some(serde_json::from_str(value).ok()?);
+            }
+            // An explicit `null` is no params, as serde reads it.
+            b"params" if !std::mem::replace(&mut params, true) => {
+                envelope.params = (value != "null").then_some(Raw(value));
+            }
+            b"jsonrpc" | b"method" | b"id" | b"params" | b"result" | b"error" => return None,
+            _ => {}
+        }
+        Some(())
+    })?;
+    Some(envelope)
+}
+
+/// The contents of `value` if it is a string with no escape in it.
+fn plain_string(value: &str) -> Option<&str> {
+    let inner = value.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
+}
+
+/// Walks the members of the object that is all of `text` (whitespace
+/// around it allowed), checking each value on the way; `visit` gets each
+/// key (as it is: one with an escape ends the walk with `None`) and its
+/// value's text, and ends the walk with `None`.
+fn each_member<'t>(
+    text: &'t str,
+    mut visit: impl FnMut(&[u8], &'t str) -> Option<()>,
+) -> Option<()> {
     let bytes = text.as_bytes();
     let mut at = skip_space(bytes, 0);
     if bytes.get(at) != Some(&b'{') {
         return None;
     }
-    let (mut version, mut id, mut result) = (false, None, None);
     at = skip_space(bytes, at + 1);
     if bytes.get(at) == Some(&b'}') {
-        return None;
+        return (skip_space(bytes, at + 1) == bytes.len()).then_some(());
     }
     loop {
         if bytes.get(at) != Some(&b'"') {
@@ -80,14 +190,7 @@ pub(crate) fn response(text: &str) -> Option<Answered> {
         }
         let start = skip_space(bytes, at + 1);
         let end = value_end(bytes, start)?;
-        let value = &text[start..end];
-        match key {
-            b"jsonrpc" if !version && value == "\"2.0\"" => version = true,
-            b"id" if id.is_none() => id = Some(value.parse::<u64>().ok()?),
-            b"result" if result.is_none() => result = Some(value),
-            b"jsonrpc" | b"id" | b"result" | b"error" | b"method" | b"params" => return None,
-            _ => {}
-        }
+        visit(key, &text[start..end])?;
         at = skip_space(bytes, end);
         match bytes.get(at)? {
             b',' => at = skip_space(bytes, at + 1),
@@ -95,17 +198,7 @@ pub(crate) fn response(text: &str) -> Option<Answered> {
             _ => return None,
         }
     }
-    if skip_space(bytes, at + 1) != bytes.len() || !version {
-        return None;
-    }
-    let (id, result) = (id?, result?);
-    // This read is the message's one parse, as `Envelope::parse` would be.
-    #[cfg(test)]
-    super::ENVELOPES.with(|n| n.set(n.get() + 1));
-    Some(Answered {
-        id,
-        result: Json(result.into()),
-    })
+    (skip_space(bytes, at + 1) == bytes.len()).then_some(())
 }
 
 /// Just past the one JSON value that starts at `start` (no whitespace

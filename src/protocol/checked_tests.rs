@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::protocol::proptests::json;
+use crate::protocol::proptests::{json, message};
 use crate::protocol::{Envelope, MessageKind};
 
 /// The verdict of the check here on a whole text (one value, whitespace
@@ -142,6 +142,36 @@ fn anything_but_a_plain_response_is_left_to_the_full_parse() {
 }
 
 #[test]
+fn a_plain_message_is_read_in_the_one_pass() {
+    let text = r#"{"jsonrpc":"2.0","id":"a-1","method":"tools/call","params":{"name":"t","arguments":{"text":"x\ny"}},"x":[null]}"#;
+    let request = envelope(text).expect("a plain request");
+    assert_eq!(request.jsonrpc.as_deref(), Some("2.0"));
+    assert_eq!(request.method.as_deref(), Some("tools/call"));
+    assert_eq!(request.id.map(RawValue::get), Some(r#""a-1""#));
+    assert_eq!(
+        request.params.map(Raw::get),
+        Some(r#"{"name":"t","arguments":{"text":"x\ny"}}"#)
+    );
+    let note = envelope(r#"{"jsonrpc":"2.0","method":"x","params":null,"id":null}"#).unwrap();
+    assert!(note.params.is_none(), "null params are no params");
+    assert_eq!(note.id.map(RawValue::get), Some("null"));
+    for text in [
+        r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"error":{}}"#,
+        r#"{"jsonrpc":"2.\u0030","id":1,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"pi\u006eg"}"#,
+        r#"{"jsonrpc":2,"id":1,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","method":"a","method":"b"}"#,
+        r#"{"jsonrpc":"2.0","method":"a","params":{},"params":{}}"#,
+        r#"{"jsonrpc":"2.0","method":"a","params":{"x":""}}"#,
+        r#"{"jsonrpc":"2.0","method":"a"} ,"#,
+    ] {
+        assert!(envelope(text).is_none(), "{text}");
+    }
+}
+
+#[test]
 fn checked_text_is_kept_as_it_came() {
     let raw = serde_json::value::RawValue::from_string("[1, 2]".into()).unwrap();
     assert_eq!(Json::from(&*raw).get(), "[1, 2]");
@@ -154,6 +184,11 @@ fn checked_text_is_kept_as_it_came() {
 /// characters (and a control character), so most are broken near the
 /// places the grammar is strict.
 fn edited() -> impl Strategy<Value = String> {
+    edited_from(json())
+}
+
+/// [`edited`], from JSON values `base` makes.
+fn edited_from(base: impl Strategy<Value = serde_json::Value>) -> impl Strategy<Value = String> {
     let edit = (
         any::<prop::sample::Index>(),
         0u8..3,
@@ -164,7 +199,7 @@ fn edited() -> impl Strategy<Value = String> {
             ][..],
         ),
     );
-    (json(), 0usize..3, prop::collection::vec(edit, 0..4)).prop_map(|(value, spaced, edits)| {
+    (base, 0usize..3, prop::collection::vec(edit, 0..4)).prop_map(|(value, spaced, edits)| {
         let mut text = match spaced {
             0 => value.to_string(),
             _ => serde_json::to_string_pretty(&value).unwrap_or_default(),
@@ -237,6 +272,27 @@ proptest! {
     #[test]
     fn arbitrary_text_gets_serdes_verdict(text in crate::protocol::proptests::chars(24)) {
         prop_assert_eq!(ours(&text), serdes(&text), "{:?}", text);
+    }
+
+    #[test]
+    fn a_one_pass_envelope_is_what_serde_reads(
+        text in prop_oneof![
+            message().prop_map(|m| m.to_string()),
+            edited_from(message()),
+            edited(),
+        ]
+    ) {
+        if let Some(fast) = envelope(&text) {
+            let full = Envelope::read(&text);
+            prop_assert!(full.is_ok(), "{:?}", text);
+            let full = full.unwrap();
+            prop_assert_eq!(&fast.jsonrpc, &full.jsonrpc);
+            prop_assert_eq!(&fast.method, &full.method);
+            prop_assert_eq!(fast.id.map(RawValue::get), full.id.map(RawValue::get));
+            prop_assert_eq!(fast.params.map(Raw::get), full.params.map(Raw::get));
+            prop_assert!(fast.result.is_none() && full.result.is_none());
+            prop_assert!(fast.error.is_none() && full.error.is_none());
+        }
     }
 
     #[test]

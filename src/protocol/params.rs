@@ -8,7 +8,6 @@
 use std::borrow::{Borrow, Cow};
 
 use indexmap::IndexMap;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 mod members;
@@ -74,7 +73,7 @@ pub(crate) struct Params<'a> {
 
 impl<'a> Params<'a> {
     /// Parses an object of params; absent params are an empty object.
-    pub(crate) fn parse(raw: Option<&'a RawValue>) -> Result<Self, ParamsError> {
+    pub(crate) fn parse(raw: Option<super::Raw<'a>>) -> Result<Self, ParamsError> {
         #[cfg(test)]
         note_parse();
         let mut members = Members::default();
@@ -267,8 +266,8 @@ impl Built {
 mod tests {
     use super::*;
 
-    fn raw(s: &str) -> Box<RawValue> {
-        RawValue::from_string(s.to_owned()).unwrap()
+    fn raw(s: &str) -> Box<serde_json::value::RawValue> {
+        serde_json::value::RawValue::from_string(s.to_owned()).unwrap()
     }
 
     #[test]
@@ -276,7 +275,7 @@ mod tests {
         let input = raw(
             r#"{"name":"a__echo","arguments":{"x":[1,2]},"_meta":{"progressToken":"tok","k":1}}"#,
         );
-        let params = Params::parse(Some(&input)).unwrap();
+        let params = Params::parse(Some(crate::protocol::Raw::from(&*input))).unwrap();
         assert_eq!(params.string("name").unwrap(), "a__echo");
         assert_eq!(params.progress_token(), Some(&Value::from("tok")));
         let built: Value =
@@ -296,7 +295,7 @@ mod tests {
         assert_eq!(first.with_token(42), first.text);
         // Without a token there is nothing to change.
         let plain = raw(r#"{"name":"x"}"#);
-        let plain = Params::parse(Some(&plain)).unwrap();
+        let plain = Params::parse(Some(crate::protocol::Raw::from(&*plain))).unwrap();
         let built = plain.build("name", r#""y""#, Some(7));
         assert_eq!(built.with_token(8), r#"{"name":"y"}"#);
     }
@@ -306,7 +305,7 @@ mod tests {
     #[test]
     fn escaped_and_plain_keys_are_found_alike() {
         let members = raw(r#"{"na\u006de":"tool","arguments":{"a":1}}"#);
-        let params = Params::parse(Some(&members)).unwrap();
+        let params = Params::parse(Some(crate::protocol::Raw::from(&*members))).unwrap();
         assert_eq!(params.string("name").unwrap(), "tool");
         assert_eq!(params.raw("arguments").unwrap().get(), r#"{"a":1}"#);
         assert_eq!(
@@ -317,8 +316,8 @@ mod tests {
 
     #[test]
     fn rejects_non_object_params() {
-        assert!(Params::parse(Some(&raw("[1]"))).is_err());
-        assert!(Params::parse(Some(&raw(r#"{"_meta":3}"#))).is_err());
+        assert!(Params::parse(Some(crate::protocol::Raw::from(&*raw("[1]")))).is_err());
+        assert!(Params::parse(Some(crate::protocol::Raw::from(&*raw(r#"{"_meta":3}"#)))).is_err());
         assert!(Params::parse(None).unwrap().string("name").is_err());
     }
 
@@ -326,15 +325,23 @@ mod tests {
     fn params_errors_read_as_they_always_have() {
         let why = |e: ParamsError| e.to_string();
         assert_eq!(
-            why(Params::parse(Some(&raw("[1]"))).err().unwrap()),
+            why(
+                Params::parse(Some(crate::protocol::Raw::from(&*raw("[1]"))))
+                    .err()
+                    .unwrap()
+            ),
             "params must be an object"
         );
         assert_eq!(
-            why(Params::parse(Some(&raw(r#"{"_meta":3}"#))).err().unwrap()),
+            why(
+                Params::parse(Some(crate::protocol::Raw::from(&*raw(r#"{"_meta":3}"#))))
+                    .err()
+                    .unwrap()
+            ),
             "_meta must be an object"
         );
         let members = raw(r#"{"n":1,"ref":"x"}"#);
-        let params = Params::parse(Some(&members)).unwrap();
+        let params = Params::parse(Some(crate::protocol::Raw::from(&*members))).unwrap();
         assert_eq!(why(params.string("name").unwrap_err()), r#"missing "name""#);
         assert_eq!(
             why(params.string("n").unwrap_err()),

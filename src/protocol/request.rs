@@ -9,14 +9,14 @@
 
 use serde_json::value::RawValue;
 
-use super::Method;
 use super::params::{Params, ParamsError};
+use super::{Method, Raw};
 
 /// A client request; see the module header.
 pub(crate) struct Request<'a> {
     pub(crate) id: &'a RawValue,
     pub(crate) method: Method,
-    raw: Option<&'a RawValue>,
+    raw: Option<Raw<'a>>,
     parsed: Parsed<'a>,
 }
 
@@ -28,7 +28,7 @@ enum Parsed<'a> {
 }
 
 impl<'a> Request<'a> {
-    pub(crate) fn new(id: &'a RawValue, method: Method, params: Option<&'a RawValue>) -> Self {
+    pub(crate) fn new(id: &'a RawValue, method: Method, params: Option<Raw<'a>>) -> Self {
         Request {
             id,
             method,
@@ -38,7 +38,7 @@ impl<'a> Request<'a> {
     }
 
     /// The params as the client sent them.
-    pub(crate) fn raw_params(&self) -> Option<&'a RawValue> {
+    pub(crate) fn raw_params(&self) -> Option<Raw<'a>> {
         self.raw
     }
 
@@ -79,7 +79,7 @@ mod tests {
     fn params_are_parsed_once_and_then_handed_on() {
         let id = raw("1");
         let params = raw(r#"{"name":"a","arguments":{"x":1}}"#);
-        let mut request = Request::new(&id, Method::ToolsCall, Some(&params));
+        let mut request = Request::new(&id, Method::ToolsCall, Some(Raw::from(&*params)));
         let before = super::super::params::parses();
         assert_eq!(request.params().unwrap().string("name").unwrap(), "a");
         assert_eq!(
@@ -99,7 +99,7 @@ mod tests {
     fn a_params_error_is_kept() {
         let id = raw("1");
         let params = raw("[1]");
-        let mut request = Request::new(&id, Method::ToolsCall, Some(&params));
+        let mut request = Request::new(&id, Method::ToolsCall, Some(Raw::from(&*params)));
         assert_eq!(request.params().err(), Some(ParamsError::NotAnObject));
         assert_eq!(request.take_params().err(), Some(ParamsError::NotAnObject));
     }

@@ -622,7 +622,7 @@ fn client_key(ctx: &RequestContext) -> ClientKey {
 
 /// Handles the client's `notifications/cancelled`: the owning upstream gets
 /// a cancellation for its own request id; nobody else hears of it.
-pub(super) fn cancel(ctx: &RequestContext, params: Option<&RawValue>) {
+pub(super) fn cancel(ctx: &RequestContext, params: Option<crate::protocol::Raw<'_>>) {
     let Ok(params) = Params::parse(params) else {
         return;
     };

@@ -301,7 +301,7 @@ fn restore_id(result: &mut Value, id: &str) {
 }
 
 /// Whether a modern request's client declared the tasks extension.
-fn declares_extension(params: Option<&RawValue>) -> bool {
+fn declares_extension(params: Option<crate::protocol::Raw<'_>>) -> bool {
     params
         .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
         .and_then(|p| {
@@ -331,7 +331,7 @@ impl Router {
         subscriber: crate::upstream::SubscriberId,
         identity: Option<&crate::auth::Identity>,
         id: &RawValue,
-        params: Option<&RawValue>,
+        params: Option<crate::protocol::Raw<'_>>,
     ) -> Result<Option<WatchedTasks>, String> {
         let requested: Vec<String> = params
             .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
@@ -389,7 +389,7 @@ impl Router {
         ctx: &RequestContext,
         id: &RawValue,
         method: Method,
-        params: Option<&RawValue>,
+        params: Option<crate::protocol::Raw<'_>>,
     ) -> Reply {
         match self.task_request_inner(ctx, id, method, params).await {
             Ok(reply) => reply,
@@ -402,7 +402,7 @@ impl Router {
         ctx: &RequestContext,
         id: &RawValue,
         method: Method,
-        params: Option<&RawValue>,
+        params: Option<crate::protocol::Raw<'_>>,
     ) -> Result<Reply, TaskError> {
         // `tasks/update` is the extension's; `tasks/result` and
         // `tasks/list` are 2025-11-25's (the extension removed them).

@@ -113,7 +113,11 @@ fn call(
     let id = raw(id);
     let params = serde_json::value::to_raw_value(&params).unwrap();
     tokio::spawn(async move {
-        let mut request = Request::new(&id, Method::from_name(method), Some(&params));
+        let mut request = Request::new(
+            &id,
+            Method::from_name(method),
+            Some(crate::protocol::Raw::from(&*params)),
+        );
         router.request(&ctx, &mut request).await
     })
 }
@@ -140,7 +144,11 @@ fn error_code(frame: &Value) -> i64 {
 fn cancel(router: &Router, ctx: &RequestContext, request_id: Value) {
     let params = json!({ "requestId": request_id, "reason": "stop" });
     let params = serde_json::value::to_raw_value(&params).unwrap();
-    router.notification(ctx, "notifications/cancelled", Some(&params));
+    router.notification(
+        ctx,
+        "notifications/cancelled",
+        Some(crate::protocol::Raw::from(&*params)),
+    );
 }
 
 /// Issue 30: a call's params are parsed once on the way up (by the router,

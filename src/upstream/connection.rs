@@ -22,7 +22,7 @@ use super::UpstreamError;
 use super::events::UpstreamEvents;
 use super::message::{Origin, Outgoing};
 use crate::catalog::ListKind;
-use crate::protocol::{self, Envelope, Json, MessageKind, Method};
+use crate::protocol::{self, Json, MessageKind, Method, RawEnvelope};
 
 /// A transport that can send a request from the caller's own task (the
 /// Streamable HTTP link): no hop through a writer task, no task per POST.
@@ -640,7 +640,7 @@ impl Connection {
         if let Some(answered) = protocol::checked::response(line) {
             return self.answered(Some(answered.id), || Ok(answered.result));
         }
-        let envelope = match Envelope::parse(line) {
+        let envelope = match RawEnvelope::parse_raw(line) {
             Ok(e) => e,
             Err(e) => {
                 if let Some(suppressed) = self.noise.admit() {
@@ -659,7 +659,7 @@ impl Connection {
         }
     }
 
-    fn on_response(&self, envelope: &Envelope<'_>) {
+    fn on_response(&self, envelope: &RawEnvelope<'_>) {
         let id = envelope.id.and_then(|id| id.get().parse::<u64>().ok());
         self.answered(id, || match (envelope.result, envelope.error) {
             (Some(result), _) => Ok(Json::from(result)),
@@ -688,7 +688,7 @@ impl Connection {
         let _ = pending.reply.send(answer());
     }
 
-    fn on_notification(&self, envelope: &Envelope<'_>) {
+    fn on_notification(&self, envelope: &RawEnvelope<'_>) {
         let method = Method::from_name(envelope.method.as_deref().unwrap_or_default());
         match &method {
             Method::Progress => self.on_progress(envelope.params),
@@ -766,7 +766,7 @@ impl Connection {
     }
 
     /// Answers `ping`; relays what only a client can answer; refuses the rest.
-    fn on_request(&self, envelope: &Envelope<'_>, via: Option<u64>) {
+    fn on_request(&self, envelope: &RawEnvelope<'_>, via: Option<u64>) {
         let Some(id) = envelope.id else { return };
         let method = Method::from_name(envelope.method.as_deref().unwrap_or_default());
         match method {

@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use super::super::{Frame, Reply, RequestContext};
 use super::{Call, Connected, Served};
 use crate::credentials::FlowStart;
-use crate::protocol::Params;
 use crate::protocol::{self, Era, Method, RpcError, code};
+use crate::protocol::{Params, Raw};
 use crate::upstream::UpstreamError;
 use crate::upstream::UpstreamEvents as _;
 
@@ -81,7 +81,7 @@ pub(super) async fn first(
         let Some(Ok(params)) = owned
             .as_deref()
             .filter(|_| connected)
-            .map(|raw| Params::parse(Some(raw)))
+            .map(|raw| Params::parse(Some(Raw::from(raw))))
         else {
             let _ = sink.send(url_required(id.get(), &upstream, &start)).await;
             return;
@@ -366,7 +366,7 @@ mod tests {
             "inputResponses": { "e-1": { "action": "accept" } },
         });
         let raw = serde_json::value::to_raw_value(&retry).unwrap();
-        let mut params = Params::parse(Some(&raw)).unwrap();
+        let mut params = Params::parse(Some(Raw::from(&*raw))).unwrap();
         strip_own_round(&mut params);
         assert!(params.raw("requestState").is_none());
         assert!(params.raw("inputResponses").is_none());
@@ -377,7 +377,7 @@ mod tests {
     fn another_round_state_is_left_for_its_owner() {
         let raw =
             serde_json::value::to_raw_value(&json!({"requestState": "mcpmux.v1.abc"})).unwrap();
-        let mut params = Params::parse(Some(&raw)).unwrap();
+        let mut params = Params::parse(Some(Raw::from(&*raw))).unwrap();
         strip_own_round(&mut params);
         assert!(params.raw("requestState").is_some());
     }
