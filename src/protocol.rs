@@ -472,7 +472,7 @@ mod request;
 
 pub(crate) use checked::{Json, Raw};
 
-pub(crate) use params::{Params, ParamsError, RawMember};
+pub(crate) use params::{Params, ParamsError};
 pub(crate) use request::Request;
 
 pub(crate) use method::Method;

@@ -428,7 +428,7 @@ fn check_param_headers(
     };
     // The arguments are read only for a tool that mirrors some into headers.
     let arguments =
-        crate::xheader::arguments(params.raw("arguments").map(crate::protocol::RawMember::get));
+        crate::xheader::arguments(params.raw("arguments").map(crate::protocol::Raw::get));
     crate::xheader::validate(header_params, &arguments, lookup)
         .map_err(|why| mismatch(Some(id), why.to_string()))
 }

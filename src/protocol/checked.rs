@@ -53,11 +53,12 @@ impl std::fmt::Debug for Json {
 }
 
 /// A value's JSON text inside a message, checked: by serde (a message's
-/// `params` as [`super::Envelope::parse`] reads them) or by [`value_end`].
-/// A `RawValue` would be checked by serde however it was found; this is
-/// what lets the one-pass read hand a large value on unread.
+/// `params` as [`super::Envelope::parse`] reads them) or by [`value_end`],
+/// or a member found in such text (`params::Params`). A `RawValue` would
+/// be checked by serde however it was found; this is what lets the
+/// one-pass read hand a large value on unread.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Raw<'a>(&'a str);
+pub(crate) struct Raw<'a>(pub(super) &'a str);
 
 impl<'a> Raw<'a> {
     /// The text, as it came.

@@ -10,6 +10,8 @@ use std::borrow::{Borrow, Cow};
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
+use super::Raw;
+
 mod members;
 
 /// Why a request's params are not what its method needs: read here, or
@@ -50,20 +52,8 @@ impl Borrow<str> for Key<'_> {
     }
 }
 
-/// One member's value: its JSON text as the client wrote it, a slice of
-/// params the envelope's parse found valid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RawMember<'a>(&'a str);
-
-impl<'a> RawMember<'a> {
-    /// The value's JSON text.
-    pub(crate) fn get(self) -> &'a str {
-        self.0
-    }
-}
-
 /// The members by key, in the order the client sent them.
-type Members<'a> = IndexMap<Key<'a>, RawMember<'a>, crate::hashing::RandomState>;
+type Members<'a> = IndexMap<Key<'a>, Raw<'a>, crate::hashing::RandomState>;
 
 /// A request's params, member by member.
 pub(crate) struct Params<'a> {
@@ -82,7 +72,7 @@ impl<'a> Params<'a> {
             let found = members::members(raw.get()).ok_or(ParamsError::NotAnObject)?;
             members.reserve(found.len());
             for (key, value) in found {
-                members.insert(Key(key), RawMember(value));
+                members.insert(Key(key), Raw(value));
             }
         }
         let meta = match members.shift_remove("_meta") {
@@ -104,7 +94,7 @@ impl<'a> Params<'a> {
     }
 
     /// A member's raw JSON.
-    pub(crate) fn raw(&self, key: &str) -> Option<RawMember<'a>> {
+    pub(crate) fn raw(&self, key: &str) -> Option<Raw<'a>> {
         self.members.get(key).copied()
     }
 
@@ -151,7 +141,7 @@ impl<'a> Params<'a> {
     }
 
     /// Removes a member, giving its raw JSON.
-    pub(crate) fn take(&mut self, key: &str) -> Option<RawMember<'a>> {
+    pub(crate) fn take(&mut self, key: &str) -> Option<Raw<'a>> {
         self.members.shift_remove(key)
     }
 

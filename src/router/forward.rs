@@ -23,7 +23,7 @@ use super::{Admitted, Frame, Reply, RequestContext, RouteError};
 use crate::metrics::{Metrics, Outcome};
 use crate::protocol::Method;
 use crate::protocol::{self, Era, RpcError, code};
-use crate::protocol::{Params, RawMember};
+use crate::protocol::{Params, Raw};
 use crate::upstream::protect::limits::ClientKey;
 use crate::upstream::{Connection, UpstreamError, UpstreamHandle};
 
@@ -263,7 +263,7 @@ async fn send(
         if let (true, Some(state)) = (parkable, state) {
             let client = ctx.identity.as_ref().map(|i| &*i.client);
             let (parking, tasks) = (on.parking, on.tasks);
-            let (state, responses) = (state.get(), responses.map(RawMember::get));
+            let (state, responses) = (state.get(), responses.map(Raw::get));
             return park::resume(parking, tasks, id, client, &call.item, state, responses).await;
         }
     }

@@ -316,7 +316,7 @@ impl Connection {
                 .tool_headers(tool)
                 .map(|headers| {
                     let arguments = crate::xheader::arguments(
-                        params.raw("arguments").map(crate::protocol::RawMember::get),
+                        params.raw("arguments").map(crate::protocol::Raw::get),
                     );
                     crate::xheader::headers_for(&headers, &arguments)
                 })
