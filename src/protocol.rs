@@ -182,6 +182,14 @@ fn count_closing(stretch: &[u8]) -> usize {
     memchr::memchr2_iter(b']', b'}', stretch).count()
 }
 
+/// The first byte at or after `at` that is not JSON whitespace.
+fn skip_space(bytes: &[u8], mut at: usize) -> usize {
+    while matches!(bytes.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
 /// The index of the quote that closes the string whose contents start at
 /// `from`, skipping escaped characters; `None` if it never closes.
 fn string_end(bytes: &[u8], mut from: usize) -> Option<usize> {

@@ -19,7 +19,7 @@ use std::borrow::Cow;
 
 use serde_json::value::RawValue;
 
-use super::Envelope;
+use super::{Envelope, skip_space};
 
 /// JSON text of one value, checked: by serde (taken from a `RawValue`) or
 /// by [`value_end`]. What an upstream answered travels as this, so an
@@ -354,14 +354,6 @@ fn number_end(bytes: &[u8], mut at: usize) -> Option<usize> {
         at = digits(at)?;
     }
     Some(at)
-}
-
-/// The first byte at or after `at` that is not JSON whitespace.
-fn skip_space(bytes: &[u8], mut at: usize) -> usize {
-    while matches!(bytes.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-        at += 1;
-    }
-    at
 }
 
 #[cfg(test)]

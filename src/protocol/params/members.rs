@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use crate::protocol::string_end;
+use crate::protocol::{skip_space, string_end};
 
 /// One member's key and its value's JSON text, in the order they came.
 pub(super) type Member<'a> = (Cow<'a, str>, &'a str);
@@ -57,14 +57,6 @@ fn key_of(text: &str, open: usize, close: usize) -> Option<Cow<'_, str>> {
     serde_json::from_str::<String>(&text[open..=close])
         .ok()
         .map(Cow::Owned)
-}
-
-/// The first byte at or after `at` that is not JSON whitespace.
-fn skip_space(bytes: &[u8], mut at: usize) -> usize {
-    while matches!(bytes.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-        at += 1;
-    }
-    at
 }
 
 /// Just past the value that starts at `start`.
