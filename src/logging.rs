@@ -238,20 +238,59 @@ fn own_line(event: &tracing::Event<'_>) -> String {
         out: String::with_capacity(384),
         first: true,
     };
-    // The library's format (RFC 3339 in UTC, to the microsecond), written
-    // by humantime into one fixed buffer rather than field by field.
-    let _ = write!(
-        fields.out,
-        r#"{{"timestamp":"{}","level":"{}","fields":{{"#,
-        humantime::format_rfc3339_micros(std::time::SystemTime::now()),
-        meta.level().as_str()
-    );
+    fields.out.push_str(r#"{"timestamp":""#);
+    push_timestamp(&mut fields.out, std::time::SystemTime::now());
+    fields.out.push_str(r#"","level":""#);
+    fields.out.push_str(meta.level().as_str());
+    fields.out.push_str(r#"","fields":{"#);
     event.record(&mut fields);
     let mut line = fields.out;
     line.push_str(r#"},"target":"#);
     crate::protocol::push_json_string(&mut line, meta.target());
     line.push_str("}\n");
     line
+}
+
+/// `time` in the library's format, RFC 3339 in UTC to the microsecond
+/// (humantime's `format_rfc3339_micros`). The date and time of day are
+/// formatted once a second per thread and kept; each line adds only its
+/// microseconds.
+fn push_timestamp(out: &mut String, time: std::time::SystemTime) {
+    /// `YYYY-MM-DDTHH:MM:SS` of the second last formatted on this thread.
+    struct Second {
+        unix: u64,
+        text: String,
+    }
+    thread_local! {
+        static SECOND: std::cell::RefCell<Second> = const {
+            std::cell::RefCell::new(Second { unix: u64::MAX, text: String::new() })
+        };
+    }
+    let Ok(since) = time.duration_since(std::time::UNIX_EPOCH) else {
+        // Before 1970: humantime's own (it writes the epoch).
+        let _ = write!(out, "{}", humantime::format_rfc3339_micros(time));
+        return;
+    };
+    let unix = since.as_secs();
+    SECOND.with_borrow_mut(|second| {
+        if second.unix != unix {
+            let whole = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix);
+            second.text.clear();
+            let _ = write!(second.text, "{}", humantime::format_rfc3339_seconds(whole));
+            // The seconds format ends with `Z`; the microseconds go before it.
+            second.text.pop();
+            second.unix = unix;
+        }
+        out.push_str(&second.text);
+    });
+    let micros = since.subsec_micros();
+    let mut digits = [b'.', b'0', b'0', b'0', b'0', b'0', b'0', b'Z'];
+    let mut rest = micros;
+    for digit in digits[1..7].iter_mut().rev() {
+        *digit = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    out.push_str(std::str::from_utf8(&digits).expect("ASCII digits"));
 }
 
 /// An event's fields as the members of a JSON object, each value as
@@ -292,19 +331,22 @@ impl tracing::field::Visit for JsonFields {
 
     fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
         self.key(field);
-        let _ = write!(self.out, "{value}");
+        self.out.push_str(itoa::Buffer::new().format(value));
     }
 
     fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
         self.key(field);
-        let _ = write!(self.out, "{value}");
+        self.out.push_str(itoa::Buffer::new().format(value));
     }
 
     fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
         self.key(field);
-        // serde_json's own float format (and `null` for NaN or infinity).
-        self.out
-            .push_str(&serde_json::to_string(&value).unwrap_or_else(|_| "null".into()));
+        // serde_json's own float format (zmij's shortest digits, which
+        // serde_json writes), and `null` for NaN or infinity.
+        match value.is_finite() {
+            true => self.out.push_str(zmij::Buffer::new().format_finite(value)),
+            false => self.out.push_str("null"),
+        }
     }
 }
 
@@ -392,6 +434,35 @@ mod tests {
                 line.replacen(&stamp, "T", 1)
             })
             .collect()
+    }
+
+    /// The kept second and the written microseconds are humantime's
+    /// format, across second, minute, day and year boundaries, on one
+    /// thread one after the other as a busy gateway logs.
+    #[test]
+    fn timestamps_are_humantimes_rfc3339_micros() {
+        let base = [
+            0_u64,
+            1_700_000_000,
+            1_735_689_599, // 2024-12-31T23:59:59
+            1_709_164_799, // 2024-02-28T23:59:59, before a leap day
+            4_102_444_799, // 2099-12-31T23:59:59
+        ];
+        let offsets_us = [
+            0_u64, 1, 9, 10, 999_999, 1_000_000, 1_000_001, 59_999_999, 60_000_000,
+        ];
+        for unix in base {
+            for offset in offsets_us {
+                let time = std::time::UNIX_EPOCH
+                    + std::time::Duration::from_secs(unix)
+                    + std::time::Duration::from_micros(offset)
+                    + std::time::Duration::from_nanos(999);
+                let mut ours = String::new();
+                push_timestamp(&mut ours, time);
+                let theirs = humantime::format_rfc3339_micros(time).to_string();
+                assert_eq!(ours, theirs, "{unix} + {offset} µs");
+            }
+        }
     }
 
     #[test]

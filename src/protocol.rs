@@ -7,7 +7,6 @@
 //! concatenation of already-serialized pieces.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -272,14 +271,20 @@ impl<'a> Envelope<'a> {
     /// Parses one message's envelope; the bodies stay borrowed from `text`.
     pub(crate) fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
         // The one-pass read takes the common message; serde the rest.
-        match checked::envelope(text) {
-            Some(envelope) => {
-                #[cfg(test)]
-                ENVELOPES.with(|n| n.set(n.get() + 1));
-                Ok(envelope)
-            }
+        match Self::parse_common(text, usize::MAX) {
+            Some(envelope) => Ok(envelope),
             None => Self::read(text),
         }
+    }
+
+    /// The common message (see [`checked::envelope`]) if `text` is one
+    /// that nests at most `max_depth` deep, read and checked in one pass;
+    /// `None` for any other text, which [`Envelope::parse`] then reads.
+    pub(crate) fn parse_common(text: &'a str, max_depth: usize) -> Option<Self> {
+        let envelope = checked::envelope(text, max_depth)?;
+        #[cfg(test)]
+        ENVELOPES.with(|n| n.set(n.get() + 1));
+        Some(envelope)
     }
 }
 
@@ -404,7 +409,9 @@ pub(crate) fn error_frame(id: Option<&str>, error: &RpcError) -> String {
 /// `{"jsonrpc":"2.0","id":N,"method":M,"params":P}` with a numeric id.
 pub(crate) fn request_frame(id: u64, method: &str, params: Option<&str>) -> String {
     let mut out = String::with_capacity(64 + params.map_or(0, str::len));
-    let _ = write!(out, r#"{{"jsonrpc":"2.0","id":{id},"method":"#);
+    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    out.push_str(itoa::Buffer::new().format(id));
+    out.push_str(r#","method":"#);
     push_json_string(&mut out, method);
     if let Some(params) = params {
         out.push_str(r#","params":"#);

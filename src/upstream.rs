@@ -37,7 +37,9 @@ use serde_json::value::RawValue;
 use tokio::sync::watch;
 
 pub(crate) use connection::Request;
-pub(crate) use connection::{Answer, Connection, ListsChanged, Prepared, ProgressRoute, Sent};
+pub(crate) use connection::{
+    Answer, CallStream, Connection, ListsChanged, Prepared, ProgressRoute, Sent,
+};
 pub(crate) use events::{
     AskRefused, ClientAnswer, ClientAsk, InputAsk, UpstreamEvents, check_declared,
 };

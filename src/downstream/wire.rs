@@ -290,6 +290,29 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind),
     // where it has them; serde then reads it as the `str` it is.
     let text = simdutf8::basic::from_utf8(bytes)
         .map_err(|_| bad(code::PARSE_ERROR, "body is not valid UTF-8".into(), None))?;
+    // The common message, read in one pass that also bounds its depth;
+    // anything else is judged step by step below.
+    let envelope = match Envelope::parse_common(text, protocol::MAX_NESTING) {
+        Some(envelope) => envelope,
+        None => parse_uncommon(text, &bad)?,
+    };
+    match envelope.kind() {
+        Ok(kind) => Ok((envelope, kind)),
+        Err(e) => Err(bad(
+            code::INVALID_REQUEST,
+            e.to_string(),
+            envelope.id.map(RawValue::get),
+        )),
+    }
+}
+
+/// [`parse_message`] of a message the one-pass read does not take: too
+/// deep, a batch, broken, or one serde reads.
+#[allow(clippy::result_large_err)]
+fn parse_uncommon<'t>(
+    text: &'t str,
+    bad: &impl Fn(i64, String, Option<&str>) -> Response,
+) -> Result<Envelope<'t>, Response> {
     if protocol::nesting_exceeds(text, protocol::MAX_NESTING) {
         let error = protocol::too_deep();
         let id = Envelope::parse(text)
@@ -308,16 +331,7 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<(Envelope<'_>, MessageKind),
             None,
         ));
     }
-    let envelope = Envelope::parse(text)
-        .map_err(|e| bad(code::PARSE_ERROR, format!("parse error: {e}"), None))?;
-    match envelope.kind() {
-        Ok(kind) => Ok((envelope, kind)),
-        Err(e) => Err(bad(
-            code::INVALID_REQUEST,
-            e.to_string(),
-            envelope.id.map(RawValue::get),
-        )),
-    }
+    Envelope::parse(text).map_err(|e| bad(code::PARSE_ERROR, format!("parse error: {e}"), None))
 }
 
 #[cfg(test)]

@@ -98,7 +98,7 @@ pub(crate) struct Answered {
 /// which the full parse then reads and judges.
 pub(crate) fn response(text: &str) -> Option<Answered> {
     let (mut version, mut id, mut result) = (false, None, None);
-    each_member(text, |key, value| {
+    each_member(text, usize::MAX, |key, value| {
         match key {
             b"jsonrpc" if !version && value == "\"2.0\"" => version = true,
             b"id" if id.is_none() => id = Some(value.parse::<u64>().ok()?),
@@ -120,9 +120,11 @@ pub(crate) fn response(text: &str) -> Option<Answered> {
 
 /// `text` as the envelope serde would read from it, when its `jsonrpc`
 /// and `method` are plain strings (no escape), it has no `result` or
-/// `error`, and no member comes twice: every byte checked, the params
-/// handed on unread. `None` for anything else, which serde then reads.
-pub(crate) fn envelope(text: &str) -> Option<Envelope<'_>> {
+/// `error`, no member comes twice and it nests arrays and objects at most
+/// `max_depth` deep (the message's own object counts): every byte
+/// checked, the params handed on unread. `None` for anything else, which
+/// serde then reads (and the depth check judges).
+pub(crate) fn envelope(text: &str, max_depth: usize) -> Option<Envelope<'_>> {
     let mut envelope = Envelope {
         jsonrpc: None,
         id: None,
@@ -132,7 +134,7 @@ pub(crate) fn envelope(text: &str) -> Option<Envelope<'_>> {
         error: None,
     };
     let (mut id, mut params) = (false, false);
-    each_member(text, |key, value| {
+    each_member(text, max_depth, |key, value| {
         match key {
             b"jsonrpc" if envelope.jsonrpc.is_none() => {
                 envelope.jsonrpc = Some(Cow::Borrowed(plain_string(value)?));
@@ -163,13 +165,16 @@ fn plain_string(value: &str) -> Option<&str> {
 }
 
 /// Walks the members of the object that is all of `text` (whitespace
-/// around it allowed), checking each value on the way; `visit` gets each
-/// key (as it is: one with an escape ends the walk with `None`) and its
-/// value's text, and ends the walk with `None`.
+/// around it allowed, arrays and objects at most `max_depth` deep, the
+/// object itself one of them), checking each value on the way; `visit`
+/// gets each key (as it is: one with an escape ends the walk with `None`)
+/// and its value's text, and ends the walk with `None`.
 fn each_member<'t>(
     text: &'t str,
+    max_depth: usize,
     mut visit: impl FnMut(&[u8], &'t str) -> Option<()>,
 ) -> Option<()> {
+    let depth = max_depth.checked_sub(1)?;
     let bytes = text.as_bytes();
     let mut at = skip_space(bytes, 0);
     if bytes.get(at) != Some(&b'{') {
@@ -190,7 +195,7 @@ fn each_member<'t>(
             return None;
         }
         let start = skip_space(bytes, at + 1);
-        let end = value_end(bytes, start)?;
+        let end = value_end_within(bytes, start, depth)?;
         visit(key, &text[start..end])?;
         at = skip_space(bytes, end);
         match bytes.get(at)? {
@@ -204,11 +209,21 @@ fn each_member<'t>(
 
 /// Just past the one JSON value that starts at `start` (no whitespace
 /// before it), or `None` if the text there is not one.
+#[cfg(test)]
 pub(crate) fn value_end(bytes: &[u8], start: usize) -> Option<usize> {
-    // The open arrays and objects, innermost last: `true` for an object.
-    let mut open: Vec<bool> = Vec::new();
+    value_end_within(bytes, start, usize::MAX)
+}
+
+/// [`value_end`] of a value that nests arrays and objects at most
+/// `max_depth` deep (itself one of them, if it is one); `None` for a
+/// deeper one too.
+fn value_end_within(bytes: &[u8], start: usize, max_depth: usize) -> Option<usize> {
+    let mut open = Open::default();
     let mut at = start;
     loop {
+        if matches!(bytes.get(at), Some(b'{' | b'[')) && open.len() >= max_depth {
+            return None;
+        }
         // A value.
         at = match *bytes.get(at)? {
             b'"' => string_end(bytes, at + 1)? + 1,
@@ -239,7 +254,7 @@ pub(crate) fn value_end(bytes: &[u8], start: usize) -> Option<usize> {
         };
         // After a value: the next one in the innermost container, or its end.
         loop {
-            let Some(&object) = open.last() else {
+            let Some(object) = open.last() else {
                 return Some(at);
             };
             at = skip_space(bytes, at);
@@ -259,6 +274,46 @@ pub(crate) fn value_end(bytes: &[u8], start: usize) -> Option<usize> {
                 _ => return None,
             }
         }
+    }
+}
+
+/// The arrays and objects open around a value, innermost last: `true`
+/// for an object. The first 128 levels are bits in place (a message
+/// nests far less), so a check allocates nothing.
+#[derive(Default)]
+struct Open {
+    bits: u128,
+    len: usize,
+    /// Levels beyond the first 128, innermost last.
+    deeper: Vec<bool>,
+}
+
+impl Open {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, object: bool) {
+        match self.len {
+            0..128 => self.bits = (self.bits & !(1 << self.len)) | (u128::from(object) << self.len),
+            _ => self.deeper.push(object),
+        }
+        self.len += 1;
+    }
+
+    fn last(&self) -> Option<bool> {
+        match self.len {
+            0 => None,
+            1..=128 => Some(self.bits >> (self.len - 1) & 1 == 1),
+            _ => self.deeper.last().copied(),
+        }
+    }
+
+    fn pop(&mut self) {
+        if self.len > 128 {
+            self.deeper.pop();
+        }
+        self.len = self.len.saturating_sub(1);
     }
 }
 

@@ -96,6 +96,28 @@ fn depth_is_not_limited_as_serde_does_not_limit_a_skipped_value() {
     assert!(ours(&deep));
     assert_eq!(ours(&deep), serdes(&deep));
     assert!(!ours(&deep[..deep.len() - 1]));
+    // Objects and arrays in turn, past the levels kept in place: each
+    // closing bracket must match its own opening one.
+    let (mut open, mut close) = (String::new(), String::new());
+    for level in 0..300 {
+        match level % 3 {
+            0 => (open.push_str(r#"{"k":"#), close.insert(0, '}')),
+            _ => (open.push('['), close.insert(0, ']')),
+        };
+    }
+    let mixed = format!("{open}1{close}");
+    assert!(ours(&mixed));
+    assert_eq!(ours(&mixed), serdes(&mixed));
+    for at in [close.len() - 1, close.len() - 250, 50, 3] {
+        let mut wrong = close.clone().into_bytes();
+        wrong[at] = if wrong[at] == b']' { b'}' } else { b']' };
+        let wrong = format!("{open}1{}", String::from_utf8(wrong).unwrap());
+        assert!(
+            !ours(&wrong),
+            "a bracket that closes the wrong kind at {at}"
+        );
+        assert_eq!(ours(&wrong), serdes(&wrong));
+    }
 }
 
 #[test]
@@ -144,7 +166,7 @@ fn anything_but_a_plain_response_is_left_to_the_full_parse() {
 #[test]
 fn a_plain_message_is_read_in_the_one_pass() {
     let text = r#"{"jsonrpc":"2.0","id":"a-1","method":"tools/call","params":{"name":"t","arguments":{"text":"x\ny"}},"x":[null]}"#;
-    let request = envelope(text).expect("a plain request");
+    let request = envelope(text, usize::MAX).expect("a plain request");
     assert_eq!(request.jsonrpc.as_deref(), Some("2.0"));
     assert_eq!(request.method.as_deref(), Some("tools/call"));
     assert_eq!(request.id.map(RawValue::get), Some(r#""a-1""#));
@@ -152,7 +174,11 @@ fn a_plain_message_is_read_in_the_one_pass() {
         request.params.map(Raw::get),
         Some(r#"{"name":"t","arguments":{"text":"x\ny"}}"#)
     );
-    let note = envelope(r#"{"jsonrpc":"2.0","method":"x","params":null,"id":null}"#).unwrap();
+    let note = envelope(
+        r#"{"jsonrpc":"2.0","method":"x","params":null,"id":null}"#,
+        usize::MAX,
+    )
+    .unwrap();
     assert!(note.params.is_none(), "null params are no params");
     assert_eq!(note.id.map(RawValue::get), Some("null"));
     for text in [
@@ -167,7 +193,7 @@ fn a_plain_message_is_read_in_the_one_pass() {
         r#"{"jsonrpc":"2.0","method":"a","params":{"x":""}}"#,
         r#"{"jsonrpc":"2.0","method":"a"} ,"#,
     ] {
-        assert!(envelope(text).is_none(), "{text}");
+        assert!(envelope(text, usize::MAX).is_none(), "{text}");
     }
 }
 
@@ -282,7 +308,7 @@ proptest! {
             edited(),
         ]
     ) {
-        if let Some(fast) = envelope(&text) {
+        if let Some(fast) = envelope(&text, usize::MAX) {
             let full = Envelope::read(&text);
             prop_assert!(full.is_ok(), "{:?}", text);
             let full = full.unwrap();
@@ -293,6 +319,23 @@ proptest! {
             prop_assert!(fast.result.is_none() && full.result.is_none());
             prop_assert!(fast.error.is_none() && full.error.is_none());
         }
+    }
+
+    /// The depth bound is the gateway's nesting check: a message the
+    /// bounded read takes is not too deep, and one it refuses only for
+    /// depth is.
+    #[test]
+    fn a_bounded_envelope_is_one_no_deeper_than_allowed(
+        text in prop_oneof![
+            message().prop_map(|m| m.to_string()),
+            edited_from(message()),
+        ],
+        max_depth in 1_usize..6,
+    ) {
+        let unbounded = envelope(&text, usize::MAX).is_some();
+        let bounded = envelope(&text, max_depth).is_some();
+        let too_deep = crate::protocol::nesting_exceeds(&text, max_depth);
+        prop_assert_eq!(bounded, unbounded && !too_deep, "{:?} at {}", text, max_depth);
     }
 
     #[test]

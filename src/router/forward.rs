@@ -25,7 +25,7 @@ use crate::protocol::Method;
 use crate::protocol::{self, Era, RpcError, code};
 use crate::protocol::{Params, Raw};
 use crate::upstream::protect::limits::ClientKey;
-use crate::upstream::{Connection, UpstreamError, UpstreamHandle};
+use crate::upstream::{CallStream, Connection, UpstreamError, UpstreamHandle};
 
 /// Frames buffered for a streaming reply. Progress beyond this is dropped
 /// (see [`ProgressRoute::sink`]); the final response always gets through.
@@ -441,10 +441,12 @@ impl Flight {
     /// (sampling, elicitation, roots): a plain answer unless it does.
     async fn asked(mut self, ctx: &RequestContext, on: Served<'_>) -> Reply {
         self.ask_back(ctx, on);
-        let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
-        self.exchange.progress = Some((None, sink));
+        // No channel until the upstream asks something: most calls are
+        // asked nothing.
+        let stream = CallStream::lazy(STREAM_CAPACITY);
+        self.exchange.progress = Some((None, stream.clone()));
         let sent = self.sent().await;
-        answer_or_stream(self.finishing(sent), frames, on.tasks).await
+        answer_or_stream(self.finishing(sent), stream, on.tasks).await
     }
 
     /// A call whose client asked for progress (or a modern log level):
@@ -459,11 +461,12 @@ impl Flight {
         if askable {
             self.ask_back(ctx, on);
         }
-        let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
+        let (stream, frames) = CallStream::open(STREAM_CAPACITY);
+        let sink = stream.sender();
         self.tap_logs(ctx, on);
         let client_token = serde_json::value::to_raw_value(&client_token.unwrap_or(Value::Null))
             .unwrap_or_else(|_| RawValue::NULL.to_owned());
-        self.exchange.progress = Some((Some(client_token), sink.clone()));
+        self.exchange.progress = Some((Some(client_token), stream));
         let sent = self.sent().await;
         // One task per streaming call, at most `MAX_CALLS_IN_FLIGHT` per session.
         let span = tracing::debug_span!("call", upstream = %self.exchange.handle.name(), method = self.exchange.method.name());
@@ -490,7 +493,7 @@ impl Flight {
     ) -> Reply {
         let (asks, asked) = mpsc::channel(PARK_CAPACITY);
         self.exchange.asks = Some(asks);
-        let (sink, frames) = mpsc::channel(STREAM_CAPACITY);
+        let (stream, frames) = CallStream::open(STREAM_CAPACITY);
         let mut token = None;
         if streaming {
             self.tap_logs(ctx, on);
@@ -498,7 +501,7 @@ impl Flight {
                 .as_ref()
                 .and_then(|t| serde_json::value::to_raw_value(t).ok());
         }
-        self.exchange.progress = Some((token, sink));
+        self.exchange.progress = Some((token, stream));
         let sent = self.sent().await;
         let exchange = &self.exchange;
         let id = exchange.client_id.clone();
@@ -543,23 +546,22 @@ impl Flight {
     }
 }
 
-/// A plain answer, unless the upstream asks the client something first:
-/// then the reply becomes a stream of those requests and the answer, fed
-/// by a task (on the tracker) until the call ends.
+/// A plain answer, unless the upstream asks the client something first
+/// (which opens `stream`): then the reply becomes a stream of those
+/// requests and the answer, fed by a task (on the tracker) until the call
+/// ends.
 async fn answer_or_stream(
     mut finishing: std::pin::Pin<Box<dyn std::future::Future<Output = Frame> + Send>>,
-    mut frames: mpsc::Receiver<String>,
+    stream: CallStream,
     tasks: &tokio_util::task::TaskTracker,
 ) -> Reply {
-    let first = tokio::select! {
+    let frames = tokio::select! {
         biased;
         frame = &mut finishing => return Reply::Ready(frame),
-        first = frames.recv() => first,
+        frames = stream.opened() => frames,
     };
+    drop(stream);
     let (out, reply) = mpsc::channel(STREAM_CAPACITY);
-    if let Some(first) = first {
-        let _ = out.try_send(first);
-    }
     let feed = async move {
         let mut frames = Some(frames);
         loop {

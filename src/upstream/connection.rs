@@ -73,7 +73,7 @@ pub(crate) struct ProgressRoute {
     /// Frames for the client's response stream. Progress is sent with
     /// `try_send`: when the client is this far behind, progress is dropped
     /// (a later progress notification supersedes it); the result never is.
-    pub sink: mpsc::Sender<String>,
+    pub sink: CallStream,
     /// Milliseconds since `started` of the latest progress, so the caller's
     /// timeout can restart on progress.
     pub last_progress: Arc<AtomicU64>,
@@ -760,7 +760,7 @@ impl Connection {
             protocol::method::PROGRESS,
             Some(&Value::Object(params).to_string()),
         );
-        if route.sink.try_send(frame).is_err() {
+        if !route.sink.try_send(frame) {
             tracing::debug!(upstream = %self.upstream, id, "client is behind; progress notification dropped");
         }
     }
@@ -791,5 +791,8 @@ impl Connection {
 mod ask;
 #[cfg(test)]
 mod ask_tests;
+mod stream;
+
+pub(crate) use stream::CallStream;
 #[cfg(test)]
 mod tests;

@@ -14,13 +14,11 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
 use super::{CallGuard, Exchange};
 use crate::notify::NotifyHub;
 use crate::protocol::{self, Json, Method};
 use crate::router::RouteError;
-use crate::upstream::{ClientAnswer, Connection, UpstreamError, UpstreamEvents};
+use crate::upstream::{CallStream, ClientAnswer, Connection, UpstreamError, UpstreamEvents};
 
 /// Asks one 2025-era session's client on behalf of a modern upstream.
 pub(super) struct Asker {
@@ -36,7 +34,7 @@ impl Asker {
         &self,
         method: &Method,
         params: Option<&RawValue>,
-        sink: &mpsc::Sender<String>,
+        sink: &CallStream,
         timeout: Duration,
     ) -> Result<ClientAnswer, String> {
         let ask = self
@@ -44,7 +42,9 @@ impl Asker {
             .ask_client(self.session, method, params)
             .map_err(|e| e.to_string())?;
         let frame = protocol::request_frame_with_id(&ask.id, method.name(), params);
-        // One deadline for sending and answering alike.
+        // One deadline for sending and answering alike. The first request
+        // opens the call's stream.
+        let sink = sink.sender();
         let exchange = async {
             if sink.send(frame).await.is_err() {
                 return Err("the client's stream for the call closed");

@@ -17,7 +17,7 @@ use super::{CallGuard, bridge};
 use crate::metrics::{Metrics, Outcome};
 use crate::protocol::{self, Era, Json, Method};
 use crate::upstream::{
-    Connection, Origin, ProgressRoute, Request, Sent, UpstreamError, UpstreamHandle,
+    CallStream, Connection, Origin, ProgressRoute, Request, Sent, UpstreamError, UpstreamHandle,
 };
 
 /// The bookkeeping of one forwarded request while it waits.
@@ -47,7 +47,7 @@ pub(super) struct Exchange {
     pub(super) last_progress: Arc<AtomicU64>,
     /// The client's progress token (if it asked for progress) and the
     /// call's stream, when the reply streams or may become a stream.
-    pub(super) progress: Option<(Option<Box<RawValue>>, mpsc::Sender<String>)>,
+    pub(super) progress: Option<(Option<Box<RawValue>>, CallStream)>,
     pub(super) era: Era,
     /// Upstream log messages for this request's stream (modern `logLevel`).
     pub(super) log_tap: Option<LogTap>,
@@ -97,9 +97,9 @@ impl Drop for LogTap {
 
 impl LogTap {
     /// Moves every queued log message to the request's stream.
-    pub(super) fn drain(&self, sink: &mpsc::Sender<String>) {
+    pub(super) fn drain(&self, sink: &CallStream) {
         while let Some((_, frame)) = self.subscriber.outbox.next_event() {
-            if sink.try_send(frame.to_string()).is_err() {
+            if !sink.try_send(frame.to_string()) {
                 tracing::debug!("client is behind; log notification dropped");
             }
         }

@@ -70,7 +70,7 @@ enum Client {
     /// session once the session can take it.
     Session {
         session: u64,
-        sink: mpsc::Sender<String>,
+        sink: super::CallStream,
         ask: Option<ClientAsk>,
     },
     /// A stateless call, through its reply (an `input_required` result);
@@ -293,6 +293,8 @@ impl Relay {
                     session_ask = Some((*session, ask.id.clone()));
                     let frame =
                         protocol::request_frame_with_id(&ask.id, method.name(), params.as_deref());
+                    // The first request for the client opens the call's stream.
+                    let sink = sink.sender();
                     if sink.send(frame).await.is_err() {
                         return Err("the client's stream for the call closed");
                     }

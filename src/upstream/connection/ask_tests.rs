@@ -25,25 +25,36 @@ async fn call_of(up: &FakeUpstream, session: Option<u64>) -> (u64, mpsc::Receive
 async fn call_with_stream(
     up: &FakeUpstream,
     session: Option<u64>,
-    stream: (mpsc::Sender<String>, mpsc::Receiver<String>),
+    (sink, stream): (mpsc::Sender<String>, mpsc::Receiver<String>),
 ) -> (u64, mpsc::Receiver<String>) {
-    call_with_asks(up, session, stream, None).await
+    let id = call_with_asks(up, session, CallStream::Open(sink), None).await;
+    (id, stream)
+}
+
+/// A session's call as the router makes one that nothing has been sent
+/// on yet: its stream opens when the first request for its client does.
+async fn lazy_call_of(up: &FakeUpstream, session: u64) -> (u64, CallStream) {
+    let stream = CallStream::lazy(8);
+    (
+        call_with_asks(up, Some(session), stream.clone(), None).await,
+        stream,
+    )
 }
 
 /// A stateless call whose client is asked through its reply: its upstream
 /// id and where the requests for its client arrive.
 async fn stateless_call(up: &FakeUpstream) -> (u64, mpsc::Receiver<crate::upstream::InputAsk>) {
     let (asks, asked) = mpsc::channel(4);
-    let (id, _stream) = call_with_asks(up, None, mpsc::channel(8), Some(asks)).await;
+    let id = call_with_asks(up, None, CallStream::open(8).0, Some(asks)).await;
     (id, asked)
 }
 
 async fn call_with_asks(
     up: &FakeUpstream,
     session: Option<u64>,
-    (sink, stream): (mpsc::Sender<String>, mpsc::Receiver<String>),
+    sink: CallStream,
     asks: Option<mpsc::Sender<crate::upstream::InputAsk>>,
-) -> (u64, mpsc::Receiver<String>) {
+) -> u64 {
     let id = up.conn.next_id();
     let request = Request {
         method: Method::ToolsCall,
@@ -64,7 +75,7 @@ async fn call_with_asks(
     };
     let _answer = up.conn.send_request(id, request).await.unwrap();
     std::mem::forget(_answer);
-    (id, stream)
+    id
 }
 
 const ELICIT: &str = r#"{"jsonrpc":"2.0","id":41,"method":"elicitation/create","params":{"message":"Name?","requestedSchema":{"type":"object"}}}"#;
@@ -102,17 +113,20 @@ async fn answered_only_at_the_timeout(up: &mut FakeUpstream) {
 #[tokio::test(start_paused = true)]
 async fn a_request_on_a_calls_stream_goes_to_that_calls_client_and_back() {
     let mut up = FakeUpstream::new("alpha");
-    let (_other, mut other_stream) = call_of(&up, Some(8)).await;
-    let (call, mut stream) = call_of(&up, Some(7)).await;
+    let (_other, other_stream) = lazy_call_of(&up, 8).await;
+    let (call, stream) = lazy_call_of(&up, 7).await;
+    assert!(!stream.is_open(), "nothing has been sent on the call yet");
     up.conn.dispatch_from(ELICIT, Some(call)).await;
 
-    let relayed: Value = serde_json::from_str(&within(stream.recv()).await.unwrap()).unwrap();
+    // The request opened the call's stream, and is its first frame.
+    let mut frames = within(stream.opened()).await;
+    let relayed: Value = serde_json::from_str(&within(frames.recv()).await.unwrap()).unwrap();
     assert_eq!(relayed["method"], "elicitation/create");
     assert_eq!(relayed["id"], "ask-1", "the client sees the gateway's id");
     assert_eq!(relayed["params"]["message"], "Name?");
     assert!(
-        other_stream.try_recv().is_err(),
-        "the other session hears nothing"
+        !other_stream.is_open(),
+        "the other session hears nothing: its stream was never opened"
     );
     let (session, method, _, reply) = up.events.asked.lock().unwrap().pop().unwrap();
     assert_eq!((session, method), (7, Method::Elicit));

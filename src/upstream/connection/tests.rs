@@ -249,7 +249,7 @@ async fn close_fails_every_pending_request_and_later_ones() {
 #[tokio::test(start_paused = true)]
 async fn progress_goes_to_the_calls_stream_under_the_clients_token() {
     let up = FakeUpstream::new("alpha");
-    let (sink, mut frames) = mpsc::channel(4);
+    let (sink, mut frames) = mpsc::channel::<String>(4);
     let last_progress = Arc::new(AtomicU64::new(0));
     let started = Instant::now()
         .checked_sub(Duration::from_secs(3))
@@ -258,7 +258,7 @@ async fn progress_goes_to_the_calls_stream_under_the_clients_token() {
     let request = Request {
         progress: Some(ProgressRoute {
             client_token: Some(serde_json::value::to_raw_value("client-token").unwrap()),
-            sink,
+            sink: CallStream::Open(sink),
             last_progress: last_progress.clone(),
             started,
             asks: None,
