@@ -138,7 +138,7 @@ pub(crate) struct UpstreamView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Target {
     pub upstream: Arc<str>,
-    pub original: Box<str>,
+    pub original: Arc<str>,
     /// Its policy key: the name with its upstream's prefix.
     pub key: Box<str>,
 }

@@ -33,6 +33,14 @@ const FLUSH_AT: usize = 64 << 10;
 /// The writer's drop counter, once logging is set up.
 static DROPPED: OnceLock<Arc<Buffer>> = OnceLock::new();
 
+/// Where [`CallAudit::write_directly`] writes: set when the log is JSON
+/// lines and its filter has no span or field directive (which only
+/// tracing's own dispatch would apply).
+static DIRECT: OnceLock<Arc<Buffer>> = OnceLock::new();
+
+/// The target of the gateway's audit events.
+pub(crate) const AUDIT_TARGET: &str = "mcpmux::audit";
+
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -77,8 +85,12 @@ pub fn init(format: Format) -> LogGuard {
                 drop(done);
             })
     };
+    let directives = std::env::var(tracing_subscriber::EnvFilter::DEFAULT_ENV).ok();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if format == Format::Json && !directives.is_some_and(|d| d.contains('[')) {
+        let _ = DIRECT.set(buffer.clone());
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(LineSink(buffer.clone()))
@@ -234,21 +246,60 @@ where
 /// it, built in one buffer without a serializer per field.
 fn own_line(event: &tracing::Event<'_>) -> String {
     let meta = event.metadata();
-    let mut fields = JsonFields {
-        out: String::with_capacity(384),
-        first: true,
-    };
-    fields.out.push_str(r#"{"timestamp":""#);
-    push_timestamp(&mut fields.out, std::time::SystemTime::now());
-    fields.out.push_str(r#"","level":""#);
-    fields.out.push_str(meta.level().as_str());
-    fields.out.push_str(r#"","fields":{"#);
+    let mut fields = JsonFields::start(meta.level());
     event.record(&mut fields);
-    let mut line = fields.out;
-    line.push_str(r#"},"target":"#);
-    crate::protocol::push_json_string(&mut line, meta.target());
-    line.push_str("}\n");
-    line
+    fields.end(meta.target())
+}
+
+/// The audit line of one call, as `tracing::info!(target: AUDIT_TARGET,
+/// message = "call", client, method, upstream, item, outcome, duration_ms,
+/// request_id)` writes it.
+pub(crate) struct CallAudit<'a> {
+    pub client: &'a str,
+    pub method: &'a str,
+    pub upstream: &'a str,
+    pub item: &'a str,
+    pub outcome: &'a str,
+    pub duration_ms: f64,
+    pub request_id: &'a str,
+}
+
+impl CallAudit<'_> {
+    /// Writes the line straight to the log, as the JSON format would,
+    /// without tracing's dispatch and its visit of each field; false when
+    /// it must go through tracing instead: the log is not JSON lines, its
+    /// filter has span or field directives or leaves the audit out, or a
+    /// span is current (its fields would be part of the line).
+    pub(crate) fn write_directly(&self) -> bool {
+        let Some(buffer) = DIRECT.get() else {
+            return false;
+        };
+        if !Self::direct_applies() {
+            return false;
+        }
+        buffer.push(self.line().as_bytes());
+        true
+    }
+
+    /// Whether the subscriber in force logs the audit and no span is
+    /// current.
+    fn direct_applies() -> bool {
+        tracing::enabled!(target: AUDIT_TARGET, tracing::Level::INFO)
+            && tracing::dispatcher::get_default(|d| d.current_span().id().is_none())
+    }
+
+    fn line(&self) -> String {
+        let mut fields = JsonFields::start(&tracing::Level::INFO);
+        fields.str_field("message", "call");
+        fields.str_field("client", self.client);
+        fields.str_field("method", self.method);
+        fields.str_field("upstream", self.upstream);
+        fields.str_field("item", self.item);
+        fields.str_field("outcome", self.outcome);
+        fields.f64_field("duration_ms", self.duration_ms);
+        fields.str_field("request_id", self.request_id);
+        fields.end(AUDIT_TARGET)
+    }
 }
 
 /// `time` in the library's format, RFC 3339 in UTC to the microsecond
@@ -304,49 +355,76 @@ struct JsonFields {
 }
 
 impl JsonFields {
-    fn key(&mut self, field: &tracing::field::Field) {
+    /// A line up to its fields: the timestamp (now) and `level`.
+    fn start(level: &tracing::Level) -> JsonFields {
+        let mut out = String::with_capacity(384);
+        out.push_str(r#"{"timestamp":""#);
+        push_timestamp(&mut out, std::time::SystemTime::now());
+        out.push_str(r#"","level":""#);
+        out.push_str(level.as_str());
+        out.push_str(r#"","fields":{"#);
+        JsonFields { out, first: true }
+    }
+
+    /// The line, ended with its `target`.
+    fn end(self, target: &str) -> String {
+        let mut line = self.out;
+        line.push_str(r#"},"target":"#);
+        crate::protocol::push_json_string(&mut line, target);
+        line.push_str("}\n");
+        line
+    }
+
+    fn key(&mut self, name: &str) {
         if !std::mem::take(&mut self.first) {
             self.out.push(',');
         }
-        crate::protocol::push_json_string(&mut self.out, field.name());
+        crate::protocol::push_json_string(&mut self.out, name);
         self.out.push(':');
     }
-}
 
-impl tracing::field::Visit for JsonFields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.key(field);
-        crate::protocol::push_json_string(&mut self.out, &format!("{value:?}"));
-    }
-
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        self.key(field);
+    fn str_field(&mut self, name: &str, value: &str) {
+        self.key(name);
         crate::protocol::push_json_string(&mut self.out, value);
     }
 
-    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
-        self.key(field);
-        self.out.push_str(if value { "true" } else { "false" });
-    }
-
-    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
-        self.key(field);
-        self.out.push_str(itoa::Buffer::new().format(value));
-    }
-
-    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
-        self.key(field);
-        self.out.push_str(itoa::Buffer::new().format(value));
-    }
-
-    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
-        self.key(field);
+    fn f64_field(&mut self, name: &str, value: f64) {
+        self.key(name);
         // serde_json's own float format (zmij's shortest digits, which
         // serde_json writes), and `null` for NaN or infinity.
         match value.is_finite() {
             true => self.out.push_str(zmij::Buffer::new().format_finite(value)),
             false => self.out.push_str("null"),
         }
+    }
+}
+
+impl tracing::field::Visit for JsonFields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.str_field(field.name(), &format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.str_field(field.name(), value);
+    }
+
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.key(field.name());
+        self.out.push_str(if value { "true" } else { "false" });
+    }
+
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.key(field.name());
+        self.out.push_str(itoa::Buffer::new().format(value));
+    }
+
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.key(field.name());
+        self.out.push_str(itoa::Buffer::new().format(value));
+    }
+
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        self.f64_field(field.name(), value);
     }
 }
 
@@ -434,6 +512,90 @@ mod tests {
                 line.replacen(&stamp, "T", 1)
             })
             .collect()
+    }
+
+    /// A call's audit line written directly is the line tracing's JSON
+    /// format writes for the same event, byte for byte (but the time).
+    #[test]
+    fn a_direct_call_line_is_the_librarys_line() {
+        let calls = [
+            CallAudit {
+                client: "alice",
+                method: "tools/call",
+                upstream: "floor",
+                item: "floor__echo",
+                outcome: "ok",
+                duration_ms: 0.123_456,
+                request_id: "7",
+            },
+            CallAudit {
+                client: "a \"quoted\"\nclient\u{1}",
+                method: "prompts/get",
+                upstream: "émoji ☃",
+                item: "",
+                outcome: "upstream_error",
+                duration_ms: 1500.0,
+                request_id: "\"req\\1\"",
+            },
+            CallAudit {
+                client: "-",
+                method: "resources/read",
+                upstream: "u",
+                item: "file:///a b",
+                outcome: "timeout",
+                duration_ms: f64::NAN,
+                request_id: "null",
+            },
+        ];
+        let library = json_lines(false, || {
+            for call in &calls {
+                tracing::info!(
+                    target: AUDIT_TARGET,
+                    message = "call",
+                    client = call.client,
+                    method = call.method,
+                    upstream = call.upstream,
+                    item = call.item,
+                    outcome = call.outcome,
+                    duration_ms = call.duration_ms,
+                    request_id = call.request_id,
+                );
+            }
+        });
+        let direct: Vec<String> = calls
+            .iter()
+            .map(|call| {
+                let line = call.line();
+                let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+                let stamp = value["timestamp"].as_str().unwrap();
+                line.trim_end().replacen(stamp, "T", 1)
+            })
+            .collect();
+        assert_eq!(direct, library);
+    }
+
+    /// The direct line is written only where tracing's JSON format would
+    /// write the same: the audit enabled and no span current.
+    #[test]
+    fn the_direct_line_is_written_only_outside_spans_and_when_enabled() {
+        let subscriber = |filter: &str| {
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::sink)
+                .json()
+                .finish()
+        };
+        tracing::subscriber::with_default(subscriber("info"), || {
+            assert!(CallAudit::direct_applies());
+            let span = tracing::info_span!("session", session = "s1");
+            span.in_scope(|| assert!(!CallAudit::direct_applies(), "inside a span"));
+            // A span the filter leaves out is no span at all.
+            let hidden = tracing::debug_span!("call");
+            hidden.in_scope(|| assert!(CallAudit::direct_applies(), "inside a disabled span"));
+        });
+        tracing::subscriber::with_default(subscriber("info,mcpmux::audit=warn"), || {
+            assert!(!CallAudit::direct_applies(), "the audit filtered out");
+        });
     }
 
     /// The kept second and the written microseconds are humantime's

@@ -634,7 +634,10 @@ impl Router {
         grant: Option<&Grant>,
         params: &Params<'_>,
     ) -> Result<String, RouteError> {
-        let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
+        let uri = params
+            .string("uri")
+            .map_err(RouteError::InvalidParams)?
+            .into_owned();
         if !catalog.admits(&uri) || grant.is_some_and(|g| !g.allows_in(catalog, &uri)) {
             return Err(RouteError::ResourceNotFound(uri));
         }
@@ -668,7 +671,7 @@ impl Router {
         let handle = self.upstream(&upstream)?;
         if handle.hello().is_some_and(|h| !h.can_subscribe()) {
             return Err(RouteError::NotSupported {
-                upstream,
+                upstream: upstream.to_string(),
                 feature: "resources/subscribe",
             });
         }
@@ -681,7 +684,10 @@ impl Router {
 
     /// `resources/unsubscribe`: the last subscriber leaving unsubscribes upstream.
     fn unsubscribe(&self, ctx: &RequestContext, params: &Params<'_>) -> Result<String, RouteError> {
-        let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
+        let uri = params
+            .string("uri")
+            .map_err(RouteError::InvalidParams)?
+            .into_owned();
         self.hub.interest().unsubscribe(subscriber(ctx)?.id, &uri);
         Ok("{}".to_owned())
     }
@@ -689,7 +695,8 @@ impl Router {
     /// `logging/setLevel` for this session only.
     fn set_level(&self, ctx: &RequestContext, params: &Params<'_>) -> Result<String, RouteError> {
         let level = params.string("level").map_err(RouteError::InvalidParams)?;
-        let level = LogLevel::parse(&level).ok_or(ParamsError::UnknownLogLevel(level))?;
+        let level = LogLevel::parse(&level)
+            .ok_or_else(|| ParamsError::UnknownLogLevel(level.into_owned()))?;
         self.hub.set_log_level(subscriber(ctx)?, level);
         Ok("{}".to_owned())
     }
@@ -724,8 +731,7 @@ impl Router {
         &self,
         catalog: &Catalog,
         uri: &'u str,
-    ) -> Option<(String, std::borrow::Cow<'u, str>)> {
-        let (upstream, original) = catalog.route_uri(uri, |u| self.upstreams.get(u).is_some())?;
-        Some((upstream.to_string(), original))
+    ) -> Option<(Arc<str>, std::borrow::Cow<'u, str>)> {
+        catalog.route_uri(uri, |u| self.upstreams.get(u).is_some())
     }
 }

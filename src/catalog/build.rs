@@ -319,7 +319,7 @@ fn emit(catalog: &mut Catalog, kind: ListKind, c: Candidate, exposed: String, sp
         exposed.into_boxed_str(),
         Target {
             upstream: c.upstream.clone(),
-            original: c.original.into_boxed_str(),
+            original: c.original.into(),
             key: c.key.clone().into_boxed_str(),
         },
     );

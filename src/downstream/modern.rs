@@ -411,7 +411,7 @@ fn check_param_headers(
         .ok()
         .flatten()
         .unwrap_or_default();
-    let name = name.as_str();
+    let name = &*name;
     if !state.router.allows(endpoint, identity, name) {
         // A hidden tool is answered like an unknown one, by the router.
         return Ok(());

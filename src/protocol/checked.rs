@@ -159,7 +159,7 @@ pub(crate) fn envelope(text: &str, max_depth: usize) -> Option<Envelope<'_>> {
 }
 
 /// The contents of `value` if it is a string with no escape in it.
-fn plain_string(value: &str) -> Option<&str> {
+pub(super) fn plain_string(value: &str) -> Option<&str> {
     let inner = value.strip_prefix('"')?.strip_suffix('"')?;
     (!inner.contains('\\')).then_some(inner)
 }

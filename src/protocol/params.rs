@@ -84,13 +84,14 @@ impl<'a> Params<'a> {
         Ok(Self { members, meta })
     }
 
-    /// A string member, or why it is missing.
-    pub(crate) fn string(&self, key: &str) -> Result<String, ParamsError> {
+    /// A string member, or why it is missing; borrowed from the text
+    /// unless it has an escape.
+    pub(crate) fn string(&self, key: &str) -> Result<Cow<'a, str>, ParamsError> {
         let raw = self
             .members
             .get(key)
             .ok_or_else(|| ParamsError::Missing(key.to_owned()))?;
-        serde_json::from_str(raw.get()).map_err(|_| ParamsError::NotAString(key.to_owned()))
+        string_of(*raw).ok_or_else(|| ParamsError::NotAString(key.to_owned()))
     }
 
     /// A member's raw JSON.
@@ -99,13 +100,13 @@ impl<'a> Params<'a> {
     }
 
     /// A string member that may be absent or null.
-    pub(crate) fn optional_string(&self, key: &str) -> Result<Option<String>, ParamsError> {
+    pub(crate) fn optional_string(&self, key: &str) -> Result<Option<Cow<'a, str>>, ParamsError> {
         match self.members.get(key) {
             None => Ok(None),
             Some(raw) if raw.get() == "null" => Ok(None),
-            Some(raw) => serde_json::from_str(raw.get())
+            Some(raw) => string_of(*raw)
                 .map(Some)
-                .map_err(|_| ParamsError::NotAString(key.to_owned())),
+                .ok_or_else(|| ParamsError::NotAString(key.to_owned())),
         }
     }
 
@@ -234,6 +235,18 @@ impl<'a> Params<'a> {
 pub(crate) struct Built {
     pub(crate) text: String,
     token: Option<std::ops::Range<usize>>,
+}
+
+/// A member's text as the string it is: borrowed when it has no escape
+/// (checked text has no control character either), else unescaped by
+/// serde; `None` for a member that is not a string.
+fn string_of(raw: Raw<'_>) -> Option<Cow<'_, str>> {
+    match super::checked::plain_string(raw.get()) {
+        Some(plain) => Some(Cow::Borrowed(plain)),
+        None => serde_json::from_str::<String>(raw.get())
+            .ok()
+            .map(Cow::Owned),
+    }
 }
 
 impl Built {

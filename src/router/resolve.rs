@@ -4,6 +4,7 @@
 //! caller may see it (a hidden item is answered exactly like an unknown
 //! one, before anything else is looked up).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -26,7 +27,7 @@ struct Asker<'a> {
 /// Where a call goes: the upstream, the params member that changes and
 /// its new JSON, and the name or URI as the upstream knows it.
 struct Target {
-    upstream: String,
+    upstream: Arc<str>,
     key: &'static str,
     value: String,
     original: Option<Arc<str>>,
@@ -106,7 +107,7 @@ impl Router {
             handle,
             key: target.key,
             value: target.value,
-            item: item.unwrap_or_default(),
+            item: item.map(Cow::into_owned).unwrap_or_default(),
             target: target.original,
         })
     }
@@ -138,29 +139,33 @@ impl Router {
     }
 
     /// `tools/call`: the tool, and the name it is known by in the view.
-    fn tool_target(
+    fn tool_target<'p>(
         &self,
-        params: &Params<'_>,
+        params: &Params<'p>,
         asker: Asker<'_>,
-    ) -> Result<(Target, String), RouteError> {
+    ) -> Result<(Target, Cow<'p, str>), RouteError> {
         let catalog = asker.catalog;
         let asked = params.string("name").map_err(RouteError::InvalidParams)?;
         // An app calls its server's tools by their own names.
         let name = match catalog.tool(&asked) {
             Some(_) => asked,
-            None => apps::by_server_name(catalog, asked, asker.grant)?,
+            None => Cow::Owned(apps::by_server_name(
+                catalog,
+                asked.into_owned(),
+                asker.grant,
+            )?),
         };
         if self.hidden(asker, ListKind::Tools, &name) {
-            return Err(RouteError::UnknownTool(name));
+            return Err(RouteError::UnknownTool(name.into_owned()));
         }
         let tool = catalog
             .tool(&name)
-            .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
+            .ok_or_else(|| RouteError::UnknownTool(name.to_string()))?;
         let target = Target {
-            upstream: tool.upstream.to_string(),
+            upstream: tool.upstream.clone(),
             key: "name",
             value: json_string(&tool.original),
-            original: Some(Arc::from(&*tool.original)),
+            original: Some(tool.original.clone()),
         };
         Ok((target, name))
     }
@@ -169,17 +174,17 @@ impl Router {
     fn prompt_target(&self, params: &Params<'_>, asker: Asker<'_>) -> Result<Target, RouteError> {
         let name = params.string("name").map_err(RouteError::InvalidParams)?;
         if self.hidden(asker, ListKind::Prompts, &name) {
-            return Err(RouteError::UnknownPrompt(name));
+            return Err(RouteError::UnknownPrompt(name.into_owned()));
         }
         let prompt = asker
             .catalog
             .prompt(&name)
-            .ok_or(RouteError::UnknownPrompt(name))?;
+            .ok_or_else(|| RouteError::UnknownPrompt(name.to_string()))?;
         Ok(Target {
-            upstream: prompt.upstream.to_string(),
+            upstream: prompt.upstream.clone(),
             key: "name",
             value: json_string(&prompt.original),
-            original: Some(Arc::from(&*prompt.original)),
+            original: Some(prompt.original.clone()),
         })
     }
 
@@ -187,11 +192,11 @@ impl Router {
     fn resource_target(&self, params: &Params<'_>, asker: Asker<'_>) -> Result<Target, RouteError> {
         let uri = params.string("uri").map_err(RouteError::InvalidParams)?;
         if self.hidden(asker, ListKind::Resources, &uri) {
-            return Err(RouteError::ResourceNotFound(uri));
+            return Err(RouteError::ResourceNotFound(uri.into_owned()));
         }
         let (upstream, original) = self
             .split_uri(asker.catalog, &uri)
-            .ok_or(RouteError::ResourceNotFound(uri.clone()))?;
+            .ok_or_else(|| RouteError::ResourceNotFound(uri.to_string()))?;
         Ok(Target {
             upstream,
             key: "uri",
@@ -225,7 +230,7 @@ impl Router {
         &self,
         reference: &mut Map<String, Value>,
         asker: Asker<'_>,
-    ) -> Result<String, RouteError> {
+    ) -> Result<Arc<str>, RouteError> {
         let name = reference
             .get("name")
             .and_then(Value::as_str)
@@ -239,7 +244,7 @@ impl Router {
             .prompt(&name)
             .ok_or(RouteError::UnknownPrompt(name))?;
         reference.insert("name".into(), Value::from(&*target.original));
-        Ok(target.upstream.to_string())
+        Ok(target.upstream.clone())
     }
 
     /// A completion's resource reference, its URI the upstream's own.
@@ -247,7 +252,7 @@ impl Router {
         &self,
         reference: &mut Map<String, Value>,
         asker: Asker<'_>,
-    ) -> Result<String, RouteError> {
+    ) -> Result<Arc<str>, RouteError> {
         let uri = reference
             .get("uri")
             .and_then(Value::as_str)

@@ -37,7 +37,7 @@ impl Router {
         let parsed = request.params().ok()?;
         let name = parsed.optional_string("name").ok().flatten()?;
         let started = std::time::Instant::now();
-        let answer = match name.as_str() {
+        let answer = match &*name {
             SEARCH_TOOL => self.search(ctx, catalog, searchable, parsed),
             CALL_TOOL => {
                 return Some(match call_params(parsed) {

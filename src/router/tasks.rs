@@ -428,7 +428,10 @@ impl Router {
             )));
         }
         let parsed = Params::parse(params).map_err(RouteError::InvalidParams)?;
-        let task = parsed.string("taskId").map_err(RouteError::InvalidParams)?;
+        let task = parsed
+            .string("taskId")
+            .map_err(RouteError::InvalidParams)?
+            .into_owned();
         let table = self.hub.tasks();
         let route = table
             .resolve(&task, &caller.owner)
