@@ -139,6 +139,8 @@ pub(crate) struct UpstreamView {
 pub(crate) struct Target {
     pub upstream: Arc<str>,
     pub original: Arc<str>,
+    /// `original` as a JSON string, as a call's params carry it upstream.
+    pub original_json: Arc<str>,
     /// Its policy key: the name with its upstream's prefix.
     pub key: Box<str>,
 }

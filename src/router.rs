@@ -109,11 +109,11 @@ pub(crate) enum Admitted {
 /// dozen bytes where a sharded map would cost a kilobyte per session.
 #[derive(Default)]
 pub(crate) struct InflightCalls {
-    calls: std::sync::Mutex<crate::hashing::HashMap<Box<str>, InflightCall>>,
+    calls: std::sync::Mutex<crate::hashing::HashMap<Arc<str>, InflightCall>>,
 }
 
 impl InflightCalls {
-    fn lock(&self) -> std::sync::MutexGuard<'_, crate::hashing::HashMap<Box<str>, InflightCall>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, crate::hashing::HashMap<Arc<str>, InflightCall>> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -137,7 +137,7 @@ impl InflightCalls {
 
     /// Records a new call, unless its id is already in flight or the
     /// session has `MAX_CALLS_IN_FLIGHT` calls running.
-    fn insert_new(&self, client_id: Box<str>, call: InflightCall) -> Admitted {
+    fn insert_new(&self, client_id: Arc<str>, call: InflightCall) -> Admitted {
         let mut calls = self.lock();
         let full = calls.len() >= MAX_CALLS_IN_FLIGHT;
         match calls.entry(client_id) {

@@ -319,6 +319,11 @@ fn emit(catalog: &mut Catalog, kind: ListKind, c: Candidate, exposed: String, sp
         exposed.into_boxed_str(),
         Target {
             upstream: c.upstream.clone(),
+            original_json: {
+                let mut json = String::with_capacity(c.original.len() + 2);
+                crate::protocol::push_json_string(&mut json, &c.original);
+                json.into()
+            },
             original: c.original.into(),
             key: c.key.clone().into_boxed_str(),
         },

@@ -5,7 +5,7 @@
 //! A leaf: it imports no other downstream module, so every route may use it.
 
 use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::value::RawValue;
@@ -78,7 +78,14 @@ impl IntoResponse for Refusal {
 
 /// A JSON-RPC frame as an `application/json` answer.
 pub(crate) fn json_response(frame: String) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], frame).into_response()
+    // Built as it goes out: a `String`'s own response would first say
+    // `text/plain`, which the JSON type then replaces.
+    let mut response = Response::new(Body::from(frame));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// A list page's frame as an `application/json` answer: its pieces go out

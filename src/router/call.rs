@@ -13,7 +13,7 @@ pub(super) struct Resolved {
     pub method: Method,
     pub handle: UpstreamHandle,
     pub key: &'static str,
-    pub value: String,
+    pub value: Arc<str>,
     pub item: String,
     pub target: Option<Arc<str>>,
     pub repeatable: bool,
@@ -42,7 +42,7 @@ pub(super) struct Call<'p> {
     pub params: Params<'p>,
     /// The params member that changes (`name`, `uri` or `ref`) and its new JSON.
     pub key: &'static str,
-    pub value: String,
+    pub value: Arc<str>,
     /// What the client asked for (its name, URI or reference), for the audit log.
     pub item: String,
     /// The tool or prompt name, or the URI, as the upstream knows it.

@@ -50,7 +50,7 @@ impl InflightCall {
 /// call ends in any way, including the client going away mid-call.
 struct CallGuard {
     inflight: Arc<super::InflightCalls>,
-    client_id: Box<str>,
+    client_id: Arc<str>,
     /// The attempt in flight; replaced when a call is retried.
     current: std::sync::Mutex<(Arc<Connection>, u64)>,
     /// Modern clients cancel by closing the response stream: a call dropped
@@ -283,7 +283,13 @@ async fn send(
         Ok(guard) => guard,
         Err(refused) => return Reply::Ready(refused),
     };
-    let exchange = exchange::Exchange::new(call, ctx, id, built, on.metrics, connected);
+    // The client's id as it spelled it, shared with the in-flight entry
+    // when that is the same text (nearly always).
+    let client_id = match &*guard.client_id == id.get() {
+        true => guard.client_id.clone(),
+        false => id.get().into(),
+    };
+    let exchange = exchange::Exchange::new(call, ctx, client_id, built, on.metrics, connected);
     let flight = Flight {
         exchange,
         guard,
@@ -504,7 +510,7 @@ impl Flight {
         self.exchange.progress = Some((token, stream));
         let sent = self.sent().await;
         let exchange = &self.exchange;
-        let id = exchange.client_id.clone();
+        let id = exchange.client_id.to_string();
         let driver = park::Driver {
             capabilities,
             first_id: id.clone(),
@@ -644,12 +650,12 @@ pub(super) fn cancel(ctx: &RequestContext, params: Option<crate::protocol::Raw<'
 
 /// A request id in one spelling, so `1`, `1.0`-free integers and strings
 /// with different escapes match between a request and its cancellation.
-fn canonical_id(id: &str) -> Box<str> {
+fn canonical_id(id: &str) -> Arc<str> {
     if is_canonical(id) {
         return id.into();
     }
     match serde_json::from_str::<Value>(id) {
-        Ok(value) => value.to_string().into_boxed_str(),
+        Ok(value) => value.to_string().into(),
         Err(_) => id.into(),
     }
 }

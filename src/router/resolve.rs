@@ -29,7 +29,7 @@ struct Asker<'a> {
 struct Target {
     upstream: Arc<str>,
     key: &'static str,
-    value: String,
+    value: Arc<str>,
     original: Option<Arc<str>>,
 }
 
@@ -164,7 +164,7 @@ impl Router {
         let target = Target {
             upstream: tool.upstream.clone(),
             key: "name",
-            value: json_string(&tool.original),
+            value: tool.original_json.clone(),
             original: Some(tool.original.clone()),
         };
         Ok((target, name))
@@ -183,7 +183,7 @@ impl Router {
         Ok(Target {
             upstream: prompt.upstream.clone(),
             key: "name",
-            value: json_string(&prompt.original),
+            value: prompt.original_json.clone(),
             original: Some(prompt.original.clone()),
         })
     }
@@ -200,7 +200,7 @@ impl Router {
         Ok(Target {
             upstream,
             key: "uri",
-            value: json_string(&original),
+            value: json_string(&original).into(),
             original: Some(Arc::from(&*original)),
         })
     }
@@ -220,7 +220,7 @@ impl Router {
         Ok(Target {
             upstream,
             key: "ref",
-            value: Value::Object(reference).to_string(),
+            value: Value::Object(reference).to_string().into(),
             original: None,
         })
     }

@@ -445,7 +445,7 @@ impl Router {
             handle,
             params: parsed,
             key: "taskId",
-            value: json_string(&route.upstream_id),
+            value: json_string(&route.upstream_id).into(),
             item: task.clone(),
             target: Some(Arc::from(&*route.upstream_id)),
         };

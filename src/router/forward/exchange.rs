@@ -40,7 +40,7 @@ pub(super) struct Exchange {
     /// Set when `params` were built for a modern upstream (its `_meta` in).
     pub(super) prepared: Option<crate::upstream::Prepared>,
     pub(super) timeout: Duration,
-    pub(super) client_id: String,
+    pub(super) client_id: Arc<str>,
     pub(super) started: Instant,
     /// Milliseconds after `started` of the latest progress (written by the
     /// connection's reader).
@@ -111,7 +111,7 @@ impl Exchange {
     pub(super) fn new(
         call: super::Call<'_>,
         ctx: &super::RequestContext,
-        id: &RawValue,
+        client_id: Arc<str>,
         built: BuiltParams,
         metrics: &Arc<Metrics>,
         connected: super::Connected,
@@ -121,13 +121,13 @@ impl Exchange {
             target: call.target,
             origin: Origin::Client {
                 session: ctx.subscriber.as_ref().map(|s| s.id),
-                request: id.get().into(),
+                request: client_id.clone(),
             },
             timeout: call.handle.timeout(),
             handle: call.handle,
             params: built.params,
             prepared: built.prepared,
-            client_id: id.get().to_owned(),
+            client_id,
             started: Instant::now(),
             last_progress: Arc::new(AtomicU64::new(0)),
             progress: None,
