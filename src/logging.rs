@@ -290,12 +290,18 @@ impl CallAudit<'_> {
 
     fn line(&self) -> String {
         let mut fields = JsonFields::start(&tracing::Level::INFO);
-        fields.str_field("message", "call");
-        fields.str_field("client", self.client);
-        fields.str_field("method", self.method);
-        fields.str_field("upstream", self.upstream);
-        fields.str_field("item", self.item);
-        fields.str_field("outcome", self.outcome);
+        // The keys are plain words, written as they are.
+        fields.out.push_str(r#""message":"call","client":"#);
+        crate::protocol::push_json_string(&mut fields.out, self.client);
+        fields.out.push_str(r#","method":"#);
+        crate::protocol::push_json_string(&mut fields.out, self.method);
+        fields.out.push_str(r#","upstream":"#);
+        crate::protocol::push_json_string(&mut fields.out, self.upstream);
+        fields.out.push_str(r#","item":"#);
+        crate::protocol::push_json_string(&mut fields.out, self.item);
+        fields.out.push_str(r#","outcome":"#);
+        crate::protocol::push_json_string(&mut fields.out, self.outcome);
+        fields.first = false;
         fields.f64_field("duration_ms", self.duration_ms);
         fields.str_field("request_id", self.request_id);
         fields.end(AUDIT_TARGET)

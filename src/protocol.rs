@@ -468,7 +468,7 @@ static ESCAPED: [bool; 256] = {
 pub(crate) fn push_json_string(out: &mut String, s: &str) {
     // Names and ids almost never hold a byte to escape, and are then
     // copied as they are.
-    if !s.bytes().any(|b| ESCAPED[usize::from(b)]) {
+    if !needs_escape(s.as_bytes()) {
         out.reserve(s.len() + 2);
         out.push('"');
         out.push_str(s);
@@ -477,6 +477,33 @@ pub(crate) fn push_json_string(out: &mut String, s: &str) {
     }
     // serde_json's escaping cannot fail for a &str.
     out.push_str(&serde_json::to_string(s).unwrap_or_default());
+}
+
+/// Whether `bytes` hold one that JSON escapes in a string: eight bytes
+/// at a time (the word tests are exact: no byte at or above 0x80 or any
+/// other byte makes one true), the rest one by one.
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+    /// Whether any byte of `word` is below `n` (at most 0x80).
+    fn has_less(word: u64, n: u8) -> bool {
+        word.wrapping_sub(ONES * u64::from(n)) & !word & HIGHS != 0
+    }
+    /// Whether any byte of `word` is `byte`.
+    fn has_byte(word: u64, byte: u8) -> bool {
+        has_less(word ^ (ONES * u64::from(byte)), 1)
+    }
+    let mut words = bytes.chunks_exact(8);
+    for chunk in &mut words {
+        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        if has_less(word, 0x20) || has_byte(word, b'"') || has_byte(word, b'\\') {
+            return true;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .any(|&byte| ESCAPED[usize::from(byte)])
 }
 
 /// MCP method names the gateway treats specially.
@@ -546,6 +573,37 @@ pub(crate) mod proptests;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The word test finds every byte that needs an escape, at every
+    /// place in a word and after every other byte, and nothing else.
+    #[test]
+    fn the_escape_test_is_the_tables() {
+        for wanted in 0..=255_u8 {
+            for other in [
+                0_u8,
+                0x01,
+                0x1f,
+                0x20,
+                b'"' + 1,
+                b'a',
+                0x7f,
+                0x80,
+                0xc3,
+                0xff,
+            ] {
+                for at in 0..16 {
+                    let mut bytes = [other; 16];
+                    bytes[at] = wanted;
+                    let table = bytes.iter().any(|&b| ESCAPED[usize::from(b)]);
+                    assert_eq!(
+                        needs_escape(&bytes),
+                        table,
+                        "{wanted:#x} at {at} among {other:#x}"
+                    );
+                }
+            }
+        }
+    }
 
     proptest::proptest! {
         /// The copy without escapes writes what serde_json writes.
