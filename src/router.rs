@@ -99,6 +99,8 @@ pub(crate) enum Admitted {
     IdInUse,
     /// The session has `MAX_CALLS_IN_FLIGHT` calls running.
     Full,
+    /// The session ended while the call was on its way.
+    Ended,
 }
 
 /// A session's forwarded calls that have not finished, keyed by the raw
@@ -109,21 +111,35 @@ pub(crate) enum Admitted {
 /// dozen bytes where a sharded map would cost a kilobyte per session.
 #[derive(Default)]
 pub(crate) struct InflightCalls {
-    calls: std::sync::Mutex<crate::hashing::HashMap<Arc<str>, InflightCall>>,
+    calls: std::sync::Mutex<InflightTable>,
+}
+
+#[derive(Default)]
+struct InflightTable {
+    calls: crate::hashing::HashMap<Arc<str>, InflightCall>,
+    /// The session ended ([`InflightCalls::cancel_all`]): a call that gets
+    /// this far afterwards (say, one granted a slot after waiting in its
+    /// upstream's queue) is refused, not sent where nothing would end it.
+    ended: bool,
 }
 
 impl InflightCalls {
-    fn lock(&self) -> std::sync::MutexGuard<'_, crate::hashing::HashMap<Arc<str>, InflightCall>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, InflightTable> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().calls.is_empty()
     }
 
-    /// Cancels every call upstream (the session ended); returns how many.
+    /// Cancels every call upstream (the session ended) and refuses any
+    /// later one; returns how many were cancelled.
     pub(crate) fn cancel_all(&self, reason: &str) -> usize {
-        let calls: Vec<InflightCall> = self.lock().drain().map(|(_, call)| call).collect();
+        let calls: Vec<InflightCall> = {
+            let mut table = self.lock();
+            table.ended = true;
+            table.calls.drain().map(|(_, call)| call).collect()
+        };
         calls
             .iter()
             .filter(|call| call.cancel_upstream(reason))
@@ -132,15 +148,18 @@ impl InflightCalls {
 
     /// Calls in flight.
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().calls.len()
     }
 
-    /// Records a new call, unless its id is already in flight or the
-    /// session has `MAX_CALLS_IN_FLIGHT` calls running.
+    /// Records a new call, unless the session ended, its id is already in
+    /// flight or the session has `MAX_CALLS_IN_FLIGHT` calls running.
     fn insert_new(&self, client_id: Arc<str>, call: InflightCall) -> Admitted {
-        let mut calls = self.lock();
-        let full = calls.len() >= MAX_CALLS_IN_FLIGHT;
-        match calls.entry(client_id) {
+        let mut table = self.lock();
+        if table.ended {
+            return Admitted::Ended;
+        }
+        let full = table.calls.len() >= MAX_CALLS_IN_FLIGHT;
+        match table.calls.entry(client_id) {
             std::collections::hash_map::Entry::Occupied(_) => Admitted::IdInUse,
             std::collections::hash_map::Entry::Vacant(_) if full => Admitted::Full,
             std::collections::hash_map::Entry::Vacant(slot) => {
@@ -152,22 +171,22 @@ impl InflightCalls {
 
     /// Points an existing entry at a new attempt (a retry).
     fn retarget(&self, client_id: &str, call: InflightCall) {
-        if let Some(entry) = self.lock().get_mut(client_id) {
+        if let Some(entry) = self.lock().calls.get_mut(client_id) {
             *entry = call;
         }
     }
 
     /// Removes the entry if `still_this` says it is the caller's call.
     fn remove_if(&self, client_id: &str, still_this: impl FnOnce(&InflightCall) -> bool) {
-        let mut calls = self.lock();
-        if calls.get(client_id).is_some_and(still_this) {
-            calls.remove(client_id);
+        let mut table = self.lock();
+        if table.calls.get(client_id).is_some_and(still_this) {
+            table.calls.remove(client_id);
         }
     }
 
     /// Takes the entry for a cancellation.
     fn take(&self, client_id: &str) -> Option<InflightCall> {
-        self.lock().remove(client_id)
+        self.lock().calls.remove(client_id)
     }
 }
 

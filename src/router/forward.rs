@@ -385,6 +385,10 @@ fn admit_id(
                 id.get()
             ),
         )),
+        Admitted::Ended => Err(refuse_request(
+            id,
+            "the session ended before this call was sent".to_owned(),
+        )),
         Admitted::Full => Err(refuse_request(
             id,
             format!(

@@ -254,6 +254,42 @@ async fn a_call_reaches_its_upstream_under_a_gateway_id_and_returns_under_the_cl
     assert!(gw.beta.try_sent().is_none(), "beta heard nothing");
 }
 
+/// A call that reaches the in-flight table after its session ended (it
+/// waited in its upstream's queue, say) is refused, not sent: nothing
+/// would cancel it any more.
+#[tokio::test(start_paused = true)]
+async fn a_call_after_its_session_ended_is_refused_not_sent() {
+    let mut gw = gateway(PATIENT);
+    let ctx = session(&gw.router, false);
+    let first = call(&gw.router, &ctx, "1", "tools/call", echo(json!({})));
+    let sent = gw.alpha.next_sent().await;
+    assert_eq!(ctx.inflight.cancel_all("the session ended"), 1);
+    assert_eq!(
+        error_code(&ready(within(first).await.unwrap())),
+        code::REQUEST_CANCELLED
+    );
+    let _ = sent;
+
+    let late = call(&gw.router, &ctx, "2", "tools/call", echo(json!({})));
+    let frame = ready(within(late).await.unwrap());
+    assert_eq!(error_code(&frame), code::INVALID_REQUEST);
+    assert!(
+        frame["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("session ended"),
+        "{frame}"
+    );
+    // The first call's cancellation went up; no second call did.
+    while let Some(sent) = gw.alpha.try_sent() {
+        assert!(
+            sent.is(&Method::Cancelled),
+            "only the cancellation: {sent:?}"
+        );
+    }
+    assert!(ctx.inflight.is_empty());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_resource_read_goes_to_the_upstream_its_uri_names() {
     let mut gw = gateway(PATIENT);
