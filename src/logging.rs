@@ -265,12 +265,37 @@ pub(crate) struct CallAudit<'a> {
 }
 
 impl CallAudit<'_> {
+    /// Logs the line: written directly where it can be, else as the
+    /// tracing event it always was.
+    pub(crate) fn log(&self) {
+        if !self.write_directly() {
+            self.event();
+        }
+    }
+
+    /// The line as a tracing event. The message is a field like the
+    /// others (the line is the same): as a `&str` it is written as it is,
+    /// where a format string would be formatted into a buffer first.
+    fn event(&self) {
+        tracing::info!(
+            target: AUDIT_TARGET,
+            message = "call",
+            client = self.client,
+            method = self.method,
+            upstream = self.upstream,
+            item = self.item,
+            outcome = self.outcome,
+            duration_ms = self.duration_ms,
+            request_id = self.request_id,
+        );
+    }
+
     /// Writes the line straight to the log, as the JSON format would,
     /// without tracing's dispatch and its visit of each field; false when
     /// it must go through tracing instead: the log is not JSON lines, its
     /// filter has span or field directives or leaves the audit out, or a
     /// span is current (its fields would be part of the line).
-    pub(crate) fn write_directly(&self) -> bool {
+    fn write_directly(&self) -> bool {
         let Some(buffer) = DIRECT.get() else {
             return false;
         };
@@ -553,21 +578,7 @@ mod tests {
                 request_id: "null",
             },
         ];
-        let library = json_lines(false, || {
-            for call in &calls {
-                tracing::info!(
-                    target: AUDIT_TARGET,
-                    message = "call",
-                    client = call.client,
-                    method = call.method,
-                    upstream = call.upstream,
-                    item = call.item,
-                    outcome = call.outcome,
-                    duration_ms = call.duration_ms,
-                    request_id = call.request_id,
-                );
-            }
-        });
+        let library = json_lines(false, || calls.iter().for_each(CallAudit::event));
         let direct: Vec<String> = calls
             .iter()
             .map(|call| {

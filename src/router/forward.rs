@@ -694,7 +694,7 @@ pub(super) fn audit(
     took: Duration,
     request_id: &str,
 ) {
-    let line = crate::logging::CallAudit {
+    crate::logging::CallAudit {
         client: client.unwrap_or("-"),
         method,
         upstream,
@@ -702,25 +702,8 @@ pub(super) fn audit(
         outcome: outcome.audit_name(),
         duration_ms: took.as_secs_f64() * 1000.0,
         request_id,
-    };
-    // The common case, JSON lines: the same line, written at once.
-    if line.write_directly() {
-        return;
     }
-    // The message is a field like the others (the line is the same): as
-    // a `&str` it is written as it is, where a format string would be
-    // formatted into a buffer first.
-    tracing::info!(
-        target: crate::logging::AUDIT_TARGET,
-        message = "call",
-        client = line.client,
-        method = line.method,
-        upstream = line.upstream,
-        item = line.item,
-        outcome = line.outcome,
-        duration_ms = line.duration_ms,
-        request_id = line.request_id,
-    );
+    .log();
 }
 
 #[cfg(test)]
