@@ -233,6 +233,11 @@ pub(crate) struct Envelope<'a, P = Raw<'a>> {
     pub result: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub error: Option<&'a RawValue>,
+    /// The params' members, when the one-pass read found them on its way
+    /// ([`checked::envelope`]), so they are not looked for again; `None`
+    /// when serde read the message.
+    #[serde(skip)]
+    pub param_members: Option<Vec<checked::Member<'a>>>,
 }
 
 /// Keeps an explicit `"id": null` or `"result": null` as a raw `null`

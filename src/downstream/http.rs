@@ -113,16 +113,17 @@ pub(crate) async fn post(
         Ok(b) => b,
         Err(rejected) => return rejected,
     };
-    let (envelope, kind) = match parse_message(&bytes) {
+    let (mut envelope, kind) = match parse_message(&bytes) {
         Ok(parsed) => parsed,
         Err(rejected) => return rejected,
     };
+    let found = envelope.param_members.take();
     let method = envelope.method.as_deref().unwrap_or_default();
     // A request is carried typed from here; its params are parsed at most
     // once, by whichever step first reads them.
     let mut request = match (kind, envelope.id) {
         (MessageKind::Request, Some(id)) => {
-            Some(Request::new(id, Method::from_name(method), envelope.params))
+            Some(Request::new(id, Method::from_name(method), envelope.params).with_members(found))
         }
         _ => None,
     };

@@ -11,9 +11,10 @@
 //! the two to the same verdict on generated and broken texts.
 //!
 //! [`response`] reads the common answer (`jsonrpc`, a numeric `id`, a
-//! `result`) in that pass, and [`envelope`] a client's message (its
-//! params handed on unread, as [`Raw`]); anything else is left to serde,
-//! which then reads and judges it as before.
+//! `result`) in that pass, noting whether the result may have a `uri` key
+//! to rewrite, and [`envelope`] a client's message (its params' members
+//! found on the way, their values handed on unread, as [`Raw`]); anything
+//! else is left to serde, which then reads and judges it as before.
 
 use std::borrow::Cow;
 
@@ -24,25 +25,51 @@ use super::{Envelope, skip_space};
 /// JSON text of one value, checked: by serde (taken from a `RawValue`) or
 /// by [`value_end`]. What an upstream answered travels as this, so an
 /// answer checked once is not checked again on its way to the client.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Json(Box<str>);
+#[derive(Clone)]
+pub(crate) struct Json {
+    text: Box<str>,
+    /// Known to have no member named `uri` anywhere in it (no key is
+    /// `uri` and none has an escape that could spell it): learned on the
+    /// way by the one-pass check, so the URI rewrite need not search.
+    no_uri_key: bool,
+}
 
 impl Json {
     /// The text, as it came.
     pub(crate) fn get(&self) -> &str {
-        &self.0
+        &self.text
+    }
+
+    /// Whether the text is known to have no member named `uri` at any
+    /// depth; `false` says only that it was not checked for one.
+    pub(crate) fn has_no_uri_key(&self) -> bool {
+        self.no_uri_key
     }
 }
 
+impl PartialEq for Json {
+    fn eq(&self, other: &Json) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Json {}
+
 impl From<&RawValue> for Json {
     fn from(raw: &RawValue) -> Json {
-        Json(raw.get().into())
+        Json {
+            text: raw.get().into(),
+            no_uri_key: false,
+        }
     }
 }
 
 impl From<Box<RawValue>> for Json {
     fn from(raw: Box<RawValue>) -> Json {
-        Json(raw.into())
+        Json {
+            text: raw.into(),
+            no_uri_key: false,
+        }
     }
 }
 
@@ -98,7 +125,8 @@ pub(crate) struct Answered {
 /// which the full parse then reads and judges.
 pub(crate) fn response(text: &str) -> Option<Answered> {
     let (mut version, mut id, mut result) = (false, None, None);
-    each_member(text, usize::MAX, |key, value| {
+    let mut keys = NestedKeys::default();
+    each_member(text, usize::MAX, &mut keys, None, |key, value| {
         match key {
             b"jsonrpc" if !version && value == "\"2.0\"" => version = true,
             b"id" if id.is_none() => id = Some(value.parse::<u64>().ok()?),
@@ -114,7 +142,12 @@ pub(crate) fn response(text: &str) -> Option<Answered> {
     super::ENVELOPES.with(|n| n.set(n.get() + 1));
     Some(Answered {
         id,
-        result: Json(result.into()),
+        result: Json {
+            text: result.into(),
+            // Only the result nests keys: `id` is a number and `jsonrpc`
+            // a string (any other member only makes this cautious).
+            no_uri_key: !keys.maybe_uri,
+        },
     })
 }
 
@@ -122,8 +155,9 @@ pub(crate) fn response(text: &str) -> Option<Answered> {
 /// and `method` are plain strings (no escape), it has no `result` or
 /// `error`, no member comes twice and it nests arrays and objects at most
 /// `max_depth` deep (the message's own object counts): every byte
-/// checked, the params handed on unread. `None` for anything else, which
-/// serde then reads (and the depth check judges).
+/// checked, the params' members found (`param_members`) and their values
+/// handed on unread. `None` for anything else, which serde then reads
+/// (and the depth check judges).
 pub(crate) fn envelope(text: &str, max_depth: usize) -> Option<Envelope<'_>> {
     let mut envelope = Envelope {
         jsonrpc: None,
@@ -132,29 +166,39 @@ pub(crate) fn envelope(text: &str, max_depth: usize) -> Option<Envelope<'_>> {
         params: None,
         result: None,
         error: None,
+        param_members: None,
     };
     let (mut id, mut params) = (false, false);
-    each_member(text, max_depth, |key, value| {
-        match key {
-            b"jsonrpc" if envelope.jsonrpc.is_none() => {
-                envelope.jsonrpc = Some(Cow::Borrowed(plain_string(value)?));
+    let mut members = None;
+    let found = Some(&mut members);
+    each_member(
+        text,
+        max_depth,
+        &mut NestedKeys::default(),
+        found,
+        |key, value| {
+            match key {
+                b"jsonrpc" if envelope.jsonrpc.is_none() => {
+                    envelope.jsonrpc = Some(Cow::Borrowed(plain_string(value)?));
+                }
+                b"method" if envelope.method.is_none() => {
+                    envelope.method = Some(Cow::Borrowed(plain_string(value)?));
+                }
+                // An id is short: serde makes its `RawValue` (`null` kept).
+                b"id" if !std::mem::replace(&mut id, true) => {
+                    envelope.id = Some(serde_json::from_str(value).ok()?);
+                }
+                // An explicit `null` is no params, as serde reads it.
+                b"params" if !std::mem::replace(&mut params, true) => {
+                    envelope.params = (value != "null").then_some(Raw(value));
+                }
+                b"jsonrpc" | b"method" | b"id" | b"params" | b"result" | b"error" => return None,
+                _ => {}
             }
-            b"method" if envelope.method.is_none() => {
-                envelope.method = Some(Cow::Borrowed(plain_string(value)?));
-            }
-            // An id is short: serde makes its `RawValue` (`null` kept).
-            b"id" if !std::mem::replace(&mut id, true) => {
-                envelope.id = Some(serde_json::from_str(value).ok()?);
-            }
-            // An explicit `null` is no params, as serde reads it.
-            b"params" if !std::mem::replace(&mut params, true) => {
-                envelope.params = (value != "null").then_some(Raw(value));
-            }
-            b"jsonrpc" | b"method" | b"id" | b"params" | b"result" | b"error" => return None,
-            _ => {}
-        }
-        Some(())
-    })?;
+            Some(())
+        },
+    )?;
+    envelope.param_members = members;
     Some(envelope)
 }
 
@@ -168,56 +212,150 @@ pub(super) fn plain_string(value: &str) -> Option<&str> {
 /// around it allowed, arrays and objects at most `max_depth` deep, the
 /// object itself one of them), checking each value on the way; `visit`
 /// gets each key (as it is: one with an escape ends the walk with `None`)
-/// and its value's text, and ends the walk with `None`.
+/// and its value's text, and ends the walk with `None`. Keys nested in the
+/// values are noted in `keys`; when `params` is given, the members of an
+/// object under the `params` key are found on the way and put there.
 fn each_member<'t>(
     text: &'t str,
     max_depth: usize,
+    keys: &mut NestedKeys,
+    mut params: Option<&mut Option<Vec<Member<'t>>>>,
     mut visit: impl FnMut(&[u8], &'t str) -> Option<()>,
 ) -> Option<()> {
     let depth = max_depth.checked_sub(1)?;
     let bytes = text.as_bytes();
-    let mut at = skip_space(bytes, 0);
+    let at = skip_space(bytes, 0);
     if bytes.get(at) != Some(&b'{') {
         return None;
     }
-    at = skip_space(bytes, at + 1);
+    let end = walk_object(bytes, at, |key, start| {
+        if key.escaped {
+            return None;
+        }
+        let key = &bytes[key.inner];
+        let end = match params.as_deref_mut() {
+            Some(found) if key == b"params" && bytes.get(start) == Some(&b'{') => {
+                let (end, members) = object_members(text, start, depth, keys)?;
+                *found = Some(members);
+                end
+            }
+            _ => value_end_within(bytes, start, depth, keys)?,
+        };
+        visit(key, &text[start..end])?;
+        Some(end)
+    })?;
+    (skip_space(bytes, end) == bytes.len()).then_some(())
+}
+
+/// One member of an object: its key (unescaped) and its value's text.
+pub(crate) type Member<'t> = (Cow<'t, str>, Raw<'t>);
+
+/// The members of the object whose `{` is at `at` (nesting at most
+/// `max_depth` deep, itself one level), each value checked, and just past
+/// its closing `}`.
+fn object_members<'t>(
+    text: &'t str,
+    at: usize,
+    max_depth: usize,
+    keys: &mut NestedKeys,
+) -> Option<(usize, Vec<Member<'t>>)> {
+    let depth = max_depth.checked_sub(1)?;
+    let bytes = text.as_bytes();
+    let mut members = Vec::new();
+    let end = walk_object(bytes, at, |key, start| {
+        let end = value_end_within(bytes, start, depth, keys)?;
+        let key = match key.escaped {
+            false => Cow::Borrowed(&text[key.inner]),
+            true => unescaped_key(text, key.inner)?,
+        };
+        members.push((key, Raw(&text[start..end])));
+        Some(end)
+    })?;
+    Some((end, members))
+}
+
+/// Where a key's text is between its quotes, and whether it has an escape.
+struct Key {
+    inner: std::ops::Range<usize>,
+    escaped: bool,
+}
+
+/// Walks the object whose `{` is at `at`: `member` gets each key (checked
+/// as a string) and where its value starts,
+/// and gives back where that value ends, or `None` to end the walk.
+/// Just past the closing `}`.
+fn walk_object(
+    bytes: &[u8],
+    at: usize,
+    mut member: impl FnMut(Key, usize) -> Option<usize>,
+) -> Option<usize> {
+    let mut at = skip_space(bytes, at + 1);
     if bytes.get(at) == Some(&b'}') {
-        return (skip_space(bytes, at + 1) == bytes.len()).then_some(());
+        return Some(at + 1);
     }
     loop {
         if bytes.get(at) != Some(&b'"') {
             return None;
         }
-        let key_end = plain_string_end(bytes, at + 1)?;
-        let key = &bytes[at + 1..key_end];
+        let (key_end, escaped) = key_end(bytes, at + 1)?;
+        let key = Key {
+            inner: at + 1..key_end,
+            escaped,
+        };
         at = skip_space(bytes, key_end + 1);
         if bytes.get(at) != Some(&b':') {
             return None;
         }
-        let start = skip_space(bytes, at + 1);
-        let end = value_end_within(bytes, start, depth)?;
-        visit(key, &text[start..end])?;
+        let end = member(key, skip_space(bytes, at + 1))?;
         at = skip_space(bytes, end);
         match bytes.get(at)? {
             b',' => at = skip_space(bytes, at + 1),
-            b'}' => break,
+            b'}' => return Some(at + 1),
             _ => return None,
         }
     }
-    (skip_space(bytes, at + 1) == bytes.len()).then_some(())
+}
+
+/// The key between the quotes around `inner` (checked string text):
+/// borrowed as it is, or unescaped by serde when it holds a backslash.
+pub(crate) fn key_of(text: &str, inner: std::ops::Range<usize>) -> Option<Cow<'_, str>> {
+    let plain = &text[inner.clone()];
+    if memchr::memchr(b'\\', plain.as_bytes()).is_none() {
+        return Some(Cow::Borrowed(plain));
+    }
+    unescaped_key(text, inner)
+}
+
+/// The escaped key between the quotes around `inner`, unescaped by serde.
+fn unescaped_key(text: &str, inner: std::ops::Range<usize>) -> Option<Cow<'_, str>> {
+    serde_json::from_str::<String>(&text[inner.start - 1..=inner.end])
+        .ok()
+        .map(Cow::Owned)
 }
 
 /// Just past the one JSON value that starts at `start` (no whitespace
 /// before it), or `None` if the text there is not one.
 #[cfg(test)]
 pub(crate) fn value_end(bytes: &[u8], start: usize) -> Option<usize> {
-    value_end_within(bytes, start, usize::MAX)
+    value_end_within(bytes, start, usize::MAX, &mut NestedKeys::default())
+}
+
+/// What a check learned of the keys nested in the values it walked.
+#[derive(Default)]
+struct NestedKeys {
+    /// A key was `uri`, or had an escape (which could spell it).
+    maybe_uri: bool,
 }
 
 /// [`value_end`] of a value that nests arrays and objects at most
 /// `max_depth` deep (itself one of them, if it is one); `None` for a
-/// deeper one too.
-fn value_end_within(bytes: &[u8], start: usize, max_depth: usize) -> Option<usize> {
+/// deeper one too. Each key on the way is noted in `keys`.
+fn value_end_within(
+    bytes: &[u8],
+    start: usize,
+    max_depth: usize,
+    keys: &mut NestedKeys,
+) -> Option<usize> {
     let mut open = Open::default();
     let mut at = start;
     loop {
@@ -233,7 +371,7 @@ fn value_end_within(bytes: &[u8], start: usize, max_depth: usize) -> Option<usiz
                     at + 1
                 } else {
                     open.push(true);
-                    at = member_value(bytes, at)?;
+                    at = member_value(bytes, at, keys)?;
                     continue;
                 }
             }
@@ -260,7 +398,7 @@ fn value_end_within(bytes: &[u8], start: usize, max_depth: usize) -> Option<usiz
             at = skip_space(bytes, at);
             match (*bytes.get(at)?, object) {
                 (b',', true) => {
-                    at = member_value(bytes, skip_space(bytes, at + 1))?;
+                    at = member_value(bytes, skip_space(bytes, at + 1), keys)?;
                     break;
                 }
                 (b',', false) => {
@@ -317,12 +455,14 @@ impl Open {
     }
 }
 
-/// At a member's key: where its value starts.
-fn member_value(bytes: &[u8], at: usize) -> Option<usize> {
+/// At a member's key: where its value starts. The key is noted in `keys`.
+fn member_value(bytes: &[u8], at: usize, keys: &mut NestedKeys) -> Option<usize> {
     if bytes.get(at) != Some(&b'"') {
         return None;
     }
-    let at = skip_space(bytes, string_end(bytes, at + 1)? + 1);
+    let (end, escaped) = key_end(bytes, at + 1)?;
+    keys.maybe_uri |= escaped || &bytes[at + 1..end] == b"uri";
+    let at = skip_space(bytes, end + 1);
     if bytes.get(at) != Some(&b':') {
         return None;
     }
@@ -331,7 +471,14 @@ fn member_value(bytes: &[u8], at: usize) -> Option<usize> {
 
 /// The closing quote of the string whose contents start at `from`: no
 /// control character in it, every escape one JSON has.
-fn string_end(bytes: &[u8], mut from: usize) -> Option<usize> {
+fn string_end(bytes: &[u8], from: usize) -> Option<usize> {
+    key_end(bytes, from).map(|(end, _)| end)
+}
+
+/// [`string_end`], and whether the string has an escape (as a key with
+/// one may need unescaping to be known).
+fn key_end(bytes: &[u8], mut from: usize) -> Option<(usize, bool)> {
+    let mut escaped = false;
     loop {
         let rest = bytes.get(from..)?;
         let found = memchr::memchr2(b'"', b'\\', rest)?;
@@ -340,18 +487,11 @@ fn string_end(bytes: &[u8], mut from: usize) -> Option<usize> {
         }
         let at = from + found;
         if bytes[at] == b'"' {
-            return Some(at);
+            return Some((at, escaped));
         }
+        escaped = true;
         from = at + 1 + escape_len(bytes.get(at + 1..)?)?;
     }
-}
-
-/// The closing quote of a string with no escape in it (a key the fast
-/// path compares as it is); `None` for one with an escape.
-fn plain_string_end(bytes: &[u8], from: usize) -> Option<usize> {
-    let rest = bytes.get(from..)?;
-    let found = memchr::memchr2(b'"', b'\\', rest)?;
-    (rest[found] == b'"' && !has_control(&rest[..found])).then_some(from + found)
 }
 
 /// Whether `bytes` holds a control character (below 0x20): whether their

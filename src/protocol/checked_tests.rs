@@ -135,6 +135,41 @@ fn a_plain_response_is_read_in_the_one_pass() {
     assert_eq!(response(text).map(|a| a.id), Some(7));
 }
 
+/// Whether a member named `uri` is anywhere in `value`.
+fn names_uri(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Object(members) => members
+            .iter()
+            .any(|(key, value)| key == "uri" || names_uri(value)),
+        serde_json::Value::Array(items) => items.iter().any(names_uri),
+        _ => false,
+    }
+}
+
+/// The one pass notes whether a result may name a URI, so the rewrite of
+/// URIs skips the results it knows have none.
+#[test]
+fn a_result_is_known_to_have_no_uri_key_only_when_it_has_none() {
+    let has_none = |result: &str| {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
+        response(&text)
+            .expect("a plain answer")
+            .result
+            .has_no_uri_key()
+    };
+    assert!(has_none(r#"{"content":[{"type":"text","text":"uri"}]}"#));
+    assert!(has_none(r#"{"uris":["\"uri\""],"xuri":{"ur":1}}"#));
+    assert!(has_none("[]"));
+    assert!(!has_none(r#"{"uri":"file:///a"}"#));
+    assert!(!has_none(r#"{"content":[{"resource":{"uri":"x"}}]}"#));
+    assert!(!has_none(r#"[{"a":[{"uri":1}]}]"#));
+    // An escaped key may spell it.
+    assert!(!has_none(r#"{"content":[{"ur\u0069":"x"}]}"#));
+    // Taken from serde's text, nothing is known.
+    let raw = serde_json::value::RawValue::from_string("{}".into()).unwrap();
+    assert!(!Json::from(raw).has_no_uri_key());
+}
+
 #[test]
 fn anything_but_a_plain_response_is_left_to_the_full_parse() {
     for text in [
@@ -318,6 +353,22 @@ proptest! {
             prop_assert_eq!(fast.params.map(Raw::get), full.params.map(Raw::get));
             prop_assert!(fast.result.is_none() && full.result.is_none());
             prop_assert!(fast.error.is_none() && full.error.is_none());
+            // The params' members found on the way are serde's (a key
+            // sent twice: its first place, its last value).
+            let by_serde = fast.params.and_then(|params| {
+                serde_json::from_str::<indexmap::IndexMap<String, Box<RawValue>>>(params.get()).ok()
+            });
+            let by_serde = by_serde.map(|members| {
+                members.into_iter().map(|(k, v)| (k, v.get().to_owned())).collect::<Vec<_>>()
+            });
+            let found = fast.param_members.as_ref().map(|found| {
+                let mut seen = indexmap::IndexMap::new();
+                for (key, value) in found {
+                    seen.insert(key.to_string(), value.get().to_owned());
+                }
+                seen.into_iter().collect::<Vec<_>>()
+            });
+            prop_assert_eq!(found, by_serde, "{:?}", text);
         }
     }
 
@@ -353,6 +404,10 @@ proptest! {
             );
             prop_assert!(envelope.error.is_none());
             prop_assert_eq!(envelope.result.map(RawValue::get), Some(answered.result.get()));
+            if answered.result.has_no_uri_key() {
+                let result: serde_json::Value = serde_json::from_str(answered.result.get()).unwrap();
+                prop_assert!(!names_uri(&result), "{:?}", text);
+            }
         }
     }
 }

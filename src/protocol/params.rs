@@ -5,12 +5,13 @@
 //! members are found in text already known to be valid ([`members`]), so
 //! their values are not read by serde again.
 
-use std::borrow::{Borrow, Cow};
+use std::borrow::Cow;
+use std::collections::HashMap;
 
-use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
 use super::Raw;
+use super::checked::Member;
 
 mod members;
 
@@ -41,19 +42,63 @@ pub(crate) enum ParamsError {
     Invalid(String),
 }
 
-/// A member's key, borrowed from the request's text unless the client
-/// escaped a character in it.
-#[derive(PartialEq, Eq, Hash)]
-struct Key<'a>(Cow<'a, str>);
+/// The members, in the order the client sent them, each key once (see
+/// [`Members::new`]). Keys are borrowed from the request's text unless the
+/// client escaped a character in them. A request has a few members, so a
+/// key is looked up by a scan: a map would cost more to build than the
+/// few lookups it saves.
+struct Members<'a>(Vec<Member<'a>>);
 
-impl Borrow<str> for Key<'_> {
-    fn borrow(&self) -> &str {
-        &self.0
+/// Up to this many members, a repeated key is found by comparing with
+/// those before it; above, by a map (a scan would be quadratic).
+const FEW_MEMBERS: usize = 16;
+
+impl<'a> Members<'a> {
+    /// The members as found; a key sent twice keeps its first place and
+    /// takes its last value, as a map reading the object would.
+    fn new(mut found: Vec<Member<'a>>) -> Self {
+        // (where a key came first, where it came again), by the latter.
+        let mut again = Vec::new();
+        if found.len() <= FEW_MEMBERS {
+            for (at, (key, _)) in found.iter().enumerate() {
+                if let Some(first) = found[..at].iter().position(|(k, _)| k == key) {
+                    again.push((first, at));
+                }
+            }
+        } else {
+            let mut first_at = HashMap::with_capacity_and_hasher(
+                found.len(),
+                crate::hashing::RandomState::default(),
+            );
+            for (at, (key, _)) in found.iter().enumerate() {
+                let first = *first_at.entry(key.as_ref()).or_insert(at);
+                if first != at {
+                    again.push((first, at));
+                }
+            }
+        }
+        if again.is_empty() {
+            return Members(found);
+        }
+        let mut keep = vec![true; found.len()];
+        for (first, at) in again {
+            found[first].1 = found[at].1;
+            keep[at] = false;
+        }
+        let mut keep = keep.into_iter();
+        found.retain(|_| keep.next().unwrap_or(true));
+        Members(found)
+    }
+
+    fn get(&self, key: &str) -> Option<&Raw<'a>> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, raw)| raw)
+    }
+
+    fn shift_remove(&mut self, key: &str) -> Option<Raw<'a>> {
+        let at = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.remove(at).1)
     }
 }
-
-/// The members by key, in the order the client sent them.
-type Members<'a> = IndexMap<Key<'a>, Raw<'a>, crate::hashing::RandomState>;
 
 /// A request's params, member by member.
 pub(crate) struct Params<'a> {
@@ -64,17 +109,24 @@ pub(crate) struct Params<'a> {
 impl<'a> Params<'a> {
     /// Parses an object of params; absent params are an empty object.
     pub(crate) fn parse(raw: Option<super::Raw<'a>>) -> Result<Self, ParamsError> {
+        Self::parse_found(raw, None)
+    }
+
+    /// [`Params::parse`], with the members already `found` in `raw` by the
+    /// message's one-pass read, when it found them.
+    pub(crate) fn parse_found(
+        raw: Option<super::Raw<'a>>,
+        found: Option<Vec<Member<'a>>>,
+    ) -> Result<Self, ParamsError> {
         #[cfg(test)]
         note_parse();
-        let mut members = Members::default();
-        if let Some(raw) = raw {
+        let found = match (found, raw) {
+            (Some(found), _) => found,
             // The text is valid JSON already: only its members are found.
-            let found = members::members(raw.get()).ok_or(ParamsError::NotAnObject)?;
-            members.reserve(found.len());
-            for (key, value) in found {
-                members.insert(Key(key), Raw(value));
-            }
-        }
+            (None, Some(raw)) => members::members(raw.get()).ok_or(ParamsError::NotAnObject)?,
+            (None, None) => Vec::new(),
+        };
+        let mut members = Members::new(found);
         let meta = match members.shift_remove("_meta") {
             None => None,
             Some(raw) => {
@@ -167,8 +219,9 @@ impl<'a> Params<'a> {
         let mut out = String::with_capacity(
             64 + self
                 .members
-                .values()
-                .map(|v| v.get().len() + 16)
+                .0
+                .iter()
+                .map(|(_, v)| v.get().len() + 16)
                 .sum::<usize>(),
         );
         out.push('{');
@@ -182,8 +235,8 @@ impl<'a> Params<'a> {
             out.push(':');
         };
         let mut replaced = false;
-        for (k, v) in &self.members {
-            let k: &str = &k.0;
+        for (k, v) in &self.members.0 {
+            let k: &str = k;
             member(&mut out, k);
             if k == key {
                 out.push_str(value);
@@ -315,6 +368,40 @@ mod tests {
             params.build("name", r#""up""#, None).text,
             r#"{"name":"up","arguments":{"a":1}}"#
         );
+    }
+
+    /// A key sent twice keeps its first place and takes its last value,
+    /// among a few members (compared in turn) and among many (a map).
+    #[test]
+    fn a_repeated_key_is_read_as_a_map_reads_it() {
+        let few = raw(r#"{"name":"a","arguments":{},"name":"b","x":1,"x":2,"name":"c"}"#);
+        let params = Params::parse(Some(crate::protocol::Raw::from(&*few))).unwrap();
+        assert_eq!(params.string("name").unwrap(), "c");
+        assert_eq!(
+            params.build("y", "0", None).text,
+            r#"{"name":"c","arguments":{},"x":2,"y":0}"#
+        );
+        let mut members: Vec<String> = (0..40).map(|n| format!(r#""k{n}":{n}"#)).collect();
+        members.insert(3, r#""k30":"early""#.into());
+        members.push(r#""k5":"late""#.into());
+        let many = raw(&format!("{{{}}}", members.join(",")));
+        let params = Params::parse(Some(crate::protocol::Raw::from(&*many))).unwrap();
+        let built: Vec<(String, Value)> =
+            serde_json::from_str::<indexmap::IndexMap<String, Value>>(
+                &params.build("name", r#""t""#, None).text,
+            )
+            .unwrap()
+            .into_iter()
+            .collect();
+        let by_serde: Vec<(String, Value)> =
+            serde_json::from_str::<indexmap::IndexMap<String, Value>>(many.get())
+                .unwrap()
+                .into_iter()
+                .chain([("name".to_owned(), Value::from("t"))])
+                .collect();
+        assert_eq!(built, by_serde);
+        assert_eq!(params.raw("k5").unwrap().get(), r#""late""#);
+        assert_eq!(params.raw("k30").unwrap().get(), "30");
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub(crate) fn chars(max: usize) -> impl Strategy<Value = String> {
 /// Object keys: mostly the envelope's own members.
 fn key() -> impl Strategy<Value = String> {
     prop_oneof![
-        3 => prop::sample::select(&["jsonrpc", "id", "method", "params", "result", "error"][..])
+        3 => prop::sample::select(&["jsonrpc", "id", "method", "params", "result", "error", "uri"][..])
             .prop_map(str::to_owned),
         1 => chars(6),
     ]

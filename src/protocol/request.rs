@@ -9,6 +9,7 @@
 
 use serde_json::value::RawValue;
 
+use super::checked::Member;
 use super::params::{Params, ParamsError};
 use super::{Method, Raw};
 
@@ -17,6 +18,8 @@ pub(crate) struct Request<'a> {
     pub(crate) id: &'a RawValue,
     pub(crate) method: Method,
     raw: Option<Raw<'a>>,
+    /// The params' members, when the message's one-pass read found them.
+    found: Option<Vec<Member<'a>>>,
     parsed: Parsed<'a>,
 }
 
@@ -33,8 +36,16 @@ impl<'a> Request<'a> {
             id,
             method,
             raw: params,
+            found: None,
             parsed: Parsed::Not,
         }
+    }
+
+    /// The request with its params' members as the message's read found
+    /// them (`None`: not found, they are looked for when first needed).
+    pub(crate) fn with_members(mut self, found: Option<Vec<Member<'a>>>) -> Self {
+        self.found = found;
+        self
     }
 
     /// The params as the client sent them.
@@ -45,7 +56,7 @@ impl<'a> Request<'a> {
     /// The params' members, parsed on first use.
     pub(crate) fn params(&mut self) -> Result<&Params<'a>, ParamsError> {
         if matches!(self.parsed, Parsed::Not) {
-            self.parsed = Parsed::Done(Params::parse(self.raw));
+            self.parsed = Parsed::Done(Params::parse_found(self.raw, self.found.take()));
         }
         match &self.parsed {
             Parsed::Done(Ok(params)) => Ok(params),
@@ -60,7 +71,7 @@ impl<'a> Request<'a> {
     pub(crate) fn take_params(&mut self) -> Result<Params<'a>, ParamsError> {
         let parsed = std::mem::replace(&mut self.parsed, Parsed::Taken);
         match parsed {
-            Parsed::Not => Params::parse(self.raw),
+            Parsed::Not => Params::parse_found(self.raw, self.found.take()),
             Parsed::Done(result) => result,
             Parsed::Taken => Err(ParamsError::Invalid("params were already handed on".into())),
         }

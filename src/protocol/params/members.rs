@@ -1,6 +1,8 @@
 //! The members of a params object, found in text that is already known to
 //! be valid JSON (a `RawValue` the envelope's parse checked), without
-//! checking it a second time.
+//! checking it a second time: for a message serde read, or params built
+//! by the gateway. The one-pass read finds a message's members on its way
+//! (`checked::envelope`), so the common request does not come here.
 //!
 //! serde would check every byte of every member again, `arguments` above
 //! all, only to hand back the same slices. Here strings are skipped with
@@ -9,12 +11,8 @@
 //! borrowed unless the client escaped a character in it; only then is it
 //! read by serde.
 
-use std::borrow::Cow;
-
-use crate::protocol::{skip_space, string_end};
-
-/// One member's key and its value's JSON text, in the order they came.
-pub(super) type Member<'a> = (Cow<'a, str>, &'a str);
+use crate::protocol::checked::{Member, key_of};
+use crate::protocol::{Raw, skip_space, string_end};
 
 /// The members of `text`, a valid JSON value; `None` if it is not an
 /// object.
@@ -32,12 +30,12 @@ pub(super) fn members(text: &str) -> Option<Vec<Member<'_>>> {
     loop {
         // `"key"`, then `:`, then the value.
         let key_end = string_end(bytes, at + 1)?;
-        let key = key_of(text, at, key_end)?;
+        let key = key_of(text, at + 1..key_end)?;
         at = skip_space(bytes, key_end + 1);
         debug_assert_eq!(bytes.get(at), Some(&b':'));
         let start = skip_space(bytes, at + 1);
         let end = value_end(bytes, start)?;
-        members.push((key, &text[start..end]));
+        members.push((key, Raw(&text[start..end])));
         at = skip_space(bytes, end);
         match bytes.get(at)? {
             b',' => at = skip_space(bytes, at + 1),
@@ -45,18 +43,6 @@ pub(super) fn members(text: &str) -> Option<Vec<Member<'_>>> {
             _ => return None,
         }
     }
-}
-
-/// The key whose quotes are at `open` and `close`: borrowed as it is, or
-/// unescaped by serde when it holds a backslash.
-fn key_of(text: &str, open: usize, close: usize) -> Option<Cow<'_, str>> {
-    let inner = &text[open + 1..close];
-    if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
-        return Some(Cow::Borrowed(inner));
-    }
-    serde_json::from_str::<String>(&text[open..=close])
-        .ok()
-        .map(Cow::Owned)
 }
 
 /// Just past the value that starts at `start`.
@@ -114,7 +100,7 @@ mod tests {
     fn by_split(text: &str) -> Option<Vec<(String, String)>> {
         let mut seen = indexmap::IndexMap::new();
         for (key, value) in members(text)? {
-            seen.insert(key.into_owned(), value.to_owned());
+            seen.insert(key.into_owned(), value.get().to_owned());
         }
         Some(seen.into_iter().collect())
     }

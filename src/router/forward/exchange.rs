@@ -286,7 +286,9 @@ impl Exchange {
     /// The client's response frame for the upstream's `result`: its URIs
     /// namespaced, kept if it may be, in the client's era.
     fn result_frame(&self, result: &Json) -> Frame {
-        let body = match self.handle.namespaces_uris() {
+        // A result the one-pass check found no `uri` key in has none to
+        // rewrite.
+        let body = match self.handle.namespaces_uris() && !result.has_no_uri_key() {
             true => rewrite::namespace_result(self.method.name(), self.handle.name(), result.get()),
             false => std::borrow::Cow::Borrowed(result.get()),
         };
