@@ -484,24 +484,31 @@ pub(crate) fn push_json_string(out: &mut String, s: &str) {
     out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
 
+const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+
+/// The high bit of each byte of `word` (little-endian) that is below `n`
+/// (at most 0x80). The lowest bit set is exact: a borrow can mark a byte
+/// above a marked one falsely, never one below, and no byte at or above
+/// 0x80 is marked.
+fn bytes_below(word: u64, n: u8) -> u64 {
+    word.wrapping_sub(ONES * u64::from(n)) & !word & HIGHS
+}
+
+/// The high bit of each byte of `word` that is `byte`, the lowest exact
+/// as in [`bytes_below`].
+fn bytes_equal(word: u64, byte: u8) -> u64 {
+    bytes_below(word ^ (ONES * u64::from(byte)), 1)
+}
+
 /// Whether `bytes` hold one that JSON escapes in a string: eight bytes
 /// at a time (the word tests are exact: no byte at or above 0x80 or any
 /// other byte makes one true), the rest one by one.
 fn needs_escape(bytes: &[u8]) -> bool {
-    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
-    /// Whether any byte of `word` is below `n` (at most 0x80).
-    fn has_less(word: u64, n: u8) -> bool {
-        word.wrapping_sub(ONES * u64::from(n)) & !word & HIGHS != 0
-    }
-    /// Whether any byte of `word` is `byte`.
-    fn has_byte(word: u64, byte: u8) -> bool {
-        has_less(word ^ (ONES * u64::from(byte)), 1)
-    }
     let mut words = bytes.chunks_exact(8);
     for chunk in &mut words {
         let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-        if has_less(word, 0x20) || has_byte(word, b'"') || has_byte(word, b'\\') {
+        if bytes_below(word, 0x20) | bytes_equal(word, b'"') | bytes_equal(word, b'\\') != 0 {
             return true;
         }
     }

@@ -480,18 +480,34 @@ fn string_end(bytes: &[u8], from: usize) -> Option<usize> {
 fn key_end(bytes: &[u8], mut from: usize) -> Option<(usize, bool)> {
     let mut escaped = false;
     loop {
-        let rest = bytes.get(from..)?;
-        let found = memchr::memchr2(b'"', b'\\', rest)?;
-        if has_control(&rest[..found]) {
-            return None;
-        }
-        let at = from + found;
+        let at = from + string_stop(bytes.get(from..)?)?;
         if bytes[at] == b'"' {
             return Some((at, escaped));
         }
         escaped = true;
         from = at + 1 + escape_len(bytes.get(at + 1..)?)?;
     }
+}
+
+/// Where the string text `rest` stops: its first quote or backslash, with
+/// no control character before it; `None` if one comes first, or neither.
+fn string_stop(rest: &[u8]) -> Option<usize> {
+    // The first sixteen bytes a word at a time: most strings (keys, names,
+    // short values) stop there, sooner than a vector search is set up.
+    let mut words = rest.chunks_exact(8);
+    for (n, word) in (&mut words).take(2).enumerate() {
+        let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        let stops = super::bytes_below(word, 0x20)
+            | super::bytes_equal(word, b'"')
+            | super::bytes_equal(word, b'\\');
+        if stops != 0 {
+            let at = n * 8 + (stops.trailing_zeros() / 8) as usize;
+            return (rest[at] >= 0x20).then_some(at);
+        }
+    }
+    let from = (rest.len() / 8).min(2) * 8;
+    let found = from + memchr::memchr2(b'"', b'\\', &rest[from..])?;
+    (!has_control(&rest[from..found])).then_some(found)
 }
 
 /// Whether `bytes` holds a control character (below 0x20): whether their

@@ -22,6 +22,27 @@ fn serdes(text: &str) -> bool {
     serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
 }
 
+/// A string's end is found a word at a time in its first sixteen bytes
+/// and by a vector search after: a stop (quote, escape, control
+/// character) at every place, among one-byte and multi-byte characters,
+/// gets serde's verdict, and a string that ends is read to its quote.
+#[test]
+fn every_place_in_a_string_gets_serdes_verdict() {
+    for filler in ["x", "é", "☃"] {
+        for at in 0..40 {
+            for stop in [
+                "\"", "\\n", "\u{1}", "\u{1f}", "\\u00e9", "\\q", "\u{7f}", " ",
+            ] {
+                let head = filler.repeat(at);
+                let text = format!("[\"{head}{stop}{head}\",1]");
+                assert_eq!(ours(&text), serdes(&text), "{text:?}");
+                let key = format!("{{\"{head}{stop}{head}\":[\"{head}\"]}}");
+                assert_eq!(ours(&key), serdes(&key), "{key:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn edge_cases_get_serdes_verdict() {
     let texts = [

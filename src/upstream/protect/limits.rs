@@ -81,6 +81,10 @@ struct Waiter {
     grant: oneshot::Sender<()>,
 }
 
+/// Up to this many clients keep an entry in `State::held` while they
+/// hold no slot.
+const KEPT_IDLE_CLIENTS: usize = 64;
+
 #[derive(Default)]
 struct State {
     in_flight: usize,
@@ -101,14 +105,22 @@ impl State {
 
     fn take(&mut self, client: &ClientKey) {
         self.in_flight += 1;
-        *self.held.entry(client.clone()).or_default() += 1;
+        match self.held.get_mut(client) {
+            Some(n) => *n += 1,
+            None => {
+                self.held.insert(client.clone(), 1);
+            }
+        }
     }
 
     fn give_back(&mut self, client: &ClientKey) {
         self.in_flight = self.in_flight.saturating_sub(1);
         if let Some(n) = self.held.get_mut(client) {
             *n -= 1;
-            if *n == 0 {
+            // While few clients have an entry, an idle one keeps it at 0,
+            // so a client calling one call at a time does not remove and
+            // add it again per call; beyond that, idle entries go.
+            if *n == 0 && self.held.len() > KEPT_IDLE_CLIENTS {
                 self.held.remove(client);
             }
         }
@@ -350,6 +362,26 @@ mod tests {
 
     fn key(s: &str) -> ClientKey {
         ClientKey::Client(s.into())
+    }
+
+    /// A client holding no slot keeps its count at 0 while few clients
+    /// have one, and the counts stay bounded however many clients come.
+    #[tokio::test(start_paused = true)]
+    async fn idle_clients_counts_stay_bounded() {
+        let l = limiter(4, 0);
+        for _ in 0..3 {
+            drop(l.acquire(key("steady"), far()).await.unwrap());
+        }
+        assert_eq!(l.lock().held.get(&key("steady")), Some(&0));
+        for n in 0..500 {
+            drop(l.acquire(key(&format!("c{n}")), far()).await.unwrap());
+        }
+        let held = l.lock().held.len();
+        assert!(held <= KEPT_IDLE_CLIENTS + 1, "{held} counts kept");
+        // A count at 0 reads as none: the share check is unchanged.
+        let _a = l.acquire(key("steady"), far()).await.unwrap();
+        assert_eq!(l.lock().held_by(&key("steady")), 1);
+        assert_eq!(l.snapshot().in_flight, 1);
     }
 
     #[tokio::test(start_paused = true)]
