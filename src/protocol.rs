@@ -126,6 +126,13 @@ thread_local! {
     static ENVELOPES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// Counts one more read of a whole message on this thread (tests only):
+/// for a step outside this module that reads one.
+#[cfg(test)]
+pub(crate) fn note_envelope_parse() {
+    ENVELOPES.with(|n| n.set(n.get() + 1));
+}
+
 /// How many envelopes this thread has parsed so far (tests only).
 #[cfg(test)]
 pub(crate) fn envelopes_parsed() -> usize {

@@ -143,3 +143,55 @@ async fn tools_added_while_no_stream_was_open_are_listed() {
     assert_eq!(names(&lists), ["early", "late", "later", "latest"]);
     link.stop().await;
 }
+
+/// A modern (2026-07-28) server: `server/discover`, then calls answered
+/// with a result; no session.
+async fn serve_modern() -> std::net::SocketAddr {
+    test_server::serve(|request: hyper::Request<Incoming>| async move {
+        let body = request.into_body().collect().await.unwrap().to_bytes();
+        let message: Value = serde_json::from_slice(&body).unwrap();
+        let result = match message["method"].as_str() {
+            Some("server/discover") => json!({
+                "supportedVersions": [crate::protocol::MODERN_VERSION],
+                "capabilities": { "tools": {} },
+                "serverInfo": { "name": "modern", "version": "1" } }),
+            _ => json!({ "content": [{ "type": "text", "text": "protocolVersion" }] }),
+        };
+        let answer = json!({ "jsonrpc": "2.0", "id": message["id"], "result": result });
+        test_server::json(answer.to_string(), &[])
+    })
+    .await
+}
+
+/// A modern upstream's answer is read once, by the connection: the link
+/// looks for a negotiated version only in a session-based link's answers
+/// (it read every modern answer in full before, looking for one).
+#[tokio::test]
+async fn a_modern_answer_is_read_once() {
+    let addr = serve_modern().await;
+    let FakeUpstream { conn, sent, .. } = FakeUpstream::new("modern");
+    let cfg = RemoteConfig {
+        url: format!("http://{addr}/mcp"),
+        headers: BTreeMap::new(),
+        mode: RemoteMode::StreamableHttp,
+        auth: None,
+    };
+    let tasks = tokio_util::task::TaskTracker::new();
+    let mut link =
+        HttpLink::start("modern".into(), &cfg, conn.clone(), sent, &tasks, None).unwrap();
+    let wait = Duration::from_secs(30);
+    assert!(handshake::discover(&conn, wait).await.is_some());
+    conn.set_modern(handshake::modern_meta());
+    let before = crate::protocol::envelopes_parsed();
+    let answer = conn
+        .request(
+            crate::protocol::Method::ToolsCall,
+            Some(r#"{"name":"echo","arguments":{}}"#),
+            wait,
+        )
+        .await
+        .unwrap();
+    assert!(answer.get().contains("protocolVersion"));
+    assert_eq!(crate::protocol::envelopes_parsed() - before, 1);
+    link.stop().await;
+}

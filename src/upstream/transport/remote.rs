@@ -166,9 +166,24 @@ impl RemoteSession {
     /// version the initialize answer carries. `via` is the request whose
     /// POST stream carried it (none: the standalone or legacy stream).
     pub(super) async fn deliver(&self, message: &str, via: Option<u64>) {
-        let unknown_version = self.state().version.is_none();
-        if unknown_version
-            && let Ok(value) = serde_json::from_str::<Value>(message)
+        self.note_version(message);
+        self.conn.dispatch_from(message, via).await;
+    }
+
+    /// Notes the protocol version a session-based link negotiated, from
+    /// its initialize answer, until it is known. A modern link has none
+    /// (each request names its own) and its answers are not read here: they
+    /// are read once, by the connection.
+    fn note_version(&self, message: &str) {
+        if self.conn.is_modern()
+            || self.state().version.is_some()
+            || !message.contains("\"protocolVersion\"")
+        {
+            return;
+        }
+        #[cfg(test)]
+        crate::protocol::note_envelope_parse();
+        if let Ok(value) = serde_json::from_str::<Value>(message)
             && let Some(version) = value
                 .pointer("/result/protocolVersion")
                 .and_then(Value::as_str)
@@ -176,6 +191,5 @@ impl RemoteSession {
         {
             self.state().version = Some(header);
         }
-        self.conn.dispatch_from(message, via).await;
     }
 }
