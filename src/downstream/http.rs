@@ -20,8 +20,8 @@ use super::dispatch::{self, Outcome};
 use super::listener::{ClientPeer, client_ip};
 use super::session::CloseReason;
 use super::wire::{
-    Refusal, SESSION_HEADER, VERSION_HEADER, json_response, page_response, parse_message,
-    read_body, session_header,
+    McpHeaders, Refusal, SESSION_HEADER, json_response, page_response, parse_message, read_body,
+    session_header,
 };
 use crate::protocol::{self, Envelope, MessageKind, Method, Request, code};
 use crate::router::Reply;
@@ -127,7 +127,8 @@ pub(crate) async fn post(
         }
         _ => None,
     };
-    if super::modern::is_modern(headers, &envelope, request.as_mut()) {
+    let mcp = McpHeaders::of(headers);
+    if super::modern::is_modern(mcp, &envelope, request.as_mut()) {
         return super::modern::handle(
             &state,
             headers,
@@ -152,7 +153,7 @@ pub(crate) async fn post(
         return super::shared::after_initialize(&state, response, id, envelope.params).await;
     }
 
-    let session = match session_of(&state, &at, identity.as_ref(), headers, envelope.id).await {
+    let session = match session_of(&state, &at, identity.as_ref(), mcp, envelope.id).await {
         Ok(session) => session,
         Err(refused) => return refused,
     };
@@ -189,7 +190,7 @@ async fn session_of(
     state: &AppState,
     at: &super::endpoint::At,
     identity: Option<&Arc<crate::auth::Identity>>,
-    headers: &HeaderMap,
+    headers: McpHeaders<'_>,
     id: Option<&RawValue>,
 ) -> Result<Arc<super::session::Session>, Response> {
     let refuse = |status, message: String| {
@@ -197,13 +198,13 @@ async fn session_of(
             .answering(id.map(RawValue::get))
             .into_response()
     };
-    let Some(session_id) = headers.get(&SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+    let Some(session_id) = headers.session.and_then(|v| v.to_str().ok()) else {
         return Err(refuse(
             StatusCode::BAD_REQUEST,
             "missing Mcp-Session-Id header; send initialize first".into(),
         ));
     };
-    if let Some(version) = headers.get(&VERSION_HEADER) {
+    if let Some(version) = headers.version {
         let version = version.to_str().unwrap_or_default();
         if !protocol::is_supported_downstream(version) {
             return Err(refuse(
@@ -223,7 +224,7 @@ async fn session_of(
     };
     super::authn::check_owner(session.identity.as_ref(), identity)?;
     at.check_session(&session)?;
-    session.check_version(headers, id)?;
+    session.check_version(headers.version, id)?;
     Ok(session)
 }
 

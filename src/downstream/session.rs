@@ -25,7 +25,7 @@ use std::time::Duration;
 // Tokio's clock, so tests can pause and advance it.
 use tokio::time::Instant;
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use dashmap::DashMap;
 use serde_json::value::RawValue;
@@ -35,7 +35,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
 use super::post_streams::PostStreams;
-use super::wire::{Refusal, VERSION_HEADER};
+use super::wire::Refusal;
 use crate::notify::{NotifyHub, Subscriber};
 use crate::protocol::code;
 use crate::router::InflightCalls;
@@ -110,12 +110,10 @@ impl Session {
     #[allow(clippy::result_large_err)]
     pub(crate) fn check_version(
         &self,
-        headers: &HeaderMap,
+        header: Option<&HeaderValue>,
         id: Option<&RawValue>,
     ) -> Result<(), Response> {
-        let (Some(header), Some(negotiated)) =
-            (headers.get(&VERSION_HEADER), self.protocol_version.get())
-        else {
+        let (Some(header), Some(negotiated)) = (header, self.protocol_version.get()) else {
             return Ok(());
         };
         let header = header.to_str().unwrap_or_default();

@@ -72,7 +72,7 @@ pub(crate) async fn get(
     if let Err(elsewhere) = at.check_session(&session) {
         return elsewhere;
     }
-    if let Err(mismatch) = session.check_version(&headers, None) {
+    if let Err(mismatch) = session.check_version(headers.get(&VERSION_HEADER), None) {
         return mismatch;
     }
 

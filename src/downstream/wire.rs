@@ -16,6 +16,30 @@ use crate::router::PageFrame;
 
 pub(crate) use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
 
+/// A request's MCP headers (`Mcp-Session-Id`, `MCP-Protocol-Version`),
+/// found in one pass over its headers: the steps of a POST each read them,
+/// and a lookup by a name that is not a standard one hashes it every time.
+/// Each is the first value of its name, as `HeaderMap::get` gives.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct McpHeaders<'h> {
+    pub(crate) session: Option<&'h HeaderValue>,
+    pub(crate) version: Option<&'h HeaderValue>,
+}
+
+impl<'h> McpHeaders<'h> {
+    pub(crate) fn of(headers: &'h HeaderMap) -> Self {
+        let mut found = McpHeaders::default();
+        for (name, value) in headers {
+            if found.session.is_none() && *name == SESSION_HEADER {
+                found.session = Some(value);
+            } else if found.version.is_none() && *name == VERSION_HEADER {
+                found.version = Some(value);
+            }
+        }
+        found
+    }
+}
+
 /// A request the HTTP edge refuses: the HTTP status, the JSON-RPC error,
 /// the id of the request it answers (none: `null`) and any header the
 /// refusal carries (a challenge, `Retry-After`). Every refusal of a route
@@ -352,6 +376,28 @@ mod tests {
     use http_body_util::BodyExt as _;
     use std::time::Duration;
     use tokio_stream::StreamExt as _;
+
+    /// The one pass finds what `HeaderMap::get` finds: the first value of
+    /// each name, whatever case the client wrote it in, among others.
+    #[test]
+    fn mcp_headers_are_the_first_of_their_names() {
+        let mut headers = HeaderMap::new();
+        assert!(McpHeaders::of(&headers).session.is_none());
+        headers.insert(header::HOST, HeaderValue::from_static("h"));
+        headers.append("Mcp-Session-Id", HeaderValue::from_static("first"));
+        headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        headers.append("mcp-session-id", HeaderValue::from_static("second"));
+        headers.append(
+            "MCP-Protocol-Version",
+            HeaderValue::from_static("2025-11-25"),
+        );
+        let found = McpHeaders::of(&headers);
+        assert_eq!(found.session, headers.get(&SESSION_HEADER));
+        assert_eq!(found.session.unwrap(), "first");
+        assert_eq!(found.version, headers.get(&VERSION_HEADER));
+        headers.remove(&VERSION_HEADER);
+        assert!(McpHeaders::of(&headers).version.is_none());
+    }
 
     #[tokio::test]
     async fn a_page_answer_has_its_exact_length_and_the_whole_frame() {
