@@ -92,6 +92,23 @@ impl Server {
     }
 }
 
+/// A Streamable HTTP link for `conn` to the server at `addr`.
+fn start_link(
+    name: &str,
+    addr: std::net::SocketAddr,
+    conn: &Arc<crate::upstream::connection::Connection>,
+    sent: tokio::sync::mpsc::Receiver<crate::upstream::message::Outgoing>,
+) -> HttpLink {
+    let cfg = RemoteConfig {
+        url: format!("http://{addr}/mcp"),
+        headers: BTreeMap::new(),
+        mode: RemoteMode::StreamableHttp,
+        auth: None,
+    };
+    let tasks = tokio_util::task::TaskTracker::new();
+    HttpLink::start(name.into(), &cfg, conn.clone(), sent, &tasks, None).unwrap()
+}
+
 fn names(lists: &crate::catalog::UpstreamLists) -> Vec<&str> {
     lists
         .tools
@@ -109,14 +126,7 @@ async fn tools_added_while_no_stream_was_open_are_listed() {
         mut list_changes,
         ..
     } = FakeUpstream::new("web");
-    let cfg = RemoteConfig {
-        url: format!("http://{addr}/mcp"),
-        headers: BTreeMap::new(),
-        mode: RemoteMode::StreamableHttp,
-        auth: None,
-    };
-    let tasks = tokio_util::task::TaskTracker::new();
-    let mut link = HttpLink::start("web".into(), &cfg, conn.clone(), sent, &tasks, None).unwrap();
+    let mut link = start_link("web", addr, &conn, sent);
     let wait = Duration::from_secs(30);
 
     let hello = handshake::initialize(&conn, wait).await.unwrap();
@@ -170,15 +180,7 @@ async fn serve_modern() -> std::net::SocketAddr {
 async fn a_modern_answer_is_read_once() {
     let addr = serve_modern().await;
     let FakeUpstream { conn, sent, .. } = FakeUpstream::new("modern");
-    let cfg = RemoteConfig {
-        url: format!("http://{addr}/mcp"),
-        headers: BTreeMap::new(),
-        mode: RemoteMode::StreamableHttp,
-        auth: None,
-    };
-    let tasks = tokio_util::task::TaskTracker::new();
-    let mut link =
-        HttpLink::start("modern".into(), &cfg, conn.clone(), sent, &tasks, None).unwrap();
+    let mut link = start_link("modern", addr, &conn, sent);
     let wait = Duration::from_secs(30);
     assert!(handshake::discover(&conn, wait).await.is_some());
     conn.set_modern(handshake::modern_meta());
