@@ -281,9 +281,8 @@ struct Key {
 }
 
 /// Walks the object whose `{` is at `at`: `member` gets each key (checked
-/// as a string) and where its value starts,
-/// and gives back where that value ends, or `None` to end the walk.
-/// Just past the closing `}`.
+/// as a string) and where its value starts, and gives back where that
+/// value ends, or `None` to end the walk. Just past the closing `}`.
 fn walk_object(
     bytes: &[u8],
     at: usize,
@@ -494,8 +493,7 @@ fn key_end(bytes: &[u8], mut from: usize) -> Option<(usize, bool)> {
 fn string_stop(rest: &[u8]) -> Option<usize> {
     // The first sixteen bytes a word at a time: most strings (keys, names,
     // short values) stop there, sooner than a vector search is set up.
-    let mut words = rest.chunks_exact(8);
-    for (n, word) in (&mut words).take(2).enumerate() {
+    for (n, word) in rest.chunks_exact(8).take(2).enumerate() {
         let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
         let stops = super::bytes_below(word, 0x20)
             | super::bytes_equal(word, b'"')
