@@ -12,6 +12,15 @@
 //! waker as usual. After a few polls in a row it yields as before, so a
 //! future that keeps waking itself (tokio's cooperative budget) still
 //! gives the worker back.
+//!
+//! [`OwnWakes`] is the other half, for a future that shares its task
+//! with others polled in the same poll: hyper's connection polls a
+//! request's handler each time the connection's task runs, and the task
+//! runs once per request for nothing but hyper's own bookkeeping (taking
+//! the request body's last chunk wakes the connection that sent it). The
+//! handler is a deep chain of futures down to the upstream's answer;
+//! [`OwnWakes`] polls it only when one of its own wakers fired since its
+//! last poll, and answers `Pending` at once otherwise.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -104,6 +113,75 @@ impl<F: Future> Future for InlineWakes<F> {
     }
 }
 
+/// Whether the future an [`OwnWakes`] holds was woken since its last
+/// poll, and the task to wake when it is. One per connection: its
+/// requests are handled one at a time, and a late wake left over from an
+/// earlier one costs the next at most a poll it did not need.
+pub(crate) struct WakeFilter {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl WakeFilter {
+    pub(crate) fn new() -> Arc<WakeFilter> {
+        Arc::new(WakeFilter {
+            woken: AtomicBool::new(false),
+            task: AtomicWaker::new(),
+        })
+    }
+}
+
+impl Wake for WakeFilter {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        self.task.wake();
+    }
+}
+
+/// Wraps `future` so that it is polled first, and then only after one of
+/// its own wakers fired.
+pub(crate) fn own_wakes<F: Future>(future: F, filter: &Arc<WakeFilter>) -> OwnWakes<F> {
+    OwnWakes {
+        future,
+        filter: filter.clone(),
+        waker: Waker::from(filter.clone()),
+        started: false,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// See [`own_wakes`]. The future is held in place, not boxed.
+    pub(crate) struct OwnWakes<F> {
+        #[pin]
+        future: F,
+        filter: Arc<WakeFilter>,
+        // The waker handed to the inner future: the filter's.
+        waker: Waker,
+        started: bool,
+    }
+}
+
+impl<F: Future> Future for OwnWakes<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        // Registered before the flag is read: a wake between the two is
+        // seen in the flag, one after it reaches the task.
+        this.filter.task.register(cx.waker());
+        let woken = this.filter.woken.swap(false, Ordering::SeqCst);
+        if *this.started && !woken {
+            return Poll::Pending;
+        }
+        *this.started = true;
+        this.future.poll(&mut Context::from_waker(this.waker))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +250,79 @@ mod tests {
         tokio::task::yield_now().await;
         tx.send(7).expect("the receiver waits");
         assert_eq!(waiting.await.expect("no panic").expect("sent"), 7);
+    }
+
+    /// Pending until its own waker has fired `times` times; counts polls
+    /// and hands its waker out.
+    struct WaitsForWakes {
+        times: usize,
+        polls: Arc<std::sync::atomic::AtomicUsize>,
+        waker: Arc<std::sync::Mutex<Option<Waker>>>,
+        woken: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Future for WaitsForWakes {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            if self.woken.load(Ordering::SeqCst) >= self.times {
+                return Poll::Ready(());
+            }
+            *self.waker.lock().expect("not poisoned") = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn a_future_is_polled_again_only_after_its_own_wake() {
+        let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let handed = Arc::new(std::sync::Mutex::new(None::<Waker>));
+        let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let filter = WakeFilter::new();
+        let mut future = std::pin::pin!(own_wakes(
+            WaitsForWakes {
+                times: 2,
+                polls: polls.clone(),
+                waker: handed.clone(),
+                woken: woken.clone(),
+            },
+            &filter,
+        ));
+        let outer = Arc::new(Counter(0.into()));
+        let waker = Waker::from(outer.clone());
+        let mut cx = Context::from_waker(&waker);
+        let wake_inner = || {
+            woken.fetch_add(1, Ordering::SeqCst);
+            let inner = handed.lock().expect("not poisoned").clone();
+            inner.expect("the future handed out its waker").wake();
+        };
+        assert!(future.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(polls.load(Ordering::SeqCst), 1, "the first poll goes in");
+        // The task polled again for another reason: the future is not.
+        for _ in 0..3 {
+            assert!(future.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(polls.load(Ordering::SeqCst), 1);
+        assert_eq!(outer.0.load(Ordering::SeqCst), 0);
+        // Its own wake reaches the task, and the next poll goes in.
+        wake_inner();
+        assert_eq!(outer.0.load(Ordering::SeqCst), 1, "the task was woken");
+        assert!(future.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
+        assert!(future.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
+        wake_inner();
+        assert!(future.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(polls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn own_wakes_reach_a_spawned_task() {
+        let filter = WakeFilter::new();
+        let (tx, rx) = tokio::sync::oneshot::channel::<u8>();
+        let waiting = tokio::spawn(own_wakes(rx, &filter));
+        tokio::task::yield_now().await;
+        tx.send(9).expect("the receiver waits");
+        assert_eq!(waiting.await.expect("no panic").expect("sent"), 9);
     }
 }

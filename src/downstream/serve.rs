@@ -7,7 +7,11 @@
 //! in place ([`crate::inline_wake`]): hyper hands a request's body to the
 //! handler through a channel whose wake lands on the very task that is
 //! running, and tokio would otherwise requeue that task and wake a second
-//! worker thread for nothing, once per request.
+//! worker thread for nothing, once per request. That wake still polls
+//! the connection once more, and hyper polls the request's handler each
+//! time; the handler is polled only after one of its own wakers fired
+//! ([`crate::inline_wake::own_wakes`]), so the second poll costs hyper's
+//! bookkeeping alone, not a walk down the handler's chain of futures.
 //!
 //! `POST /mcp`, the call path, may skip the axum router ([`DirectPost`]):
 //! the connection's service hands it to [`super::http::post_root`], which
@@ -86,6 +90,7 @@ async fn serve_connection(
     direct: DirectPost,
 ) {
     let client = peer.addr;
+    let own_wakes = crate::inline_wake::WakeFilter::new();
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let in_progress = peer.begin_request();
         let request = request.map(Body::new);
@@ -104,7 +109,7 @@ async fn serve_connection(
             }
         };
         let peer = peer.clone();
-        async move {
+        let answered = async move {
             let mut response = match answer {
                 Answer::Direct(post) => post.await,
                 Answer::Routed(routed) => {
@@ -118,7 +123,8 @@ async fn serve_connection(
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             Ok::<_, Infallible>(super::listener::tracked(response, in_progress))
-        }
+        };
+        crate::inline_wake::own_wakes(answered, &own_wakes)
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(io), service)

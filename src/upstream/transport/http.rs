@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::BodyExt as _;
+use hyper::body::Body as _;
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
@@ -758,6 +759,12 @@ pub(super) async fn read_limited(
                 body.extend_from_slice(&chunk);
                 joined = Some(body);
             }
+        }
+        // A body whose length is known ends with its last byte: asking for
+        // another frame would wait for the connection to say so, a wake-up
+        // and another poll of the whole call for nothing.
+        if stream.is_end_stream() {
+            break;
         }
     }
     Ok(joined.map_or(first, bytes::Bytes::from))
