@@ -225,7 +225,15 @@ pub(crate) async fn read_body(
         }
         return Err(too_large());
     }
-    match tokio::time::timeout(timeout, collect(body, limit)).await {
+    // A body that is all there when the request is (the usual small POST)
+    // is read without a timer: setting one up reads the clock and the
+    // runtime's handle for a deadline nothing waits on.
+    let mut collecting = std::pin::pin!(collect(body, limit));
+    let read = match futures_util::poll!(collecting.as_mut()) {
+        std::task::Poll::Ready(read) => Ok(read),
+        std::task::Poll::Pending => tokio::time::timeout(timeout, collecting).await,
+    };
+    match read {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(Unread::TooLarge(rest))) => {
             drain(rest, DRAIN_BYTES).await;
@@ -489,6 +497,40 @@ mod tests {
         assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
         assert!(started.elapsed() < config.body_read_timeout);
         drop(tx);
+    }
+
+    /// A body that stops arriving is answered 408 once
+    /// `http.body_read_timeout` has passed since it was first read.
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_stops_arriving_is_answered_408_at_the_read_timeout() {
+        let config = http(1024);
+        let (tx, headers, body) = arriving(Some(100));
+        tx.send(Bytes::from_static(b"{\"a\":")).await.unwrap();
+        let started = tokio::time::Instant::now();
+        let answer = read_body(&config, &headers, body).await.unwrap_err();
+        assert_eq!(answer.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(started.elapsed(), config.body_read_timeout);
+        let text = answer.into_body().collect().await.unwrap().to_bytes();
+        assert!(
+            String::from_utf8_lossy(&text).contains("http.body_read_timeout"),
+            "{text:?}"
+        );
+        drop(tx);
+    }
+
+    /// A body not all there at first is read whole when the rest comes
+    /// within the timeout, however late in it.
+    #[tokio::test(start_paused = true)]
+    async fn a_body_whose_rest_comes_within_the_timeout_is_read_whole() {
+        let config = http(1024);
+        let (tx, headers, body) = arriving(None);
+        tx.send(Bytes::from_static(b"{\"a\":")).await.unwrap();
+        let mut reading = std::pin::pin!(read_body(&config, &headers, body));
+        assert!(futures_util::FutureExt::now_or_never(reading.as_mut()).is_none());
+        tokio::time::advance(config.body_read_timeout - Duration::from_millis(1)).await;
+        tx.send(Bytes::from_static(b"1}")).await.unwrap();
+        drop(tx);
+        assert_eq!(&reading.await.unwrap()[..], b"{\"a\":1}");
     }
 
     #[tokio::test]
