@@ -760,9 +760,9 @@ pub(super) async fn read_limited(
                 joined = Some(body);
             }
         }
-        // A body whose length is known ends with its last byte: asking for
-        // another frame would wait for the connection to say so, a wake-up
-        // and another poll of the whole call for nothing.
+        // A body whose length is known ends with its last byte: another
+        // frame would only tell what the length already says (and, should
+        // hyper not have closed the channel yet, wait for it to).
         if stream.is_end_stream() {
             break;
         }
