@@ -56,6 +56,9 @@ impl Target {
             format!("{what}_floor/{}", self.key),
             floor.cpu_us as f64 / calls,
         );
+        if let Some(user) = floor.user_cpu_us() {
+            res.push(format!("{what}_floor_user/{}", self.key), user / calls);
+        }
         res.push(
             format!("csw_{what}_floor/{}", self.key),
             floor.switches as f64 / calls,

@@ -121,6 +121,18 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize], baseline: Option<&str>)
         "csw_cpu_gw".to_owned(),
         "gateway context switches per call",
     ));
+    gateway.row(measured(
+        "cpu_floor".to_owned(),
+        "the floor's CPU per call behind it, 2 KB (µs)",
+    ));
+    gateway.row(measured(
+        "cpu_floor_user".to_owned(),
+        "of which in the floor's user space (µs)",
+    ));
+    gateway.row(measured(
+        "csw_cpu_floor".to_owned(),
+        "the floor's context switches per call",
+    ));
     for &c in plan.clients.iter().filter(|c| **c > 1) {
         gateway.row(measured(
             format!("load{c}_gw"),

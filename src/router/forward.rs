@@ -165,7 +165,10 @@ pub(super) async fn run(
                 tasks,
                 parking,
             };
-            return connect::first(call, ctx, id, on, cached, upstream, *start, deadline).await;
+            return Box::pin(connect::first(
+                call, ctx, id, on, cached, upstream, *start, deadline,
+            ))
+            .await;
         }
         Err(e) => return refused(&call, ctx, id, metrics, e, asked),
     };
@@ -264,7 +267,10 @@ async fn send(
             let client = ctx.identity.as_ref().map(|i| &*i.client);
             let (parking, tasks) = (on.parking, on.tasks);
             let (state, responses) = (state.get(), responses.map(Raw::get));
-            return park::resume(parking, tasks, id, client, &call.item, state, responses).await;
+            return Box::pin(park::resume(
+                parking, tasks, id, client, &call.item, state, responses,
+            ))
+            .await;
         }
     }
     let upstream_id = conn.next_id();
@@ -299,15 +305,12 @@ async fn send(
     // A 2025-era session's call may be asked back by its upstream
     // (sampling, elicitation, roots): its reply then becomes a stream.
     let askable = ctx.can_stream && ctx.era == Era::Legacy && ctx.subscriber.is_some();
+    // The rare kinds are boxed: a future holds room for its largest await.
     match (parkable, streaming, askable) {
-        (true, ..) => {
-            flight
-                .parked(ctx, on, client_token, capabilities, streaming)
-                .await
-        }
+        (true, ..) => Box::pin(flight.parked(ctx, on, client_token, capabilities, streaming)).await,
         (false, false, false) => flight.plain().await,
         (false, false, true) => flight.asked(ctx, on).await,
-        (false, true, _) => flight.streamed(ctx, on, client_token, askable).await,
+        (false, true, _) => Box::pin(flight.streamed(ctx, on, client_token, askable)).await,
     }
 }
 

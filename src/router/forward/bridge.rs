@@ -83,6 +83,13 @@ pub(crate) enum BridgeError {
 }
 
 impl Exchange {
+    /// Whether `result` may start input rounds: the call's client can be
+    /// asked and the result names `input_required`. Anything else is
+    /// returned as it is, without [`Exchange::bridge_input`]'s future.
+    pub(super) fn may_ask_input(&self, result: &Json) -> bool {
+        self.asker.is_some() && self.progress.is_some() && mentions_input_required(result)
+    }
+
     /// Runs input rounds while the upstream answers `input_required` and
     /// the call's client can be asked; any other answer is returned as is.
     pub(super) async fn bridge_input(
@@ -156,10 +163,15 @@ impl Exchange {
 /// the upstream's `requestState` to send back.
 type InputRound = (Map<String, Value>, Option<Value>);
 
+/// Whether the result's text names `input_required` at all.
+fn mentions_input_required(result: &Json) -> bool {
+    result.get().contains("input_required")
+}
+
 /// The round an `input_required` result asks for; none for any other result.
 fn input_required(result: &Json) -> Result<Option<InputRound>, BridgeError> {
     // Most results are complete: look before parsing.
-    if !result.get().contains("input_required") {
+    if !mentions_input_required(result) {
         return Ok(None);
     }
     let Ok(mut object) = serde_json::from_str::<Map<String, Value>>(result.get()) else {

@@ -207,14 +207,16 @@ impl Exchange {
             // A refused token leaves the connection up: the retry uses it
             // with a new token.
             let same = matches!(e, UpstreamError::Unauthorized { .. });
+            // Boxed, as are the other rare turns below: a future holds room
+            // for its largest await, and each level above copies it.
             answer = match next {
-                Ok(()) => self.retry(guard, conn, same).await,
+                Ok(()) => Box::pin(self.retry(guard, conn, same)).await,
                 Err(e) => Err(RouteError::Upstream(e)),
             };
         }
         if let Err(RouteError::Upstream(UpstreamError::Credential { error, .. })) = &answer
             && error.is_final()
-            && let Some(frame) = self.connect_again().await
+            && let Some(frame) = Box::pin(self.connect_again()).await
         {
             return frame;
         }
@@ -227,7 +229,10 @@ impl Exchange {
             }
         }
         if let Ok(result) = answer {
-            answer = self.bridge_input(guard, conn, result).await;
+            answer = match self.may_ask_input(&result) {
+                true => Box::pin(self.bridge_input(guard, conn, result)).await,
+                false => Ok(result),
+            };
         }
         self.report(&answer);
         // Log messages that came before the answer go out before it.

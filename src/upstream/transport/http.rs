@@ -345,7 +345,9 @@ impl RemoteSession {
     async fn send(self: &Arc<Self>, sent: Outgoing) {
         let mode = self.state().mode.clone();
         if let Mode::Sse { post_url } = mode {
-            if let Err(e) = legacy_sse::post(self, &post_url, sent.frame.clone()).await {
+            // Boxed: the legacy mode is rare, and its future would size
+            // every POST's.
+            if let Err(e) = Box::pin(legacy_sse::post(self, &post_url, sent.frame.clone())).await {
                 self.fail(&sent, e);
             }
         } else {

@@ -107,7 +107,9 @@ impl Pool {
             let was_reused = reused.is_some();
             let mut sender = match reused.take() {
                 Some(sender) => sender,
-                None => self.connect().await?,
+                // Boxed: opening a connection is rare, and its future
+                // would otherwise size every call's.
+                None => Box::pin(self.connect()).await?,
             };
             if let Err(e) = sender.ready().await {
                 match was_reused {
