@@ -153,7 +153,9 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize], baseline: Option<&str>)
          figures are its own process's). The user-space part is the run time split \
          as /proc/<pid>/stat splits utime from stime (10 ms ticks, over the whole \
          window of sequential calls); the rest is the kernel's work for the process \
-         (its sockets, its wake-ups).",
+         (its sockets, its wake-ups). The floor's rows are the floor's own CPU and \
+         context switches per call with each in front of it: it is sent the same \
+         bytes either way, and its time is on the call's path too.",
     );
     tables.push(gateway);
 
