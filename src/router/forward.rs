@@ -295,12 +295,7 @@ async fn send(
         true => guard.client_id.clone(),
         false => id.get().into(),
     };
-    // Boxed: the flight moves into the future of whichever kind of call
-    // this is, and on into a task or a select; a pointer moves cheaper
-    // than the exchange's some 700 bytes.
-    let exchange = Box::new(exchange::Exchange::new(
-        call, ctx, client_id, built, on.metrics, connected,
-    ));
+    let exchange = exchange::Exchange::new(call, ctx, client_id, built, on.metrics, connected);
     let flight = Flight {
         exchange,
         guard,
@@ -409,7 +404,7 @@ fn admit_id(
 
 /// A call on its way: its exchange, its in-flight entry, and where it went.
 struct Flight {
-    exchange: Box<Exchange>,
+    exchange: Exchange,
     guard: CallGuard,
     conn: Arc<Connection>,
     upstream_id: u64,
