@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::value::RawValue;
 
@@ -20,8 +20,8 @@ use super::dispatch::{self, Outcome};
 use super::listener::{ClientPeer, client_ip};
 use super::session::CloseReason;
 use super::wire::{
-    McpHeaders, Refusal, SESSION_HEADER, json_response, page_response, parse_message, read_body,
-    session_header,
+    Refusal, RequestHeaders, SESSION_HEADER, json_response, page_response, parse_message,
+    read_found_body, session_header,
 };
 use crate::protocol::{self, Envelope, MessageKind, Method, Request, code};
 use crate::router::Reply;
@@ -32,8 +32,9 @@ struct Accepts {
     sse: bool,
 }
 
-fn accepts(headers: &HeaderMap) -> Accepts {
-    let Some(value) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+/// What a request's `Accept` value (its first) allows.
+fn accepts(accept: Option<&HeaderValue>) -> Accepts {
+    let Some(value) = accept.and_then(|v| v.to_str().ok()) else {
         // No Accept header: anything goes.
         return Accepts {
             json: true,
@@ -100,7 +101,9 @@ pub(crate) async fn post(
     // The headers are read in place (a `HeaderMap` extractor would copy them).
     let (parts, body) = http_request.into_parts();
     let headers = &parts.headers;
-    let accept = accepts(headers);
+    // The headers the steps below read, found in one pass.
+    let mcp = RequestHeaders::of(headers);
+    let accept = accepts(mcp.accept);
     if !accept.json && !accept.sse {
         return Refusal::new(
             StatusCode::NOT_ACCEPTABLE,
@@ -109,7 +112,7 @@ pub(crate) async fn post(
         )
         .into_response();
     }
-    let bytes = match read_body(&state.http, headers, body).await {
+    let bytes = match read_found_body(&state.http, mcp, headers, body).await {
         Ok(b) => b,
         Err(rejected) => return rejected,
     };
@@ -127,7 +130,6 @@ pub(crate) async fn post(
         }
         _ => None,
     };
-    let mcp = McpHeaders::of(headers);
     if super::modern::is_modern(mcp, &envelope, request.as_mut()) {
         return super::modern::handle(
             &state,
@@ -190,7 +192,7 @@ async fn session_of(
     state: &AppState,
     at: &super::endpoint::At,
     identity: Option<&Arc<crate::auth::Identity>>,
-    headers: McpHeaders<'_>,
+    headers: RequestHeaders<'_>,
     id: Option<&RawValue>,
 ) -> Result<Arc<super::session::Session>, Response> {
     let refuse = |status, message: String| {
@@ -315,13 +317,14 @@ pub(crate) async fn delete(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     fn read(accept: Option<&'static str>) -> (bool, bool) {
         let mut headers = HeaderMap::new();
         if let Some(value) = accept {
             headers.insert(header::ACCEPT, HeaderValue::from_static(value));
         }
-        let accepts = accepts(&headers);
+        let accepts = accepts(headers.get(header::ACCEPT));
         (accepts.json, accepts.sse)
     }
 

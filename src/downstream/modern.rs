@@ -23,7 +23,7 @@ use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
-use super::wire::{McpHeaders, Refusal, VERSION_HEADER, json_response as json, page_response};
+use super::wire::{Refusal, RequestHeaders, VERSION_HEADER, json_response as json, page_response};
 use crate::notify::LogLevel;
 use crate::protocol::{
     self, Envelope, Era, MessageKind, Method, ParamsError, Raw, Request, RpcError, code, meta,
@@ -54,7 +54,7 @@ const METHODS: &[&str] = &[
 /// request's params are read through `request`, so the parse is the one
 /// every later layer uses.
 pub(crate) fn is_modern(
-    headers: McpHeaders<'_>,
+    headers: RequestHeaders<'_>,
     envelope: &Envelope<'_>,
     request: Option<&mut Request<'_>>,
 ) -> bool {
@@ -505,7 +505,7 @@ mod tests {
             let mut request = Request::new(id, Method::ToolsCall, envelope.params);
             let before = crate::protocol::params::parses();
             assert_eq!(
-                is_modern(McpHeaders::default(), &envelope, Some(&mut request)),
+                is_modern(RequestHeaders::default(), &envelope, Some(&mut request)),
                 modern
             );
             if modern {

@@ -16,25 +16,33 @@ use crate::router::PageFrame;
 
 pub(crate) use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
 
-/// A request's MCP headers (`Mcp-Session-Id`, `MCP-Protocol-Version`),
-/// found in one pass over its headers: the steps of a POST each read them,
-/// and a lookup by a name that is not a standard one hashes it every time.
-/// Each is the first value of its name, as `HeaderMap::get` gives.
+/// The headers the steps of a POST read (`Mcp-Session-Id`,
+/// `MCP-Protocol-Version`, `Accept`, `Content-Type`, `Content-Length`),
+/// found in one pass over its headers: each lookup by name hashes the name,
+/// and one that is not a standard name hashes its bytes. Each is the first
+/// value of its name, as `HeaderMap::get` gives.
 #[derive(Clone, Copy, Default)]
-pub(crate) struct McpHeaders<'h> {
+pub(crate) struct RequestHeaders<'h> {
     pub(crate) session: Option<&'h HeaderValue>,
     pub(crate) version: Option<&'h HeaderValue>,
+    pub(crate) accept: Option<&'h HeaderValue>,
+    pub(crate) content_type: Option<&'h HeaderValue>,
+    pub(crate) content_length: Option<&'h HeaderValue>,
 }
 
-impl<'h> McpHeaders<'h> {
+impl<'h> RequestHeaders<'h> {
     pub(crate) fn of(headers: &'h HeaderMap) -> Self {
-        let mut found = McpHeaders::default();
+        let mut found = RequestHeaders::default();
         for (name, value) in headers {
-            if found.session.is_none() && *name == SESSION_HEADER {
-                found.session = Some(value);
-            } else if found.version.is_none() && *name == VERSION_HEADER {
-                found.version = Some(value);
-            }
+            let slot = match name {
+                n if *n == header::CONTENT_TYPE => &mut found.content_type,
+                n if *n == header::CONTENT_LENGTH => &mut found.content_length,
+                n if *n == header::ACCEPT => &mut found.accept,
+                n if *n == SESSION_HEADER => &mut found.session,
+                n if *n == VERSION_HEADER => &mut found.version,
+                _ => continue,
+            };
+            slot.get_or_insert(value);
         }
         found
     }
@@ -185,9 +193,18 @@ pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<bytes::Bytes, Response> {
-    if let Some(ct) = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
+    read_found_body(http, RequestHeaders::of(headers), headers, body).await
+}
+
+/// [`read_body`] with the request's headers already found.
+#[allow(clippy::result_large_err)]
+pub(crate) async fn read_found_body(
+    http: &HttpConfig,
+    found: RequestHeaders<'_>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<bytes::Bytes, Response> {
+    if let Some(ct) = found.content_type.and_then(|v| v.to_str().ok())
         && !ct
             .trim_start()
             .get(..JSON_TYPE.len())
@@ -211,8 +228,8 @@ pub(crate) async fn read_body(
     };
     // A declared length over the limit is refused before the body is read
     // (and before `100 Continue` invites the client to send it).
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
+    let declared = found
+        .content_length
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let timeout = http.body_read_timeout;
@@ -388,9 +405,9 @@ mod tests {
     /// The one pass finds what `HeaderMap::get` finds: the first value of
     /// each name, whatever case the client wrote it in, among others.
     #[test]
-    fn mcp_headers_are_the_first_of_their_names() {
+    fn request_headers_are_the_first_of_their_names() {
         let mut headers = HeaderMap::new();
-        assert!(McpHeaders::of(&headers).session.is_none());
+        assert!(RequestHeaders::of(&headers).session.is_none());
         headers.insert(header::HOST, HeaderValue::from_static("h"));
         headers.append("Mcp-Session-Id", HeaderValue::from_static("first"));
         headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
@@ -399,12 +416,31 @@ mod tests {
             "MCP-Protocol-Version",
             HeaderValue::from_static("2025-11-25"),
         );
-        let found = McpHeaders::of(&headers);
+        let found = RequestHeaders::of(&headers);
         assert_eq!(found.session, headers.get(&SESSION_HEADER));
         assert_eq!(found.session.unwrap(), "first");
         assert_eq!(found.version, headers.get(&VERSION_HEADER));
+        assert_eq!(found.accept.unwrap(), "*/*");
+        assert!(found.content_type.is_none() && found.content_length.is_none());
         headers.remove(&VERSION_HEADER);
-        assert!(McpHeaders::of(&headers).version.is_none());
+        assert!(RequestHeaders::of(&headers).version.is_none());
+        // The standard names too: the first value, as `get` gives.
+        headers.append(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.append(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        headers.append(header::CONTENT_LENGTH, HeaderValue::from_static("12"));
+        headers.append(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        let found = RequestHeaders::of(&headers);
+        assert_eq!(found.content_type, headers.get(header::CONTENT_TYPE));
+        assert_eq!(found.content_type.unwrap(), "application/json");
+        assert_eq!(found.content_length, headers.get(header::CONTENT_LENGTH));
+        assert_eq!(found.accept, headers.get(header::ACCEPT));
+        assert_eq!(found.accept.unwrap(), "*/*");
     }
 
     #[tokio::test]
