@@ -102,8 +102,8 @@ pub(crate) async fn post(
     let (parts, body) = http_request.into_parts();
     let headers = &parts.headers;
     // The headers the steps below read, found in one pass.
-    let mcp = RequestHeaders::of(headers);
-    let accept = accepts(mcp.accept);
+    let request_headers = RequestHeaders::of(headers);
+    let accept = accepts(request_headers.accept);
     if !accept.json && !accept.sse {
         return Refusal::new(
             StatusCode::NOT_ACCEPTABLE,
@@ -112,7 +112,7 @@ pub(crate) async fn post(
         )
         .into_response();
     }
-    let bytes = match read_found_body(&state.http, mcp, headers, body).await {
+    let bytes = match read_found_body(&state.http, request_headers, headers, body).await {
         Ok(b) => b,
         Err(rejected) => return rejected,
     };
@@ -130,7 +130,7 @@ pub(crate) async fn post(
         }
         _ => None,
     };
-    if super::modern::is_modern(mcp, &envelope, request.as_mut()) {
+    if super::modern::is_modern(request_headers, &envelope, request.as_mut()) {
         return super::modern::handle(
             &state,
             headers,
@@ -155,10 +155,11 @@ pub(crate) async fn post(
         return super::shared::after_initialize(&state, response, id, envelope.params).await;
     }
 
-    let session = match session_of(&state, &at, identity.as_ref(), mcp, envelope.id).await {
-        Ok(session) => session,
-        Err(refused) => return refused,
-    };
+    let session =
+        match session_of(&state, &at, identity.as_ref(), request_headers, envelope.id).await {
+            Ok(session) => session,
+            Err(refused) => return refused,
+        };
     match dispatch::handle(
         &state,
         &session,
