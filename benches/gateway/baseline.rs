@@ -53,13 +53,25 @@ pub async fn run(
                 gateway: Some(gateway.proc.pid),
             })
             .collect();
-        for round in 0..plan.rounds {
-            eprintln!("baseline round {}/{}", round + 1, plan.rounds);
+        for round in 1..=plan.rounds {
+            eprintln!("baseline round {round}/{}", plan.rounds);
+            // A failure says which round, measurement and gateway it hit.
+            let within = |what: &'static str, key: &'static str| {
+                move |e: crate::Error| {
+                    crate::fail(format!(
+                        "baseline round {round}, {what}, gateway {key}: {e}"
+                    ))
+                }
+            };
             for t in &targets {
-                calls::latency(t, 2048, "2k", plan.calls_2k, plan.warmup, true, res).await?;
+                calls::latency(t, 2048, "2k", plan.calls_2k, plan.warmup, true, res)
+                    .await
+                    .map_err(within("2 KB latency", t.key))?;
             }
             for t in &targets {
-                calls::throughput(t, CLIENTS, plan.window, res).await?;
+                calls::throughput(t, CLIENTS, plan.window, res)
+                    .await
+                    .map_err(within("throughput", t.key))?;
             }
         }
         Ok::<_, crate::Error>(())

@@ -1,7 +1,8 @@
 //! The gateway benchmark (`cargo bench --bench gateway`, or `scripts/bench.sh`):
 //! one binary that is the floor MCP server (re-run as `gateway floor http|stdio`
 //! child processes), the bare proxy (`gateway proxy`, the per-call reference),
-//! the load client, and the driver that runs the release `mcpmux` as a child
+//! the load client (also alone, as `gateway calls`, for a profiler's run:
+//! `scripts/profile-call.sh`), and the driver that runs the release `mcpmux` as a child
 //! process and prints the results as Markdown.
 //!
 //! What it measures, in interleaved rounds (direct to the floor, through
@@ -253,6 +254,9 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("proxy") {
         return proxy_main(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("calls") {
+        return calls_main(&args[1..]);
+    }
     if !args.iter().any(|a| a == "--bench") {
         println!("gateway benchmark: not run without --bench (cargo bench --bench gateway)");
         return ExitCode::SUCCESS;
@@ -330,6 +334,58 @@ fn proxy_main(args: &[String]) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("proxy: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `calls --addr ADDR --tool NAME --count N [--size BYTES] [--wait]`: one
+/// session making N sequential echo calls (2 KB by default), each answer
+/// checked (the first one whole), then closed; with `--wait`, only once
+/// `/readyz` answers 200 (for a gateway just started). The load of
+/// `scripts/profile-call.sh`.
+fn calls_main(args: &[String]) -> ExitCode {
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+    };
+    let addr = value("--addr").and_then(|a| a.parse::<SocketAddr>().ok());
+    let tool = value("--tool");
+    let count = value("--count").and_then(|n| n.parse::<usize>().ok());
+    let size = value("--size").map_or(Some(2048), |n| n.parse::<usize>().ok());
+    let wait = args.iter().any(|a| a == "--wait");
+    let (Some(addr), Some(tool), Some(count), Some(size)) = (addr, tool, count, size) else {
+        eprintln!("usage: gateway calls --addr ADDR --tool NAME --count N [--size BYTES] [--wait]");
+        return ExitCode::from(64);
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("calls: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(async {
+        if wait {
+            // A gateway under a profiler starts slowly.
+            procs::wait_ready(addr, std::time::Instant::now(), Duration::from_secs(300)).await?;
+        }
+        let mut session = client::Session::open(client::Conn::connect(addr).await?).await?;
+        let payload = client::Payload::echo(tool, size);
+        for n in 0..count {
+            // The first answer is read whole, the rest checked for size.
+            session.echo(&payload, n == 0).await?;
+        }
+        session.close().await
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("calls: {e}");
             ExitCode::FAILURE
         }
     }
@@ -548,22 +604,37 @@ async fn calls_part(
         if let Some(keep) = &options.targets {
             targets.retain(|t| keep.iter().any(|k| k == t.key));
         }
-        for round in 0..plan.rounds {
-            eprintln!("per-call round {}/{}", round + 1, plan.rounds);
+        for round in 1..=plan.rounds {
+            eprintln!("per-call round {round}/{}", plan.rounds);
+            // A failure says which round, measurement and target it hit.
+            let within = |what: &str, key: &str| {
+                let place = format!("per-call round {round}, {what}, target {key}");
+                move |e: Error| fail(format!("{place}: {e}"))
+            };
             for t in &targets {
-                calls::latency(t, 2048, "2k", plan.calls_2k, plan.warmup, true, res).await?;
+                calls::latency(t, 2048, "2k", plan.calls_2k, plan.warmup, true, res)
+                    .await
+                    .map_err(within("2 KB latency", t.key))?;
             }
             for t in &targets {
                 let warmup = plan.warmup / 5;
-                calls::latency(t, 32 * 1024, "32k", plan.calls_32k, warmup, false, res).await?;
+                calls::latency(t, 32 * 1024, "32k", plan.calls_32k, warmup, false, res)
+                    .await
+                    .map_err(within("32 KB latency", t.key))?;
             }
             for &clients in &plan.clients {
                 for t in &targets {
-                    calls::throughput(t, clients, plan.window, res).await?;
+                    calls::throughput(t, clients, plan.window, res)
+                        .await
+                        .map_err(within(&format!("throughput, {clients} clients"), t.key))?;
                 }
             }
-            calls::initialize_cost(floor_addr, floor.pid, "direct", plan.inits, res).await?;
-            calls::initialize_cost(gateway.addr, gateway.proc.pid, "gw", plan.inits, res).await?;
+            calls::initialize_cost(floor_addr, floor.pid, "direct", plan.inits, res)
+                .await
+                .map_err(within("initialize", "direct"))?;
+            calls::initialize_cost(gateway.addr, gateway.proc.pid, "gw", plan.inits, res)
+                .await
+                .map_err(within("initialize", "http"))?;
         }
         Ok::<_, Error>(())
     }

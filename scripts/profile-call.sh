@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# What one 2 KB tools/call costs the gateway (or the bare proxy), counted by
+# valgrind's callgrind: instructions per call and, with --cache, simulated
+# cache misses per call. A developer's tool for issue 30's work, not a test:
+# the benchmark (scripts/bench.sh) is what measures time.
+#
+#   scripts/profile-call.sh [--proxy] [--cache] [--calls N] [--out DIR] [--mcpmux PATH]
+#
+# The profiled process runs twice in front of the same HTTP floor (the
+# benchmark's): once for a short session of warm-up calls, once for as many
+# plus N; the difference of the two, divided by N, is the cost of a call
+# with start-up, the handshake and shutdown taken out. aws-lc's entropy
+# start-up runs a varying number of instructions, so its functions (the
+# jitter entropy source and its mixing) are left out of both totals.
+#
+# --proxy   profile the bare proxy instead of mcpmux
+# --cache   simulate the caches as well (32 KB L1 data and instruction
+#           caches, 8-way, 64-byte lines, as on the machines we bench on):
+#           L1 misses per call, reads and writes apart
+# --calls N the calls the longer run makes beyond the shorter (1000)
+# --out DIR keep both callgrind outputs there, for callgrind_annotate
+# --mcpmux PATH  profile that gateway binary (say, one built from an earlier
+#           commit) instead of building this tree's
+#
+# Installs valgrind with apt-get when it is missing (as root).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+target=mcpmux
+mcpmux=""
+cache=()
+calls=1000
+warm=50
+out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --proxy) target=proxy ;;
+    --cache) cache=(--cache-sim=yes --D1=32768,8,64 --I1=32768,8,64) ;;
+    --calls) calls="$2"; shift ;;
+    --out) out="$2"; shift ;;
+    --mcpmux) mcpmux="$2"; shift ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    *) echo "profile-call: unknown argument $1" >&2; exit 64 ;;
+  esac
+  shift
+done
+case "$calls" in ''|*[!0-9]*|0) echo "profile-call: --calls needs a positive number" >&2; exit 64 ;; esac
+
+if ! command -v valgrind >/dev/null 2>&1; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "profile-call: valgrind is missing; run as root to install it (apt-get)" >&2
+    exit 1
+  fi
+  echo "profile-call: installing valgrind" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null
+fi
+
+# As scripts/bench.sh: the benchmark binary first, then the release gateway.
+bench=$(cargo bench --locked --bench gateway --no-run --message-format=json \
+  | grep '"kind":\["bench"\]' \
+  | grep -o '"executable":"[^"]*"' \
+  | tail -n 1 \
+  | cut -d'"' -f4)
+[ -n "$bench" ] || { echo "profile-call: cargo did not report the benchmark's executable" >&2; exit 1; }
+if [ -z "$mcpmux" ]; then
+  cargo build --release --locked --bin mcpmux
+  mcpmux=target/release/mcpmux
+fi
+[ -x "$mcpmux" ] || { echo "profile-call: no gateway binary at $mcpmux" >&2; exit 64; }
+
+work=$(mktemp -d)
+[ -n "$out" ] || out="$work"
+mkdir -p "$out"
+floor_pid=""
+cleanup() {
+  [ -n "$floor_pid" ] && kill "$floor_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The floor: it prints `listening ADDR` and stops when its stdin closes.
+mkfifo "$work/floor.in"
+"$bench" floor http --threads 2 < "$work/floor.in" > "$work/floor.out" &
+floor_pid=$!
+exec {floor_in}> "$work/floor.in"
+floor=""
+for _ in $(seq 1 100); do
+  floor=$(sed -n 's/^listening //p' "$work/floor.out")
+  [ -n "$floor" ] && break
+  sleep 0.1
+done
+[ -n "$floor" ] || { echo "profile-call: the floor did not start" >&2; exit 1; }
+
+# One profiled run making `$1` calls; its callgrind output goes to `$2`.
+profile() {
+  local n=$1 file=$2 pid addr="" tool wait=()
+  if [ "$target" = mcpmux ]; then
+    printf 'auth: { mode: off }\nupstreams:\n  fh:\n    url: "http://%s/mcp"\n    transport: "streamable-http"\n    required: true\n' \
+      "$floor" > "$work/gateway.yaml"
+    valgrind --tool=callgrind "${cache[@]}" --callgrind-out-file="$file" \
+      "$mcpmux" serve --config "$work/gateway.yaml" --listen 127.0.0.1:0 \
+      --log-format json > /dev/null 2> "$work/target.err" &
+    pid=$!
+    tool=fh__echo
+    wait=(--wait)
+    for _ in $(seq 1 600); do
+      addr=$(grep -o '"addr":"127.0.0.1:[0-9]*"' "$work/target.err" | head -n 1 | cut -d'"' -f4 || true)
+      [ -n "$addr" ] && break
+      sleep 0.1
+    done
+  else
+    mkfifo "$work/proxy.in"
+    valgrind --tool=callgrind "${cache[@]}" --callgrind-out-file="$file" \
+      "$bench" proxy --upstream "$floor" --threads 2 < "$work/proxy.in" > "$work/target.out" 2> "$work/target.err" &
+    pid=$!
+    exec {proxy_in}> "$work/proxy.in"
+    tool=echo
+    for _ in $(seq 1 600); do
+      addr=$(sed -n 's/^listening //p' "$work/target.out")
+      [ -n "$addr" ] && break
+      sleep 0.1
+    done
+  fi
+  [ -n "$addr" ] || { echo "profile-call: $target did not start; its log:" >&2; cat "$work/target.err" >&2; exit 1; }
+  "$bench" calls --addr "$addr" --tool "$tool" --count "$n" "${wait[@]}"
+  kill -TERM "$pid"
+  wait "$pid" || true
+  if [ "$target" = proxy ]; then exec {proxy_in}>&-; rm -f "$work/proxy.in"; fi
+}
+
+# Each event's total over the run, aws-lc's entropy start-up left out.
+totals() {
+  callgrind_annotate --threshold=100 --auto=no "$1" 2>/dev/null | awk '
+    /^Events shown:/ { n = split($0, name, " ") - 2; for (i = 1; i <= n; i++) name[i] = name[i + 2]; next }
+    /PROGRAM TOTALS|jent|rol64|xoshiro|uint32rotl|ptr_to_le/ { next }
+    {
+      line = $0
+      gsub(/\([^)]*\)/, "", line)
+      if (split(line, field, " ") <= n) next
+      for (i = 1; i <= n; i++) if (field[i] !~ /^([0-9][0-9,]*|\.)$/) next
+      for (i = 1; i <= n; i++) { v = field[i]; if (v == ".") v = 0; gsub(",", "", v); sum[i] += v }
+    }
+    END { for (i = 1; i <= n; i++) printf "%s %d\n", name[i], sum[i] }'
+}
+
+profile "$warm" "$out/short.callgrind"
+profile "$((warm + calls))" "$out/long.callgrind"
+echo "per 2 KB call through $target (callgrind, $calls calls):"
+paste <(totals "$out/short.callgrind") <(totals "$out/long.callgrind") \
+  | awk -v n="$calls" '{ v = ($4 - $2) / n; if (v > -0.5 && v < 0.5) v = 0; printf "  %-6s %10.0f\n", $1, v }'
+if [ "$out" != "$work" ]; then
+  echo "callgrind outputs: $out/short.callgrind, $out/long.callgrind"
+fi
