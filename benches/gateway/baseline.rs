@@ -56,22 +56,18 @@ pub async fn run(
         for round in 1..=plan.rounds {
             eprintln!("baseline round {round}/{}", plan.rounds);
             // A failure says which round, measurement and gateway it hit.
-            let within = |what: &'static str, key: &'static str| {
-                move |e: crate::Error| {
-                    crate::fail(format!(
-                        "baseline round {round}, {what}, gateway {key}: {e}"
-                    ))
-                }
+            let at = |what: &str, key: &str| {
+                crate::failed_at(format!("baseline round {round}, {what}, gateway {key}"))
             };
             for t in &targets {
                 calls::latency(t, 2048, "2k", plan.calls_2k, plan.warmup, true, res)
                     .await
-                    .map_err(within("2 KB latency", t.key))?;
+                    .map_err(at("2 KB latency", t.key))?;
             }
             for t in &targets {
                 calls::throughput(t, CLIENTS, plan.window, res)
                     .await
-                    .map_err(within("throughput", t.key))?;
+                    .map_err(at("throughput", t.key))?;
             }
         }
         Ok::<_, crate::Error>(())

@@ -1,9 +1,9 @@
 //! The gateway benchmark (`cargo bench --bench gateway`, or `scripts/bench.sh`):
 //! one binary that is the floor MCP server (re-run as `gateway floor http|stdio`
 //! child processes), the bare proxy (`gateway proxy`, the per-call reference),
-//! the load client (also alone, as `gateway calls`, for a profiler's run:
-//! `scripts/profile-call.sh`), and the driver that runs the release `mcpmux` as a child
-//! process and prints the results as Markdown.
+//! the load client (also alone, as `gateway calls`, the load of
+//! `scripts/profile-call.sh`), and the driver that runs the release `mcpmux`
+//! as a child process and prints the results as Markdown.
 //!
 //! What it measures, in interleaved rounds (direct to the floor, through
 //! mcpmux to an HTTP floor, through mcpmux to a stdio floor, through the bare
@@ -52,6 +52,12 @@ pub type Res<T> = Result<T, Error>;
 
 pub fn fail(message: impl Into<String>) -> Error {
     message.into().into()
+}
+
+/// An error's message prefixed with where it happened (a round, a
+/// measurement and a target), for `map_err`.
+pub fn failed_at(place: String) -> impl FnOnce(Error) -> Error {
+    move |e| fail(format!("{place}: {e}"))
 }
 
 const USAGE: &str = "\
@@ -607,34 +613,33 @@ async fn calls_part(
         for round in 1..=plan.rounds {
             eprintln!("per-call round {round}/{}", plan.rounds);
             // A failure says which round, measurement and target it hit.
-            let within = |what: &str, key: &str| {
-                let place = format!("per-call round {round}, {what}, target {key}");
-                move |e: Error| fail(format!("{place}: {e}"))
+            let at = |what: &str, key: &str| {
+                failed_at(format!("per-call round {round}, {what}, target {key}"))
             };
             for t in &targets {
                 calls::latency(t, 2048, "2k", plan.calls_2k, plan.warmup, true, res)
                     .await
-                    .map_err(within("2 KB latency", t.key))?;
+                    .map_err(at("2 KB latency", t.key))?;
             }
             for t in &targets {
                 let warmup = plan.warmup / 5;
                 calls::latency(t, 32 * 1024, "32k", plan.calls_32k, warmup, false, res)
                     .await
-                    .map_err(within("32 KB latency", t.key))?;
+                    .map_err(at("32 KB latency", t.key))?;
             }
             for &clients in &plan.clients {
                 for t in &targets {
                     calls::throughput(t, clients, plan.window, res)
                         .await
-                        .map_err(within(&format!("throughput, {clients} clients"), t.key))?;
+                        .map_err(at(&format!("throughput, {clients} clients"), t.key))?;
                 }
             }
             calls::initialize_cost(floor_addr, floor.pid, "direct", plan.inits, res)
                 .await
-                .map_err(within("initialize", "direct"))?;
+                .map_err(at("initialize", "direct"))?;
             calls::initialize_cost(gateway.addr, gateway.proc.pid, "gw", plan.inits, res)
                 .await
-                .map_err(within("initialize", "http"))?;
+                .map_err(at("initialize", "http"))?;
         }
         Ok::<_, Error>(())
     }
