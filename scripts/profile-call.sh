@@ -17,7 +17,8 @@
 # --cache   simulate the caches as well (32 KB L1 data and instruction
 #           caches, 8-way, 64-byte lines, as on the machines we bench on):
 #           L1 misses per call, reads and writes apart
-# --calls N the calls the longer run makes beyond the shorter (1000)
+# --calls N the calls the longer run makes beyond the shorter (1000); compare
+#           builds at the same N (the gateway's periodic work is in the count)
 # --out DIR keep both callgrind outputs there, for callgrind_annotate
 # --mcpmux PATH  profile that gateway binary (say, one built from an earlier
 #           commit) instead of building this tree's
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
     --calls) calls="$2"; shift ;;
     --out) out="$2"; shift ;;
     --mcpmux) mcpmux="$2"; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^# Installs valgrind/p' "$0"; exit 0 ;;
     *) echo "profile-call: unknown argument $1" >&2; exit 64 ;;
   esac
   shift

@@ -253,9 +253,11 @@ of the same floor and prints what one 2 KB call costs it in instructions
 and, with `--cache`, in simulated L1 cache misses (32 KB, 8-way, 64-byte
 lines), as the difference of two runs of 50 and 50 + N calls. `--mcpmux
 PATH` profiles another build; `--out DIR` keeps the outputs for
-`callgrind_annotate`. The counts vary by about ±2 % from run to run (the
-gateway's timers run more often per call under valgrind), far less than
-times do.
+`callgrind_annotate`. The counts vary by about ±2 % from run to run, far
+less than times do; they include the gateway's periodic work, which weighs
+more per call under valgrind's slowness and is not linear in N (300 calls
+count about 5 k fewer per call than 1,000), so compare builds at the same
+N.
 
 Read the figures with this in mind:
 
