@@ -74,7 +74,10 @@ work=$(mktemp -d)
 [ -n "$out" ] || out="$work"
 mkdir -p "$out"
 floor_pid=""
+target_pid=""
+# On any exit, early ones too (a failed run of calls), nothing is left running.
 cleanup() {
+  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
   [ -n "$floor_pid" ] && kill "$floor_pid" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -95,14 +98,14 @@ done
 
 # One profiled run making `$1` calls; its callgrind output goes to `$2`.
 profile() {
-  local n=$1 file=$2 pid addr="" tool wait=()
+  local n=$1 file=$2 addr="" tool wait=()
   if [ "$target" = mcpmux ]; then
     printf 'auth: { mode: off }\nupstreams:\n  fh:\n    url: "http://%s/mcp"\n    transport: "streamable-http"\n    required: true\n' \
       "$floor" > "$work/gateway.yaml"
     valgrind --tool=callgrind "${cache[@]}" --callgrind-out-file="$file" \
       "$mcpmux" serve --config "$work/gateway.yaml" --listen 127.0.0.1:0 \
       --log-format json > /dev/null 2> "$work/target.err" &
-    pid=$!
+    target_pid=$!
     tool=fh__echo
     wait=(--wait)
     for _ in $(seq 1 600); do
@@ -114,7 +117,7 @@ profile() {
     mkfifo "$work/proxy.in"
     valgrind --tool=callgrind "${cache[@]}" --callgrind-out-file="$file" \
       "$bench" proxy --upstream "$floor" --threads 2 < "$work/proxy.in" > "$work/target.out" 2> "$work/target.err" &
-    pid=$!
+    target_pid=$!
     exec {proxy_in}> "$work/proxy.in"
     tool=echo
     for _ in $(seq 1 600); do
@@ -125,8 +128,9 @@ profile() {
   fi
   [ -n "$addr" ] || { echo "profile-call: $target did not start; its log:" >&2; cat "$work/target.err" >&2; exit 1; }
   "$bench" calls --addr "$addr" --tool "$tool" --count "$n" "${wait[@]}"
-  kill -TERM "$pid"
-  wait "$pid" || true
+  kill -TERM "$target_pid"
+  wait "$target_pid" || true
+  target_pid=""
   if [ "$target" = proxy ]; then exec {proxy_in}>&-; rm -f "$work/proxy.in"; fi
 }
 
