@@ -1,11 +1,12 @@
 //! How the gateway talks to an upstream: a stdio child (`stdio`), or a
 //! remote server over Streamable HTTP (`http`, with the POST client
-//! `poster` and its kept connections `pool`) or the legacy HTTP+SSE
+//! `poster`, its kept connections `pool` and their exchange `http1`) or the legacy HTTP+SSE
 //! transport (`legacy_sse`), both sharing one remote session's state
 //! (`remote`). A `link::Link` owns one of them; the protocol above them is
 //! `connection::Connection`'s.
 
 pub(crate) mod http;
+mod http1;
 #[cfg(test)]
 mod http_tests;
 mod legacy_sse;

@@ -1,13 +1,13 @@
 //! The HTTP/1.1 connections of one plain `http://` upstream, kept open
 //! between POSTs.
 //!
-//! A POST takes an idle connection (or opens one), sends on it from the
-//! caller's task, and hands the connection back when the answer's body has
-//! been read to its end. Nothing is spawned per request: the only task is
-//! hyper's own per connection, which owns the socket. A connection whose
-//! answer was dropped unread is closed rather than reused; one idle longer
-//! than the idle timeout, or closed by the server, is dropped when the
-//! pool is next used.
+//! A POST takes an idle connection (or opens one), runs its exchange
+//! (`http1`) from the caller's task, and hands the connection back when
+//! the answer's body has been read to its end, if its framing allows.
+//! Nothing is spawned, per request or per connection. A connection whose
+//! answer was dropped unread or failed is closed rather than reused; one
+//! idle longer than the idle timeout, or closed by the server while idle,
+//! is let go when the pool is next used.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -17,11 +17,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
 use hyper::http;
-use hyper_util::rt::TokioIo;
+
+use super::http1::{Connection, Framing, WireError};
 
 /// Idle connections kept per upstream; more are closed when handed back.
 /// It matches the POSTs one link may have in flight.
@@ -35,7 +33,7 @@ pub(super) enum PoolError {
     Connect { authority: String, detail: String },
     /// The exchange failed on an open connection.
     #[error("{0}")]
-    Exchange(#[source] hyper::Error),
+    Exchange(#[source] WireError),
 }
 
 impl PoolError {
@@ -63,7 +61,7 @@ struct Shared {
 }
 
 struct Idle {
-    sender: SendRequest<Full<Bytes>>,
+    connection: Connection,
     since: Instant,
 }
 
@@ -91,64 +89,80 @@ impl Pool {
         })
     }
 
-    /// Sends `request` (origin-form URI, `Host` set here) and returns the
-    /// answer, whose body hands the connection back when read to its end.
-    /// A reused connection the server had closed before it took the
-    /// request is replaced by a new one, once.
+    /// Sends `request` (origin-form URI; `Host` is the pool's) and returns
+    /// the answer, whose body hands the connection back when read to its
+    /// end. A reused connection that failed before one byte of the request
+    /// was written is replaced by a new one, once.
     pub(super) async fn send(
         &self,
-        mut request: http::Request<Full<Bytes>>,
+        request: http::Request<Bytes>,
     ) -> Result<http::Response<PooledBody>, PoolError> {
-        request
-            .headers_mut()
-            .insert(http::header::HOST, self.shared.host.clone());
+        let (parts, body) = request.into_parts();
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let mut reused = self.checkout();
         loop {
             let was_reused = reused.is_some();
-            let mut sender = match reused.take() {
-                Some(sender) => sender,
+            let mut connection = match reused.take() {
+                Some(connection) => connection,
                 // Boxed: opening a connection is rare, and its future
                 // would otherwise size every call's.
                 None => Box::pin(self.connect()).await?,
             };
-            if let Err(e) = sender.ready().await {
-                match was_reused {
-                    // Closed while idle: open another.
-                    true => continue,
-                    false => return Err(PoolError::Exchange(e)),
-                }
+            let written = connection
+                .write_request(
+                    &parts.method,
+                    target,
+                    &self.shared.host,
+                    &parts.headers,
+                    &body,
+                )
+                .await;
+            match written {
+                Ok(()) => {}
+                Err(failed) if failed.untouched && was_reused => continue,
+                Err(failed) => return Err(PoolError::Exchange(failed.error)),
             }
-            match sender.try_send_request(request).await {
-                Ok(answer) => {
-                    let pool = Arc::downgrade(&self.shared);
-                    return Ok(answer.map(|body| PooledBody {
-                        inner: body,
-                        home: Some((sender, pool)),
-                    }));
-                }
-                Err(mut failed) => match failed.take_message() {
-                    // Never written: safe to send on a new connection.
-                    Some(back) if was_reused => request = back,
-                    _ => return Err(PoolError::Exchange(failed.into_error())),
-                },
+            let head = connection.read_head().await.map_err(PoolError::Exchange)?;
+            let mut body = PooledBody {
+                connection: Some(connection),
+                framing: head.framing,
+                reusable: head.reusable,
+                home: Arc::downgrade(&self.shared),
+            };
+            if body.framing.is_end() {
+                // No body to read: the connection is free now.
+                body.framing = Framing::Ended;
+                body.release();
             }
+            let mut answer = http::Response::new(body);
+            *answer.status_mut() = head.status;
+            *answer.version_mut() = head.version;
+            *answer.headers_mut() = head.headers;
+            return Ok(answer);
         }
     }
 
     /// The most recently used idle connection that is still open.
-    fn checkout(&self) -> Option<SendRequest<Full<Bytes>>> {
-        let mut idle = self.shared.idle.lock().unwrap_or_else(|e| e.into_inner());
+    fn checkout(&self) -> Option<Connection> {
         let now = Instant::now();
-        while let Some(entry) = idle.pop() {
-            if entry.sender.is_closed() || now - entry.since > self.shared.idle_timeout {
-                continue;
+        loop {
+            let entry = self
+                .shared
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop()?;
+            let Idle {
+                mut connection,
+                since,
+            } = entry;
+            if now - since <= self.shared.idle_timeout && connection.is_usable() {
+                return Some(connection);
             }
-            return Some(entry.sender);
         }
-        None
     }
 
-    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, PoolError> {
+    async fn connect(&self) -> Result<Connection, PoolError> {
         let shared = &self.shared;
         let failed = |detail: String| PoolError::Connect {
             authority: shared.authority.to_string(),
@@ -176,77 +190,92 @@ impl Pool {
             Err(_) => return Err(failed("timed out".into())),
         };
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        // hyper's task for the socket; it ends when the sender is dropped
-        // or the server closes.
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "upstream HTTP connection ended");
-            }
-        });
-        Ok(sender)
+        Ok(Connection::new(stream))
     }
 }
 
 impl Shared {
-    fn give_back(&self, sender: SendRequest<Full<Bytes>>) {
-        if sender.is_closed() {
-            return;
-        }
+    fn give_back(&self, connection: Connection) {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        // Connections idle too long, or closed by the server, go now (at
-        // most `MAX_IDLE` to look at), so a quiet pool does not hold them.
-        idle.retain(|entry| !entry.sender.is_closed() && now - entry.since <= self.idle_timeout);
+        // Connections idle too long go now, so a quiet pool does not hold
+        // them; one the server closed is found out when next taken.
+        idle.retain(|entry| now - entry.since <= self.idle_timeout);
         if idle.len() < MAX_IDLE {
-            idle.push(Idle { sender, since: now });
+            idle.push(Idle {
+                connection,
+                since: now,
+            });
         }
     }
 }
 
 /// An answer's body; at its end the connection goes back to the pool.
 pub(super) struct PooledBody {
-    inner: Incoming,
-    home: Option<(SendRequest<Full<Bytes>>, Weak<Shared>)>,
+    /// None once the body has ended (or failed) and the connection was
+    /// handed back or closed.
+    connection: Option<Connection>,
+    framing: Framing,
+    reusable: bool,
+    home: Weak<Shared>,
 }
 
 impl PooledBody {
+    /// The connection goes back to the pool if it may carry another
+    /// request, and is closed otherwise.
     fn release(&mut self) {
-        if let Some((sender, pool)) = self.home.take()
-            && let Some(pool) = pool.upgrade()
+        if let Some(connection) = self.connection.take()
+            && self.reusable
+            && self.framing == Framing::Ended
+            && let Some(pool) = self.home.upgrade()
         {
-            pool.give_back(sender);
+            pool.give_back(connection);
         }
     }
 }
 
 impl Body for PooledBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = WireError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => self.release(),
-            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.release(),
-            // A broken body: the connection is not reused.
-            Poll::Ready(Some(Err(_))) => self.home = None,
-            _ => {}
+    ) -> Poll<Option<Result<Frame<Bytes>, WireError>>> {
+        let this = &mut *self;
+        let Some(connection) = this.connection.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = connection.poll_body(&mut this.framing, cx);
+        match polled {
+            Poll::Ready(Some(Ok(data))) => {
+                if this.framing.is_end() {
+                    this.framing = Framing::Ended;
+                    this.release();
+                }
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Poll::Ready(None) => {
+                this.release();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.connection = None;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Pending => Poll::Pending,
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.connection.is_none() || self.framing.is_end()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self.framing.exact() {
+            Some(left) => SizeHint::with_exact(left),
+            None => SizeHint::default(),
+        }
     }
 }
 
@@ -254,7 +283,9 @@ impl Body for PooledBody {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use http_body_util::BodyExt as _;
+    use http_body_util::{BodyExt as _, Full};
+    use hyper::body::Incoming;
+    use hyper_util::rt::TokioIo;
 
     use super::*;
 
@@ -286,8 +317,8 @@ mod tests {
         (uri, accepted)
     }
 
-    fn post(text: &'static str) -> http::Request<Full<Bytes>> {
-        let mut request = http::Request::new(Full::new(Bytes::from_static(text.as_bytes())));
+    fn post(text: &'static str) -> http::Request<Bytes> {
+        let mut request = http::Request::new(Bytes::from_static(text.as_bytes()));
         *request.method_mut() = http::Method::POST;
         *request.uri_mut() = "/mcp".parse().expect("path");
         request

@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::BodyExt as _;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Full};
 use hyper::http;
 use reqwest::Url;
 use reqwest::header::{self, HeaderMap, HeaderValue};
@@ -117,7 +117,7 @@ impl Poster {
             headers
         };
         if let Some(fast) = &self.fast {
-            let mut request = http::Request::new(Full::new(body.clone()));
+            let mut request = http::Request::new(body.clone());
             *request.method_mut() = http::Method::POST;
             *request.uri_mut() = fast.path.clone();
             *request.headers_mut() = headers();
