@@ -159,18 +159,14 @@ impl Connection {
         }
     }
 
-    /// Writes a request whole: its request line, `Host`, the fields of
-    /// `headers` (less any framing field, which is the body's own
-    /// `Content-Length` here) and `body`.
+    /// Writes `post` whole, head and body, under `host`.
     pub(super) async fn write_request(
         &mut self,
-        method: &http::Method,
-        target: &str,
+        post: &Post<'_>,
         host: &HeaderValue,
-        headers: &HeaderMap,
-        body: &[u8],
     ) -> Result<(), WriteFailed> {
-        encode_head(&mut self.head, method, target, host, headers, body.len());
+        encode_head(&mut self.head, post, host);
+        let body = post.body;
         let (mut head_at, mut body_at) = (0, 0);
         while head_at < self.head.len() || body_at < body.len() {
             let parts = [
@@ -449,36 +445,71 @@ impl Fields {
     }
 }
 
-/// The head of a request with a body of `length` bytes, into `out`.
-fn encode_head(
-    out: &mut Vec<u8>,
-    method: &http::Method,
-    target: &str,
-    host: &HeaderValue,
-    headers: &HeaderMap,
-    length: usize,
-) {
+/// A request for [`Connection::write_request`].
+pub(super) struct Post<'a> {
+    pub(super) method: &'a http::Method,
+    /// The request target: the URL's path and query.
+    pub(super) target: &'a str,
+    /// The fields every request of the link carries, encoded once.
+    pub(super) fixed: &'a FixedFields,
+    /// This request's own fields; one named like a fixed field replaces it.
+    pub(super) extra: &'a HeaderMap,
+    pub(super) body: &'a [u8],
+}
+
+/// Header fields encoded once (`name: value` and CRLF each), for every
+/// request of a link. `Host` and the framing fields are left out: the
+/// pool and the body's length supply those.
+pub(super) struct FixedFields(Vec<(HeaderName, Box<[u8]>)>);
+
+impl FixedFields {
+    pub(super) fn new(headers: &HeaderMap) -> FixedFields {
+        let fields = headers
+            .iter()
+            .filter(|(name, _)| !is_ours(name))
+            .map(|(name, value)| {
+                let mut line = Vec::with_capacity(name.as_str().len() + value.len() + 4);
+                push_field(&mut line, name, value);
+                (name.clone(), line.into_boxed_slice())
+            })
+            .collect();
+        FixedFields(fields)
+    }
+}
+
+/// Fields this exchange writes itself, whatever a caller put in.
+fn is_ours(name: &HeaderName) -> bool {
+    name == header::HOST || name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING
+}
+
+fn push_field(out: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
+    out.extend_from_slice(name.as_str().as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The head of `post` under `host`, into `out`.
+fn encode_head(out: &mut Vec<u8>, post: &Post<'_>, host: &HeaderValue) {
     out.clear();
-    out.extend_from_slice(method.as_str().as_bytes());
+    out.extend_from_slice(post.method.as_str().as_bytes());
     out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(post.target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
     out.extend_from_slice(host.as_bytes());
     out.extend_from_slice(b"\r\n");
-    for (name, value) in headers {
-        if name == header::HOST
-            || name == header::CONTENT_LENGTH
-            || name == header::TRANSFER_ENCODING
-        {
-            continue;
+    for (name, line) in &post.fixed.0 {
+        if !post.extra.contains_key(name) {
+            out.extend_from_slice(line);
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in post.extra {
+        if !is_ours(name) {
+            push_field(out, name, value);
+        }
     }
     out.extend_from_slice(b"content-length: ");
-    out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(post.body.len()).as_bytes());
     out.extend_from_slice(b"\r\n\r\n");
 }
 

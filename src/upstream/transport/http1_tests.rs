@@ -13,7 +13,7 @@ use hyper::http;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 
-use super::WireError;
+use super::{FixedFields, Post, WireError};
 use crate::upstream::transport::pool::{Pool, PoolError, PooledBody};
 
 /// One scripted answer: the pieces written one after the other (each
@@ -138,6 +138,32 @@ fn post(body: &'static str) -> http::Request<Bytes> {
     request
 }
 
+/// `request` through the pool: its fields as the link's fixed ones.
+async fn send(
+    pool: &Pool,
+    request: &http::Request<Bytes>,
+) -> Result<http::Response<PooledBody>, PoolError> {
+    send_with(pool, request, &http::HeaderMap::new()).await
+}
+
+/// `request` with `extra` as its own fields.
+async fn send_with(
+    pool: &Pool,
+    request: &http::Request<Bytes>,
+    extra: &http::HeaderMap,
+) -> Result<http::Response<PooledBody>, PoolError> {
+    let fixed = FixedFields::new(request.headers());
+    let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    let post = Post {
+        method: request.method(),
+        target,
+        fixed: &fixed,
+        extra,
+        body: request.body(),
+    };
+    pool.send(post).await
+}
+
 /// The body read to its end.
 async fn read(answer: http::Response<PooledBody>) -> Result<String, WireError> {
     let body = answer.into_body().collect().await?.to_bytes();
@@ -145,9 +171,7 @@ async fn read(answer: http::Response<PooledBody>) -> Result<String, WireError> {
 }
 
 async fn exchange(server: &Server, body: &'static str) -> Result<String, String> {
-    let answer = server
-        .pool
-        .send(post(body))
+    let answer = send(&server.pool, &post(body))
         .await
         .map_err(|e| e.to_string())?;
     read(answer).await.map_err(|e| e.to_string())
@@ -165,7 +189,13 @@ async fn the_request_is_one_head_with_the_pools_host_and_the_bodys_length() {
     headers.insert(http::header::HOST, "elsewhere".parse().unwrap());
     headers.insert(http::header::CONTENT_LENGTH, "999".parse().unwrap());
     headers.insert(http::header::TRANSFER_ENCODING, "chunked".parse().unwrap());
-    let answer = server.pool.send(request).await.expect("answer");
+    headers.insert("x-replaced", "fixed".parse().unwrap());
+    let mut extra = http::HeaderMap::new();
+    extra.insert("x-replaced", "extra".parse().unwrap());
+    extra.insert("x-added", "yes".parse().unwrap());
+    let answer = send_with(&server.pool, &request, &extra)
+        .await
+        .expect("answer");
     assert_eq!(answer.status(), http::StatusCode::OK);
     assert_eq!(read(answer).await.expect("body"), "ok");
     let seen = server.requests.lock().unwrap()[0].clone();
@@ -181,6 +211,9 @@ async fn the_request_is_one_head_with_the_pools_host_and_the_bodys_length() {
     assert!(fields[0].starts_with("host: 127.0.0.1:"), "{fields:?}");
     assert!(fields.contains(&"mcp-session-id: s-1"), "{fields:?}");
     assert!(fields.contains(&"content-length: 7"), "{fields:?}");
+    assert!(fields.contains(&"x-replaced: extra"), "{fields:?}");
+    assert!(fields.contains(&"x-added: yes"), "{fields:?}");
+    assert!(!fields.contains(&"x-replaced: fixed"), "{fields:?}");
     assert!(
         !fields
             .iter()
@@ -211,7 +244,7 @@ async fn interim_answers_are_passed_over() {
          HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n",
     )])
     .await;
-    let answer = server.pool.send(post("x")).await.expect("answer");
+    let answer = send(&server.pool, &post("x")).await.expect("answer");
     assert_eq!(answer.status(), http::StatusCode::ACCEPTED);
     assert!(answer.headers().get("link").is_none());
     assert_eq!(read(answer).await.expect("body"), "");
@@ -272,7 +305,7 @@ async fn a_204_frees_its_connection_at_once() {
         answer("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nz"),
     ])
     .await;
-    let answer = server.pool.send(post("x")).await.expect("answer");
+    let answer = send(&server.pool, &post("x")).await.expect("answer");
     assert_eq!(answer.status(), http::StatusCode::NO_CONTENT);
     // The body is not read, yet the connection went back.
     let kept = answer;
@@ -368,7 +401,7 @@ async fn a_body_cut_short_is_an_error_and_its_connection_is_not_reused() {
 #[tokio::test]
 async fn a_server_that_closes_without_answering_is_named_so() {
     let server = scripted(vec![closing("")]).await;
-    match server.pool.send(post("x")).await {
+    match send(&server.pool, &post("x")).await {
         Err(PoolError::Exchange(WireError::ClosedBeforeAnswer)) => {}
         Err(other) => panic!("{other}"),
         Ok(answer) => panic!("answered {}", answer.status()),
@@ -386,7 +419,7 @@ async fn a_head_past_the_limit_is_refused() {
         close: false,
     }])
     .await;
-    match server.pool.send(post("x")).await {
+    match send(&server.pool, &post("x")).await {
         Err(PoolError::Exchange(WireError::HeadTooLarge)) => {}
         Err(other) => panic!("{other}"),
         Ok(answer) => panic!("answered {}", answer.status()),
@@ -402,7 +435,7 @@ async fn a_large_body_of_known_length_arrives_whole() {
         close: false,
     }])
     .await;
-    let answer = server.pool.send(post("x")).await.expect("answer");
+    let answer = send(&server.pool, &post("x")).await.expect("answer");
     assert_eq!(
         http_body::Body::size_hint(answer.body()).exact(),
         Some(text.len() as u64)

@@ -9,6 +9,7 @@
 //! idle longer than the idle timeout, or closed by the server while idle,
 //! is let go when the pool is next used.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
@@ -19,7 +20,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::http;
 
-use super::http1::{Connection, Framing, WireError};
+use super::http1::{Connection, Framing, Post, WireError};
 
 /// Idle connections kept per upstream; more are closed when handed back.
 /// It matches the POSTs one link may have in flight.
@@ -57,7 +58,7 @@ struct Shared {
     connect_timeout: Duration,
     idle_timeout: Duration,
     /// Idle connections, the most recently used last.
-    idle: Mutex<Vec<Idle>>,
+    idle: Mutex<VecDeque<Idle>>,
 }
 
 struct Idle {
@@ -84,21 +85,19 @@ impl Pool {
                 port,
                 connect_timeout,
                 idle_timeout,
-                idle: Mutex::new(Vec::new()),
+                idle: Mutex::new(VecDeque::new()),
             }),
         })
     }
 
-    /// Sends `request` (origin-form URI; `Host` is the pool's) and returns
-    /// the answer, whose body hands the connection back when read to its
-    /// end. A reused connection that failed before one byte of the request
-    /// was written is replaced by a new one, once.
+    /// Sends `post` (`Host` is the pool's) and returns the answer, whose
+    /// body hands the connection back when read to its end. A reused
+    /// connection that failed before one byte of the request was written
+    /// is replaced by a new one, once.
     pub(super) async fn send(
         &self,
-        request: http::Request<Bytes>,
+        post: Post<'_>,
     ) -> Result<http::Response<PooledBody>, PoolError> {
-        let (parts, body) = request.into_parts();
-        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let mut reused = self.checkout();
         loop {
             let was_reused = reused.is_some();
@@ -108,16 +107,7 @@ impl Pool {
                 // would otherwise size every call's.
                 None => Box::pin(self.connect()).await?,
             };
-            let written = connection
-                .write_request(
-                    &parts.method,
-                    target,
-                    &self.shared.host,
-                    &parts.headers,
-                    &body,
-                )
-                .await;
-            match written {
+            match connection.write_request(&post, &self.shared.host).await {
                 Ok(()) => {}
                 Err(failed) if failed.untouched && was_reused => continue,
                 Err(failed) => return Err(PoolError::Exchange(failed.error)),
@@ -151,7 +141,7 @@ impl Pool {
                 .idle
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .pop()?;
+                .pop_back()?;
             let Idle {
                 mut connection,
                 since,
@@ -198,11 +188,17 @@ impl Shared {
     fn give_back(&self, connection: Connection) {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        // Connections idle too long go now, so a quiet pool does not hold
-        // them; one the server closed is found out when next taken.
-        idle.retain(|entry| now - entry.since <= self.idle_timeout);
+        // Connections idle too long go now (the oldest are first), so a
+        // quiet pool does not hold them; one the server closed is found
+        // out when next taken.
+        while idle
+            .front()
+            .is_some_and(|entry| now - entry.since > self.idle_timeout)
+        {
+            idle.pop_front();
+        }
         if idle.len() < MAX_IDLE {
-            idle.push(Idle {
+            idle.push_back(Idle {
                 connection,
                 since: now,
             });
@@ -287,6 +283,7 @@ mod tests {
     use hyper::body::Incoming;
     use hyper_util::rt::TokioIo;
 
+    use super::super::http1::FixedFields;
     use super::*;
 
     /// An HTTP/1.1 server on port 0 that echoes the body; it counts the
@@ -317,11 +314,18 @@ mod tests {
         (uri, accepted)
     }
 
-    fn post(text: &'static str) -> http::Request<Bytes> {
-        let mut request = http::Request::new(Bytes::from_static(text.as_bytes()));
-        *request.method_mut() = http::Method::POST;
-        *request.uri_mut() = "/mcp".parse().expect("path");
-        request
+    /// POSTs `text` to `/mcp` with no fields of its own.
+    async fn send(pool: &Pool, text: &str) -> Result<http::Response<PooledBody>, PoolError> {
+        let none = http::HeaderMap::new();
+        let fixed = FixedFields::new(&none);
+        let post = Post {
+            method: &http::Method::POST,
+            target: "/mcp",
+            fixed: &fixed,
+            extra: &none,
+            body: text.as_bytes(),
+        };
+        pool.send(post).await
     }
 
     async fn read(answer: http::Response<PooledBody>) -> String {
@@ -338,10 +342,7 @@ mod tests {
         let (uri, accepted) = server(false).await;
         let pool = pool(&uri);
         for text in ["one", "two", "three"] {
-            assert_eq!(
-                read(pool.send(post(text)).await.expect("answer")).await,
-                text
-            );
+            assert_eq!(read(send(&pool, text).await.expect("answer")).await, text);
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
@@ -351,10 +352,7 @@ mod tests {
         let (uri, accepted) = server(true).await;
         let pool = pool(&uri);
         for text in ["one", "two"] {
-            assert_eq!(
-                read(pool.send(post(text)).await.expect("answer")).await,
-                text
-            );
+            assert_eq!(read(send(&pool, text).await.expect("answer")).await, text);
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
@@ -363,9 +361,9 @@ mod tests {
     async fn an_answer_dropped_unread_does_not_give_its_connection_back() {
         let (uri, accepted) = server(false).await;
         let pool = pool(&uri);
-        drop(pool.send(post("dropped")).await.expect("answer"));
+        drop(send(&pool, "dropped").await.expect("answer"));
         assert_eq!(
-            read(pool.send(post("next")).await.expect("answer")).await,
+            read(send(&pool, "next").await.expect("answer")).await,
             "next"
         );
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
@@ -376,10 +374,7 @@ mod tests {
         let (uri, accepted) = server(false).await;
         let pool = Pool::new(&uri, Duration::from_secs(5), Duration::ZERO).expect("authority");
         for text in ["one", "two"] {
-            assert_eq!(
-                read(pool.send(post(text)).await.expect("answer")).await,
-                text
-            );
+            assert_eq!(read(send(&pool, text).await.expect("answer")).await, text);
         }
         assert_eq!(
             accepted.load(Ordering::SeqCst),
@@ -399,7 +394,7 @@ mod tests {
             .parse()
             .expect("uri");
         drop(listener);
-        match pool(&uri).send(post("x")).await {
+        match send(&pool(&uri), "x").await {
             Err(failed) => assert!(failed.is_connect(), "{failed}"),
             Ok(_) => panic!("nothing listens there"),
         }

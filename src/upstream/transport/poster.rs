@@ -53,7 +53,9 @@ pub(super) struct Poster {
 struct FastPost {
     pool: super::pool::Pool,
     /// The URL's path and query: what an HTTP/1.1 request line names.
-    path: http::Uri,
+    target: String,
+    /// The fixed headers, encoded once.
+    fixed: super::http1::FixedFields,
 }
 
 /// Proxy settings reqwest honours; with any of them set, every POST goes
@@ -82,9 +84,13 @@ impl Poster {
             .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()));
         let fast = match (url.scheme(), proxied) {
             ("http", false) => url.as_str().parse::<http::Uri>().ok().and_then(|uri| {
-                let path = uri.path_and_query()?.as_str().parse().ok()?;
+                let target = uri.path_and_query()?.as_str().to_owned();
                 let pool = super::pool::Pool::new(&uri, connect_timeout, idle_timeout)?;
-                Some(FastPost { pool, path })
+                Some(FastPost {
+                    pool,
+                    target,
+                    fixed: super::http1::FixedFields::new(&fixed),
+                })
             }),
             _ => None,
         };
@@ -117,11 +123,18 @@ impl Poster {
             headers
         };
         if let Some(fast) = &self.fast {
-            let mut request = http::Request::new(body.clone());
-            *request.method_mut() = http::Method::POST;
-            *request.uri_mut() = fast.path.clone();
-            *request.headers_mut() = headers();
-            let answer = fast.pool.send(request).await.map_err(|e| PostError {
+            // The fixed headers go as encoded once; only the POST's own
+            // are put in a map.
+            let mut extra = HeaderMap::with_capacity(EXTRA_HEADERS);
+            add(&mut extra);
+            let post = super::http1::Post {
+                method: &http::Method::POST,
+                target: &fast.target,
+                fixed: &fast.fixed,
+                extra: &extra,
+                body: &body,
+            };
+            let answer = fast.pool.send(post).await.map_err(|e| PostError {
                 connect: e.is_connect(),
                 message: describe(&e),
             })?;
