@@ -2,9 +2,10 @@
 //!
 //! A plain `http://` upstream with no proxy configured in the environment
 //! is POSTed to through its own kept HTTP/1.1 connections (`pool`), with
-//! the fixed parts (the path, the configured headers, `Content-Type` and
-//! `Accept`) built once per link, so a call costs no URL parsing, proxy matching or redirect
-//! bookkeeping. Everything else (`https://`, an `HTTP_PROXY`/`ALL_PROXY`
+//! the fixed parts (the path, and the configured headers, `Content-Type`
+//! and `Accept` as request-head bytes) built once per link, so a call
+//! costs no URL parsing, proxy matching, redirect bookkeeping or copy of
+//! the fixed headers. Everything else (`https://`, an `HTTP_PROXY`/`ALL_PROXY`
 //! in the environment) goes through reqwest as before, and so does a POST
 //! the fast client got a redirect for, so redirects are followed the same
 //! way on both paths. Both paths hand back the same [`HttpAnswer`].
