@@ -111,11 +111,12 @@ impl Poster {
         body: Bytes,
         add: impl Fn(&mut HeaderMap),
     ) -> Result<HttpAnswer, PostError> {
+        // reqwest's request: the fixed headers and the POST's own in one
+        // map.
         let headers = || {
-            // Room for what `add` and the pool put in (session, version,
-            // trace context, mirrored params, Host) from the start: a
-            // clone is exactly as large as the fixed headers, and grew
-            // twice per request.
+            // Room for what `add` puts in (session, version, trace context,
+            // mirrored params) from the start: a clone is exactly as large
+            // as the fixed headers, and grew twice per request.
             let mut headers = HeaderMap::with_capacity(self.fixed.len() + EXTRA_HEADERS);
             for (name, value) in &self.fixed {
                 headers.append(name.clone(), value.clone());
