@@ -310,6 +310,7 @@ impl Connection {
                     false => Ok(Step::Moved),
                 }
             }
+            // Data is taken by `poll_body` itself, never stepped over.
             Chunk::Data(_) => Ok(Step::NeedMore),
         }
     }

@@ -121,7 +121,6 @@ impl Pool {
             };
             if body.framing.is_end() {
                 // No body to read: the connection is free now.
-                body.framing = Framing::Ended;
                 body.release();
             }
             let mut answer = http::Response::new(body);
@@ -222,7 +221,7 @@ impl PooledBody {
     fn release(&mut self) {
         if let Some(connection) = self.connection.take()
             && self.reusable
-            && self.framing == Framing::Ended
+            && self.framing.is_end()
             && let Some(pool) = self.home.upgrade()
         {
             pool.give_back(connection);
@@ -246,7 +245,6 @@ impl Body for PooledBody {
         match polled {
             Poll::Ready(Some(Ok(data))) => {
                 if this.framing.is_end() {
-                    this.framing = Framing::Ended;
                     this.release();
                 }
                 Poll::Ready(Some(Ok(Frame::data(data))))
