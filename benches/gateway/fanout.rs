@@ -1,13 +1,17 @@
 //! Fan-out and memory per session: a fresh gateway in front of one HTTP
 //! floor; N sessions (memory per idle session), then each with an open
 //! `GET /mcp` stream on its own connection and a subscription to one URI
-//! (memory per such session); then the floor emits one
-//! `notifications/resources/updated` and every stream's reader task (on the
-//! benchmark's runtime) notes when it arrives. Two references for the same
-//! figures: as many streams opened straight on a fresh floor, which pushes
-//! the notification itself ([`floor_round`]), and one `write()` of its frame
-//! to each of as many loopback sockets ([`raw_round`]).
+//! (memory per such session); then the floor emits
+//! `notifications/resources/updated`, [`DELIVERIES`] times one after the
+//! other, and every stream's reader task (on the benchmark's runtime) notes
+//! when each arrives. Two references for the same figures: as many streams
+//! opened straight on a fresh floor, which pushes the notification itself,
+//! and one `write()` of its frame to each of as many loopback sockets
+//! ([`raw_round`]). Where the open-file limit allows both sets of streams at
+//! once, the gateway's deliveries and the floor's own alternate, so a busy
+//! spell of the host falls on both alike.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +24,7 @@ use tokio::task::JoinSet;
 
 use crate::client::{Conn, Session, initialize, rpc};
 use crate::floor::{NOTIFY, RESOURCE};
-use crate::procs::{self, Scratch, Usage};
+use crate::procs::{self, Proc, Scratch, Usage};
 use crate::report::{Results, percentile_us};
 use crate::{Res, fail};
 
@@ -28,40 +32,195 @@ use crate::{Res, fail};
 const POOL: usize = 32;
 /// Streams being opened at once.
 const OPENING: usize = 64;
-/// How long every stream may take to receive the notification.
+/// Notifications delivered to every stream in a round: one delivery of a
+/// thousand frames takes some ten milliseconds, too short a window to
+/// stand for the host's mood alone.
+const DELIVERIES: usize = 5;
+/// How long every stream may take to receive one notification.
 const DELIVERY_BOUND: Duration = Duration::from_secs(60);
 /// How long opening every stream may take.
 const OPEN_BOUND: Duration = Duration::from_secs(300);
 /// Time for the allocator and the gateway's tasks to settle before RSS is read.
 const SETTLE: Duration = Duration::from_millis(500);
+/// Open files this process keeps beside its streams.
+const SPARE_FDS: u64 = 512;
 const MARKER: &[u8] = b"notifications/resources/updated";
 
-/// One round with `n` sessions: `idle_kb/<n>`, `stream_kb/<n>`,
-/// `fan_p50_ms/<n>`, `fan_p99_ms/<n>`, `fan_cpu_us/<n>`, `fan_delivered/<n>`.
+/// One round with `n` sessions through a fresh gateway and `n` streams on a
+/// fresh reference floor: `idle_kb/<n>`, `stream_kb/<n>`, `fan_p50_ms/<n>`,
+/// `fan_p99_ms/<n>`, `fan_cpu_us/<n>`, `fan_delivered/<n>`, and the same
+/// figures of the floor's own streams (`floor_stream_kb/<n>`,
+/// `floor_fan_*/<n>`). With `fds` open files allowed, both sets of streams
+/// are open at once and their deliveries alternate when they fit; otherwise
+/// the gateway's round ends before the floor's begins.
 pub async fn round(
     mcpmux: &Path,
     exe: &Path,
     scratch: &Scratch,
     n: usize,
     floor_threads: usize,
+    fds: u64,
     res: &mut Results,
 ) -> Res<()> {
+    let side_by_side = 2 * n as u64 + SPARE_FDS <= fds;
     let (floor, floor_addr) = procs::floor_http(exe, 2, floor_threads).await?;
     let upstream = crate::http_upstream("fh", floor_addr);
     let config = scratch.write("fanout.yaml", &crate::gateway_yaml(&upstream))?;
     let gateway = procs::gateway(mcpmux, &config).await?;
-    let outcome = measure(&gateway, floor_addr, n, res).await;
+    let reference = if side_by_side {
+        Some(procs::floor_http(exe, 2, floor_threads).await?)
+    } else {
+        None
+    };
+    let outcome = async {
+        let mut via = open_via_gateway(&gateway, floor_addr, n, res).await?;
+        let Some((bare_floor, bare_addr)) = &reference else {
+            return via.deliver_all(res).await;
+        };
+        let mut bare = open_on_floor(bare_floor, *bare_addr, n, res).await?;
+        for _ in 0..DELIVERIES {
+            via.deliver().await?;
+            bare.deliver().await?;
+        }
+        via.report(res)?;
+        bare.report(res)
+    }
+    .await;
     gateway.proc.stop().await;
     floor.stop().await;
+    if let Some((bare_floor, _)) = reference {
+        bare_floor.stop().await;
+    }
+    outcome?;
+    if side_by_side {
+        return Ok(());
+    }
+    let (bare_floor, bare_addr) = procs::floor_http(exe, 2, floor_threads).await?;
+    let outcome = async {
+        open_on_floor(&bare_floor, bare_addr, n, res)
+            .await?
+            .deliver_all(res)
+            .await
+    }
+    .await;
+    bare_floor.stop().await;
     outcome
 }
 
-async fn measure(
+/// `n` streams open on one side, ready for deliveries: what a delivery
+/// costs is process `pid`'s CPU while the floor at `trigger`'s far end
+/// emits the notification and every stream reads it.
+struct Streams {
+    key: &'static str,
+    n: usize,
+    pid: u32,
+    trigger: Session,
+    arrived: mpsc::Receiver<Instant>,
+    readers: JoinSet<()>,
+    /// Kept open so the streams' sessions stay as they were set up.
+    _pool: Vec<Conn>,
+    cpu_us: u64,
+    delivered: usize,
+    times: Vec<Duration>,
+}
+
+impl Streams {
+    async fn new(
+        key: &'static str,
+        n: usize,
+        pid: u32,
+        floor_addr: SocketAddr,
+        arrived: mpsc::Receiver<Instant>,
+        readers: JoinSet<()>,
+        pool: Vec<Conn>,
+    ) -> Res<Streams> {
+        let trigger = Session::open(Conn::connect(floor_addr).await?).await?;
+        Ok(Streams {
+            key,
+            n,
+            pid,
+            trigger,
+            arrived,
+            readers,
+            _pool: pool,
+            cpu_us: 0,
+            delivered: usize::MAX,
+            times: Vec::with_capacity(n * DELIVERIES),
+        })
+    }
+
+    /// Asks the floor to emit one `resources/updated` and waits for every
+    /// stream to see it (or [`DELIVERY_BOUND`]).
+    async fn deliver(&mut self) -> Res<()> {
+        let before = Usage::of(self.pid)?;
+        let start = Instant::now();
+        let reached = self
+            .trigger
+            .request(
+                "tools/call",
+                json!({ "name": NOTIFY, "arguments": { "uri": RESOURCE } }),
+            )
+            .await?;
+        if reached.pointer("/structuredContent/reached") == Some(&json!(0)) {
+            return Err(fail("the floor holds no notification stream"));
+        }
+        let times = arrivals(&mut self.arrived, self.n, start).await;
+        self.cpu_us += Usage::of(self.pid)?.since(before).cpu_us;
+        self.delivered = self.delivered.min(times.len());
+        self.times.extend_from_slice(&times);
+        if times.len() < self.n {
+            return Err(fail(format!(
+                "{} of {} streams got the notification within {}s",
+                times.len(),
+                self.n,
+                DELIVERY_BOUND.as_secs()
+            )));
+        }
+        Ok(())
+    }
+
+    async fn deliver_all(mut self, res: &mut Results) -> Res<()> {
+        for _ in 0..DELIVERIES {
+            self.deliver().await?;
+        }
+        self.report(res)
+    }
+
+    /// `<key>_delivered/<n>` (the fewest streams any delivery reached),
+    /// `<key>_p50_ms/<n>` and `<key>_p99_ms/<n>` over every delivery's
+    /// arrivals, and `<key>_cpu_us/<n>`, the CPU per delivered frame.
+    fn report(&mut self, res: &mut Results) -> Res<()> {
+        let (key, n) = (self.key, self.n);
+        if self.times.is_empty() {
+            return Err(fail(format!("{key}: no delivery was made")));
+        }
+        self.readers.abort_all();
+        self.times.sort_unstable();
+        res.push(format!("{key}_delivered/{n}"), self.delivered as f64);
+        res.push(
+            format!("{key}_p50_ms/{n}"),
+            percentile_us(&self.times, 0.5) / 1e3,
+        );
+        res.push(
+            format!("{key}_p99_ms/{n}"),
+            percentile_us(&self.times, 0.99) / 1e3,
+        );
+        res.push(
+            format!("{key}_cpu_us/{n}"),
+            self.cpu_us as f64 / self.times.len() as f64,
+        );
+        Ok(())
+    }
+}
+
+/// Sessions, streams and subscriptions through the gateway, with the
+/// memory figures on the way (`idle_kb/<n>`, `stream_kb/<n>`).
+async fn open_via_gateway(
     gateway: &procs::Gateway,
-    floor_addr: std::net::SocketAddr,
+    floor_addr: SocketAddr,
     n: usize,
     res: &mut Results,
-) -> Res<()> {
+) -> Res<Streams> {
     procs::wait_ready(gateway.addr, gateway.spawned, Duration::from_secs(60)).await?;
     let pid = gateway.proc.pid;
     let addr = gateway.addr;
@@ -103,7 +262,7 @@ async fn measure(
     );
 
     // A stream per session, each on its own connection, and a subscription.
-    let (arrived_tx, mut arrived) = mpsc::channel::<Instant>(n.max(1));
+    let (arrived_tx, arrived) = mpsc::channel::<Instant>(n.max(1));
     let (opened_tx, mut opened) = mpsc::channel::<Result<(), String>>(n.max(1));
     let limit = Arc::new(Semaphore::new(OPENING));
     let mut readers = JoinSet::new();
@@ -150,57 +309,58 @@ async fn measure(
         rss2.saturating_sub(rss0) as f64 / n as f64 / 1024.0,
     );
 
-    // One update from the floor, straight to it (not through the gateway).
-    deliver(pid, floor_addr, n, &mut arrived, "fan", res).await?;
-    readers.abort_all();
-    drop(pool);
-    Ok(())
+    // The updates come from the floor, straight to it (not through the gateway).
+    Streams::new("fan", n, pid, floor_addr, arrived, readers, pool).await
 }
 
-/// The reference for the same figures: N streams opened straight on a
-/// fresh floor (hyper, one mpsc queue and one response body per stream, no
-/// MCP session), the floor's memory per open stream, and one
-/// `resources/updated` pushed to them all: the least an MCP server on these
-/// parts spends per stream and per delivery (`floor_stream_kb/<n>`,
-/// `floor_fan_p50_ms/<n>`, `floor_fan_p99_ms/<n>`, `floor_fan_cpu_us/<n>`).
-pub async fn floor_round(exe: &Path, n: usize, floor_threads: usize, res: &mut Results) -> Res<()> {
-    let (floor, floor_addr) = procs::floor_http(exe, 2, floor_threads).await?;
-    let outcome = async {
-        // One connection first, so the runtime's own first allocations are
-        // in the baseline.
-        let mut warm = Session::open(Conn::connect(floor_addr).await?).await?;
-        warm.request("ping", json!({})).await?;
-        tokio::time::sleep(SETTLE).await;
-        let rss0 = procs::rss(floor.pid)?;
-        let (arrived_tx, mut arrived) = mpsc::channel::<Instant>(n.max(1));
-        let (opened_tx, mut opened) = mpsc::channel::<Result<(), String>>(n.max(1));
-        let limit = Arc::new(Semaphore::new(OPENING));
-        let mut readers = JoinSet::new();
-        let id = HeaderValue::from_static("floor-0");
-        for _ in 0..n {
-            readers.spawn(read_stream(
-                floor_addr,
-                id.clone(),
-                limit.clone(),
-                opened_tx.clone(),
-                arrived_tx.clone(),
-            ));
-        }
-        drop((arrived_tx, opened_tx));
-        wait_opened(&mut opened, n).await?;
-        tokio::time::sleep(SETTLE).await;
-        let rss1 = procs::rss(floor.pid)?;
-        res.push(
-            format!("floor_stream_kb/{n}"),
-            rss1.saturating_sub(rss0) as f64 / n as f64 / 1024.0,
-        );
-        deliver(floor.pid, floor_addr, n, &mut arrived, "floor_fan", res).await?;
-        readers.abort_all();
-        Ok::<_, crate::Error>(())
+/// The reference: `n` streams opened straight on a fresh floor (hyper, one
+/// mpsc queue and one response body per stream, no MCP session), with the
+/// floor's memory per open stream (`floor_stream_kb/<n>`): the least an
+/// MCP server on these parts spends per stream and per delivery.
+async fn open_on_floor(
+    floor: &Proc,
+    floor_addr: SocketAddr,
+    n: usize,
+    res: &mut Results,
+) -> Res<Streams> {
+    // One connection first, so the runtime's own first allocations are in
+    // the baseline.
+    let mut warm = Session::open(Conn::connect(floor_addr).await?).await?;
+    warm.request("ping", json!({})).await?;
+    tokio::time::sleep(SETTLE).await;
+    let rss0 = procs::rss(floor.pid)?;
+    let (arrived_tx, arrived) = mpsc::channel::<Instant>(n.max(1));
+    let (opened_tx, mut opened) = mpsc::channel::<Result<(), String>>(n.max(1));
+    let limit = Arc::new(Semaphore::new(OPENING));
+    let mut readers = JoinSet::new();
+    let id = HeaderValue::from_static("floor-0");
+    for _ in 0..n {
+        readers.spawn(read_stream(
+            floor_addr,
+            id.clone(),
+            limit.clone(),
+            opened_tx.clone(),
+            arrived_tx.clone(),
+        ));
     }
-    .await;
-    floor.stop().await;
-    outcome
+    drop((arrived_tx, opened_tx));
+    wait_opened(&mut opened, n).await?;
+    tokio::time::sleep(SETTLE).await;
+    let rss1 = procs::rss(floor.pid)?;
+    res.push(
+        format!("floor_stream_kb/{n}"),
+        rss1.saturating_sub(rss0) as f64 / n as f64 / 1024.0,
+    );
+    Streams::new(
+        "floor_fan",
+        n,
+        floor.pid,
+        floor_addr,
+        arrived,
+        readers,
+        vec![warm.conn],
+    )
+    .await
 }
 
 /// The least any process spends per delivery on this machine: one blocking
@@ -295,61 +455,11 @@ async fn wait_opened(opened: &mut mpsc::Receiver<Result<(), String>>, n: usize) 
     Ok(())
 }
 
-/// Asks the floor at `floor_addr` to emit one `resources/updated` and
-/// collects the `n` arrivals: `<key>_delivered/<n>`, `<key>_p50_ms/<n>`,
-/// `<key>_p99_ms/<n>`, and `<key>_cpu_us/<n>`, the CPU process `pid` spent
-/// per delivery meanwhile.
-async fn deliver(
-    pid: u32,
-    floor_addr: std::net::SocketAddr,
-    n: usize,
-    arrived: &mut mpsc::Receiver<Instant>,
-    key: &str,
-    res: &mut Results,
-) -> Res<()> {
-    let mut trigger = Session::open(Conn::connect(floor_addr).await?).await?;
-    let before = Usage::of(pid)?;
-    let start = Instant::now();
-    let reached = trigger
-        .request(
-            "tools/call",
-            json!({ "name": NOTIFY, "arguments": { "uri": RESOURCE } }),
-        )
-        .await?;
-    if reached.pointer("/structuredContent/reached") == Some(&json!(0)) {
-        return Err(fail("the floor holds no notification stream"));
-    }
-    let mut times = arrivals(arrived, n, start).await;
-    let used = Usage::of(pid)?.since(before);
-    let delivered = times.len();
-    times.sort_unstable();
-    res.push(format!("{key}_delivered/{n}"), delivered as f64);
-    res.push(
-        format!("{key}_p50_ms/{n}"),
-        percentile_us(&times, 0.5) / 1e3,
-    );
-    res.push(
-        format!("{key}_p99_ms/{n}"),
-        percentile_us(&times, 0.99) / 1e3,
-    );
-    res.push(
-        format!("{key}_cpu_us/{n}"),
-        used.cpu_us as f64 / delivered.max(1) as f64,
-    );
-    if delivered < n {
-        return Err(fail(format!(
-            "{delivered} of {n} streams got the notification within {}s",
-            DELIVERY_BOUND.as_secs()
-        )));
-    }
-    Ok(())
-}
-
 /// Opens session `id`'s stream (within `limit`), says so on `opened`, then
-/// reads it and sends the arrival time of the first `resources/updated` on
+/// reads it and sends the arrival time of each `resources/updated` on
 /// `arrived`; keeps reading until the stream ends or the task is aborted.
 async fn read_stream(
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
     id: HeaderValue,
     limit: Arc<Semaphore>,
     opened: mpsc::Sender<Result<(), String>>,
@@ -371,25 +481,30 @@ async fn read_stream(
         }
     };
     let _ = opened.send(Ok(())).await;
+    // What came after the last marker seen: a marker may span two frames.
     let mut seen = Vec::<u8>::new();
-    let mut told = false;
     while let Some(Ok(frame)) = body.frame().await {
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        if told {
-            continue;
-        }
         seen.extend_from_slice(&data);
-        if contains(&seen, MARKER) {
-            told = true;
-            let _ = arrived.send(Instant::now()).await;
-        } else if seen.len() > 64 * 1024 {
-            seen = seen.split_off(seen.len() - MARKER.len());
+        let mut markers = 0;
+        while let Some(at) = find(&seen, MARKER) {
+            seen.drain(..at + MARKER.len());
+            markers += 1;
+        }
+        if markers == 0 && seen.len() > MARKER.len() {
+            seen.drain(..seen.len() - MARKER.len());
+        }
+        let now = Instant::now();
+        for _ in 0..markers {
+            if arrived.send(now).await.is_err() {
+                return;
+            }
         }
     }
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }

@@ -481,8 +481,16 @@ async fn run(options: &Options) -> Res<()> {
                     round + 1,
                     plan.fanout_rounds
                 );
-                fanout::round(mcpmux, &exe, &scratch, n, options.floor_threads, &mut res).await?;
-                fanout::floor_round(&exe, n, options.floor_threads, &mut res).await?;
+                fanout::round(
+                    mcpmux,
+                    &exe,
+                    &scratch,
+                    n,
+                    options.floor_threads,
+                    fds,
+                    &mut res,
+                )
+                .await?;
                 // Both ends of each socket are this process's.
                 if 2 * n as u64 + 512 <= fds {
                     fanout::raw_round(n, &mut res).await?;

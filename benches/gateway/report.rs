@@ -211,15 +211,18 @@ Then, each with a fresh gateway:
   searches, each the description of one tool, and how often that tool was
   in the top 3; the whole `tools/list` of each endpoint, bytes and time;
 - fan-out: 1,000 and 10,000 sessions, each with an open `GET /mcp` stream
-  and a subscription to one resource; the floor emits one
-  `resources/updated`; delivery latency p50/p99 across streams and gateway
-  CPU per delivered notification;
+  and a subscription to one resource; the floor emits
+  `resources/updated` five times in a round, each once every stream has
+  the one before; delivery latency p50/p99 across streams and deliveries,
+  and gateway CPU per delivered notification;
 - the gateway's memory per idle session and per session with an open
   stream and a subscription (growth of its VmRSS);
 - two references for those figures: the same number of streams opened
   straight on a fresh floor, which pushes the same notification to them
   (its delivery latency, CPU per delivery and memory per open stream: the
-  least an MCP server on hyper spends), and one thread writing the
+  least an MCP server on hyper spends; where the open-file limit allows
+  both sets of streams at once, its deliveries alternate with the
+  gateway's), and one thread writing the
   notification's SSE frame once to each of as many connected loopback
   sockets, a reader waiting on each (its CPU per write: the kernel's own
   cost of a delivery; run where the open-file limit allows both ends).

@@ -138,6 +138,10 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize], baseline: Option<&str>)
             format!("load{c}_gw"),
             &format!("gateway CPU per call, {c} clients (µs)"),
         ));
+        gateway.row(measured(
+            format!("load{c}_gw_user"),
+            "of which in user space (µs)",
+        ));
     }
     for &c in plan.clients.iter().filter(|c| **c > 1) {
         gateway.row(row(
@@ -152,7 +156,8 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize], baseline: Option<&str>)
          front of the same floor and measured in the same rounds (its \"gateway\" \
          figures are its own process's). The user-space part is the run time split \
          as /proc/<pid>/stat splits utime from stime (10 ms ticks, over the whole \
-         window of sequential calls); the rest is the kernel's work for the process \
+         window of sequential calls, or of the clients' window under load); the rest is \
+         the kernel's work for the process \
          (its sockets, its wake-ups). The floor's rows are the floor's own CPU and \
          context switches per call with each in front of it: it is sent the same \
          bytes either way, and its time is on the call's path too.",
@@ -292,7 +297,11 @@ pub fn all(res: &Results, plan: &Plan, fanout: &[usize], baseline: Option<&str>)
     fan.note(
         "Delivery latency runs from the floor being asked to emit one \
          notifications/resources/updated to each stream's reader seeing it; the \
-         readers run in the benchmark process. Memory is the gateway's VmRSS growth \
+         readers run in the benchmark process. Each round delivers five notifications \
+         one after the other (the next once every stream has the last), and the \
+         latencies are over all of them; where both sets of streams fit the open-file \
+         limit at once, the gateway's deliveries and the reference floor's alternate. \
+         Memory is the gateway's VmRSS growth \
          divided by the number of sessions (a stream's figure includes its connection). \
          The reference rows open as many streams straight on a fresh floor (hyper, \
          one queue and one response body per stream, no session) and have the floor \
