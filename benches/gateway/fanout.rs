@@ -107,6 +107,15 @@ pub async fn round(
     outcome
 }
 
+/// Streams just opened: where their readers say each arrival, the
+/// readers, and the connections their sessions were set up on.
+struct Opened {
+    arrived: mpsc::Receiver<Instant>,
+    readers: JoinSet<()>,
+    /// Kept open so the streams' sessions stay as they were set up.
+    _pool: Vec<Conn>,
+}
+
 /// `n` streams open on one side, ready for deliveries: what a delivery
 /// costs is process `pid`'s CPU while the floor at `trigger`'s far end
 /// emits the notification and every stream reads it.
@@ -115,10 +124,7 @@ struct Streams {
     n: usize,
     pid: u32,
     trigger: Session,
-    arrived: mpsc::Receiver<Instant>,
-    readers: JoinSet<()>,
-    /// Kept open so the streams' sessions stay as they were set up.
-    _pool: Vec<Conn>,
+    opened: Opened,
     cpu_us: u64,
     delivered: usize,
     times: Vec<Duration>,
@@ -130,9 +136,7 @@ impl Streams {
         n: usize,
         pid: u32,
         floor_addr: SocketAddr,
-        arrived: mpsc::Receiver<Instant>,
-        readers: JoinSet<()>,
-        pool: Vec<Conn>,
+        opened: Opened,
     ) -> Res<Streams> {
         let trigger = Session::open(Conn::connect(floor_addr).await?).await?;
         Ok(Streams {
@@ -140,9 +144,7 @@ impl Streams {
             n,
             pid,
             trigger,
-            arrived,
-            readers,
-            _pool: pool,
+            opened,
             cpu_us: 0,
             delivered: usize::MAX,
             times: Vec::with_capacity(n * DELIVERIES),
@@ -164,7 +166,7 @@ impl Streams {
         if reached.pointer("/structuredContent/reached") == Some(&json!(0)) {
             return Err(fail("the floor holds no notification stream"));
         }
-        let times = arrivals(&mut self.arrived, self.n, start).await;
+        let times = arrivals(&mut self.opened.arrived, self.n, start).await;
         self.cpu_us += Usage::of(self.pid)?.since(before).cpu_us;
         self.delivered = self.delivered.min(times.len());
         self.times.extend_from_slice(&times);
@@ -194,7 +196,7 @@ impl Streams {
         if self.times.is_empty() {
             return Err(fail(format!("{key}: no delivery was made")));
         }
-        self.readers.abort_all();
+        self.opened.readers.abort_all();
         self.times.sort_unstable();
         res.push(format!("{key}_delivered/{n}"), self.delivered as f64);
         res.push(
@@ -310,7 +312,12 @@ async fn open_via_gateway(
     );
 
     // The updates come from the floor, straight to it (not through the gateway).
-    Streams::new("fan", n, pid, floor_addr, arrived, readers, pool).await
+    let opened = Opened {
+        arrived,
+        readers,
+        _pool: pool,
+    };
+    Streams::new("fan", n, pid, floor_addr, opened).await
 }
 
 /// The reference: `n` streams opened straight on a fresh floor (hyper, one
@@ -351,16 +358,12 @@ async fn open_on_floor(
         format!("floor_stream_kb/{n}"),
         rss1.saturating_sub(rss0) as f64 / n as f64 / 1024.0,
     );
-    Streams::new(
-        "floor_fan",
-        n,
-        floor.pid,
-        floor_addr,
+    let opened = Opened {
         arrived,
         readers,
-        vec![warm.conn],
-    )
-    .await
+        _pool: vec![warm.conn],
+    };
+    Streams::new("floor_fan", n, floor.pid, floor_addr, opened).await
 }
 
 /// The least any process spends per delivery on this machine: one blocking
