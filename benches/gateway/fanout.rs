@@ -256,12 +256,7 @@ async fn open_via_gateway(
     while let Some(joined) = setup.join_next().await {
         pool.push(joined.map_err(|e| fail(format!("setup task: {e}")))??);
     }
-    tokio::time::sleep(SETTLE).await;
-    let rss1 = procs::rss(pid)?;
-    res.push(
-        format!("idle_kb/{n}"),
-        rss1.saturating_sub(rss0) as f64 / n as f64 / 1024.0,
-    );
+    note_growth(pid, rss0, n, &format!("idle_kb/{n}"), res).await?;
 
     // A stream per session, each on its own connection, and a subscription.
     let (arrived_tx, arrived) = mpsc::channel::<Instant>(n.max(1));
@@ -304,12 +299,7 @@ async fn open_via_gateway(
         pool.push(joined.map_err(|e| fail(format!("subscribe task: {e}")))??);
     }
     wait_opened(&mut opened, n).await?;
-    tokio::time::sleep(SETTLE).await;
-    let rss2 = procs::rss(pid)?;
-    res.push(
-        format!("stream_kb/{n}"),
-        rss2.saturating_sub(rss0) as f64 / n as f64 / 1024.0,
-    );
+    note_growth(pid, rss0, n, &format!("stream_kb/{n}"), res).await?;
 
     // The updates come from the floor, straight to it (not through the gateway).
     let opened = Opened {
@@ -352,12 +342,7 @@ async fn open_on_floor(
     }
     drop((arrived_tx, opened_tx));
     wait_opened(&mut opened, n).await?;
-    tokio::time::sleep(SETTLE).await;
-    let rss1 = procs::rss(floor.pid)?;
-    res.push(
-        format!("floor_stream_kb/{n}"),
-        rss1.saturating_sub(rss0) as f64 / n as f64 / 1024.0,
-    );
+    note_growth(floor.pid, rss0, n, &format!("floor_stream_kb/{n}"), res).await?;
     let opened = Opened {
         arrived,
         readers,
@@ -443,6 +428,15 @@ async fn arrivals(
         }
     }
     times
+}
+
+/// Once process `pid` has settled, notes as `key` its memory growth since
+/// `rss0` per stream of `n`, in KB.
+async fn note_growth(pid: u32, rss0: u64, n: usize, key: &str, res: &mut Results) -> Res<()> {
+    tokio::time::sleep(SETTLE).await;
+    let rss = procs::rss(pid)?;
+    res.push(key, rss.saturating_sub(rss0) as f64 / n as f64 / 1024.0);
+    Ok(())
 }
 
 /// Waits until `n` streams said they are open.
