@@ -62,7 +62,7 @@ pub async fn round(
     fds: u64,
     res: &mut Results,
 ) -> Res<()> {
-    let side_by_side = 2 * n as u64 + SPARE_FDS <= fds;
+    let side_by_side = two_sets_fit(n, fds);
     let (floor, floor_addr) = procs::floor_http(exe, 2, floor_threads).await?;
     let upstream = crate::http_upstream("fh", floor_addr);
     let config = scratch.write("fanout.yaml", &crate::gateway_yaml(&upstream))?;
@@ -105,6 +105,12 @@ pub async fn round(
     .await;
     bare_floor.stop().await;
     outcome
+}
+
+/// Whether `fds` open files hold two sets of `n` connections of this
+/// process at once (both sets of streams, or both ends of `n` sockets).
+pub fn two_sets_fit(n: usize, fds: u64) -> bool {
+    2 * n as u64 + SPARE_FDS <= fds
 }
 
 /// Streams just opened: where their readers say each arrival, the

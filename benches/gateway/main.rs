@@ -492,7 +492,7 @@ async fn run(options: &Options) -> Res<()> {
                 )
                 .await?;
                 // Both ends of each socket are this process's.
-                if 2 * n as u64 + 512 <= fds {
+                if fanout::two_sets_fit(n, fds) {
                     fanout::raw_round(n, &mut res).await?;
                 } else {
                     eprintln!(
