@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs the third-party MCP
 # peers the tests run against, then checks formatting and lints, then runs
-# every test (unit and integration), then two minutes of the soak.
+# every test (unit and integration), then two minutes of the soak; the
+# release build the soak runs is built in the background meanwhile.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -11,22 +12,52 @@ echo "test: $(df -h . | awk 'NR==2 {print $4 " free on " $6}')"
 # A fresh clone in CI builds once: incremental caches would only take disk.
 if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
 
-bash scripts/setup-system.sh
-bash scripts/setup-interop.sh
-cargo fmt --all -- --check
-cargo clippy --all-targets --locked -- -D warnings
-# No container engine runs here, so CI runs the Dockerfile's build stage
-# command itself: the image ships exactly this binary (tests/it/deploy.rs
-# checks that the Dockerfile runs the same command).
-echo "container build stage: cargo build --release --locked --bin mcpmux"
-cargo build --release --locked --bin mcpmux
 # The tests, their peers and the browsers they drive write their temporary
 # files (configs, records, browser profiles) under one directory of this
 # run's, removed when the run ends however it ends.
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/mcpmux-test.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+release_pid=
+finish() {
+  # A failed step leaves the background release build running: end it (its
+  # own process group: cargo and the compilers it started).
+  if [ -n "$release_pid" ]; then kill -- "-$release_pid" 2>/dev/null || true; fi
+  rm -rf "$scratch"
+}
+trap finish EXIT
 export TMPDIR="$scratch"
+
+bash scripts/setup-system.sh
+
+# No container engine runs here, so CI runs the Dockerfile's build stage
+# command itself: the image ships exactly this binary (tests/it/deploy.rs
+# checks that the Dockerfile runs the same command), and the soak at the end
+# runs it. It builds in the background at the lowest CPU priority while the
+# steps below run: they take the cores whenever they want them, and it takes
+# what they leave (the downloads of the interop setup, single-threaded
+# compiles and links, the integration tests waiting on their child
+# processes). Its own profile directory has its own cargo lock, so the two
+# builds do not wait on each other.
+echo "container build stage: cargo build --release --locked --bin mcpmux (in the background)"
+release_log="$scratch/release-build.log"
+set -m
+nice -n 19 cargo build --release --locked --bin mcpmux >"$release_log" 2>&1 &
+release_pid=$!
+set +m
+
+bash scripts/setup-interop.sh
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked
+
+echo "container build stage: waiting for cargo build --release --locked --bin mcpmux"
+release_status=0
+wait "$release_pid" || release_status=$?
+release_pid=
+cat "$release_log"
+if [ "$release_status" -ne 0 ]; then
+  echo "test: the release build failed (exit $release_status)" >&2
+  exit "$release_status"
+fi
 
 # Two minutes of the soak (docs/soak.md): mixed faults under load, then the
 # verifier. It runs the binaries the steps above built.
