@@ -31,24 +31,37 @@ bash scripts/setup-system.sh
 # No container engine runs here, so CI runs the Dockerfile's build stage
 # command itself: the image ships exactly this binary (tests/it/deploy.rs
 # checks that the Dockerfile runs the same command), and the soak at the end
-# runs it. It builds in the background at the lowest CPU priority while the
-# steps below run: they take the cores whenever they want them, and it takes
-# what they leave (the downloads of the interop setup, single-threaded
-# compiles and links, the integration tests waiting on their child
-# processes). Its own profile directory has its own cargo lock, so the two
+# runs it. It builds in the background beside the steps below, from the
+# start, so that its dependencies are built by the time the tests run and
+# its own crate (compiled and linked on about one core) takes the CPU the
+# tests leave idle while they wait on their child processes. While the
+# tests run it is lowered to the least CPU priority, so the tests get the
+# cores first. Its profile directory has its own cargo lock, so the two
 # builds do not wait on each other.
 echo "container build stage: cargo build --release --locked --bin mcpmux (in the background)"
 release_log="$scratch/release-build.log"
 set -m
-nice -n 19 cargo build --release --locked --bin mcpmux >"$release_log" 2>&1 &
+cargo build --release --locked --bin mcpmux >"$release_log" 2>&1 &
 release_pid=$!
 set +m
 
+# Each step's start, in seconds since the suite began, for reading a slow run.
+step() { echo "test: [$SECONDS s] $*"; }
+step "interop setup"
 bash scripts/setup-interop.sh
+step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
+step "building the tests"
+cargo test --all-targets --locked --no-run
+if kill -0 "$release_pid" 2>/dev/null; then
+  renice -n 19 -g "$release_pid" >/dev/null 2>&1 \
+    || echo "test: could not lower the release build's priority; the tests share the cores with it"
+fi
+step "running the tests"
 cargo test --all-targets --locked
 
+step "waiting for the release build"
 echo "container build stage: waiting for cargo build --release --locked --bin mcpmux"
 release_status=0
 wait "$release_pid" || release_status=$?
@@ -61,4 +74,5 @@ fi
 
 # Two minutes of the soak (docs/soak.md): mixed faults under load, then the
 # verifier. It runs the binaries the steps above built.
+step "soak"
 bash scripts/soak.sh --minutes 2 --profile test
