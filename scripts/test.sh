@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh clone: installs the third-party MCP
 # peers the tests run against, then checks formatting and lints, then runs
 # every test (unit and integration), then two minutes of the soak; the
-# release build the soak runs is built in the background meanwhile.
+# release build the soak runs is built in the background meanwhile, and the
+# lints run in the test build.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -28,36 +29,49 @@ export TMPDIR="$scratch"
 
 bash scripts/setup-system.sh
 
+# Each step's start, in seconds since the suite began, for reading a slow run.
+step() { echo "test: [$SECONDS s] $*"; }
+
 # No container engine runs here, so CI runs the Dockerfile's build stage
 # command itself: the image ships exactly this binary (tests/it/deploy.rs
 # checks that the Dockerfile runs the same command), and the soak at the end
-# runs it. It builds in the background beside the steps below, from the
-# start, so that its dependencies are built by the time the tests run and
-# its own crate (compiled and linked on about one core) takes the CPU the
-# tests leave idle while they wait on their child processes. While the
-# tests run it is lowered to the least CPU priority, so the tests get the
-# cores first. Its profile directory has its own cargo lock, so the two
-# builds do not wait on each other.
-echo "container build stage: cargo build --release --locked --bin mcpmux (in the background)"
+# runs it. It builds in the background at the least CPU priority while the
+# steps below run: they take the cores whenever they want them, and it takes
+# what they leave idle (the downloads of the interop setup, compiles and
+# links on one core, the tests waiting on their child processes). Its
+# profile directory has its own cargo lock, so the builds do not wait on
+# each other. It runs without the lint wrapper set below (`env -u`): the
+# shipped binary is built by plain rustc.
+step "container build stage: cargo build --release --locked --bin mcpmux (in the background)"
 release_log="$scratch/release-build.log"
 set -m
-cargo build --release --locked --bin mcpmux >"$release_log" 2>&1 &
+nice -n 19 env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
+  cargo build --release --locked --bin mcpmux >"$release_log" 2>&1 &
 release_pid=$!
 set +m
 
-# Each step's start, in seconds since the suite began, for reading a slow run.
-step() { echo "test: [$SECONDS s] $*"; }
 step "interop setup"
 bash scripts/setup-interop.sh
-step "format and lints"
+step "format"
 cargo fmt --all -- --check
-cargo clippy --all-targets --locked -- -D warnings
-step "building the tests"
-cargo test --all-targets --locked --no-run
-if kill -0 "$release_pid" 2>/dev/null; then
-  renice -n 19 -g "$release_pid" >/dev/null 2>&1 \
-    || echo "test: could not lower the release build's priority; the tests share the cores with it"
+
+# The lints are `cargo clippy --all-targets --locked -- -D warnings`, run
+# inside the test build rather than beside it: cargo clippy is cargo check
+# with clippy-driver as the rustc of the workspace's own crates
+# (RUSTC_WORKSPACE_WRAPPER) and its arguments in CLIPPY_ARGS; set here, the
+# same driver lints the same targets (`--all-targets`) while it compiles
+# them for the tests, and every dependency is compiled once instead of once
+# checked for the lints and once built for the tests. Any lint or compiler
+# warning fails the build as `-D warnings` makes it fail in cargo clippy.
+export RUSTC_WORKSPACE_WRAPPER
+RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+if [ ! -x "$RUSTC_WORKSPACE_WRAPPER" ]; then
+  echo "test: no clippy-driver in the toolchain (rustup component add clippy)" >&2
+  exit 1
 fi
+step "lints and the test build (cargo clippy --all-targets -- -D warnings, in cargo test --all-targets --no-run)"
+cargo test --all-targets --locked --no-run
 step "running the tests"
 cargo test --all-targets --locked
 
