@@ -46,16 +46,12 @@ if [ -z "$soak" ]; then
   echo "soak.sh: cargo did not report the soak's executable" >&2
   exit 1
 fi
-# The shipped binary is built as the Dockerfile builds it, by plain rustc:
-# scripts/test.sh sets clippy-driver as the workspace's rustc wrapper for
-# its test build (which the soak target above shares), not for this one.
-release=(env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo build --release --locked)
 if [ "$profile" = bench ]; then
-  "${release[@]}" --bin mcpmux --bin mcpmux-fixture
+  cargo build --release --locked --bin mcpmux --bin mcpmux-fixture
 else
   # The fixture is the one `cargo test` built for the soak target above
   # (with the dev-dependencies' features): building it again with
   # `cargo build` would recompile tokio and the rest for other features.
-  "${release[@]}" --bin mcpmux
+  cargo build --release --locked --bin mcpmux
 fi
 exec "$soak" --bench --mcpmux target/release/mcpmux --fixture "$fixture" "${args[@]}"

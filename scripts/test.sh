@@ -2,8 +2,7 @@
 # The whole test suite, from a fresh clone: installs the third-party MCP
 # peers the tests run against, then checks formatting and lints, then runs
 # every test (unit and integration), then two minutes of the soak; the
-# release build the soak runs is built in the background meanwhile, and the
-# lints run in the test build.
+# release build the soak runs is built in the background meanwhile.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -40,37 +39,20 @@ step() { echo "test: [$SECONDS s] $*"; }
 # what they leave idle (the downloads of the interop setup, compiles and
 # links on one core, the tests waiting on their child processes). Its
 # profile directory has its own cargo lock, so the builds do not wait on
-# each other. It runs without the lint wrapper set below (`env -u`): the
-# shipped binary is built by plain rustc.
+# each other.
 step "container build stage: cargo build --release --locked --bin mcpmux (in the background)"
 release_log="$scratch/release-build.log"
 set -m
-nice -n 19 env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
-  cargo build --release --locked --bin mcpmux >"$release_log" 2>&1 &
+nice -n 19 cargo build --release --locked --bin mcpmux >"$release_log" 2>&1 &
 release_pid=$!
 set +m
 
 step "interop setup"
 bash scripts/setup-interop.sh
-step "format"
+step "format and lints"
 cargo fmt --all -- --check
-
-# The lints are `cargo clippy --all-targets --locked -- -D warnings`, run
-# inside the test build rather than beside it: cargo clippy is cargo check
-# with clippy-driver as the rustc of the workspace's own crates
-# (RUSTC_WORKSPACE_WRAPPER) and its arguments in CLIPPY_ARGS; set here, the
-# same driver lints the same targets (`--all-targets`) while it compiles
-# them for the tests, and every dependency is compiled once instead of once
-# checked for the lints and once built for the tests. Any lint or compiler
-# warning fails the build as `-D warnings` makes it fail in cargo clippy.
-export RUSTC_WORKSPACE_WRAPPER
-RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
-export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-if [ ! -x "$RUSTC_WORKSPACE_WRAPPER" ]; then
-  echo "test: no clippy-driver in the toolchain (rustup component add clippy)" >&2
-  exit 1
-fi
-step "lints and the test build (cargo clippy --all-targets -- -D warnings, in cargo test --all-targets --no-run)"
+cargo clippy --all-targets --locked -- -D warnings
+step "building the tests"
 cargo test --all-targets --locked --no-run
 step "running the tests"
 cargo test --all-targets --locked
