@@ -57,8 +57,7 @@ cargo test --all-targets --locked --no-run
 step "running the tests"
 cargo test --all-targets --locked
 
-step "waiting for the release build"
-echo "container build stage: waiting for cargo build --release --locked --bin mcpmux"
+step "container build stage: waiting for cargo build --release --locked --bin mcpmux"
 release_status=0
 wait "$release_pid" || release_status=$?
 release_pid=
