@@ -5,10 +5,11 @@
 #   scripts/soak.sh --minutes 2
 #   scripts/soak.sh --minutes 30 --out docs/soak
 # Other arguments go to the soak: --clients C (default 200), --out DIR
-# (default target/soak). `--profile test` runs the soak and the fixture as
-# `cargo test --all-targets` built them (unoptimized; what scripts/test.sh
-# uses, so the suite builds nothing twice); the gateway is always the
-# release binary. Exit 0 only when every check of the verifier passed.
+# (default target/soak). `--profile test` runs the soak, the fixture and the
+# gateway as `cargo test --all-targets` built them (unoptimized; what
+# scripts/test.sh uses, so the suite builds nothing twice and no release
+# binary). The default, `bench`, runs the release gateway. Exit 0 only when
+# every check of the verifier passed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,9 +32,14 @@ case "$profile" in
     # As in bench.sh: the bench target first (cargo builds it with the
     # dev-dependencies' features), the shipped binary after it.
     build=(cargo bench --locked --bench soak --no-run --message-format=json)
+    gateway=target/release/mcpmux
     fixture=target/release/mcpmux-fixture ;;
   test)
+    # cargo builds both binaries for the soak target, with the
+    # dev-dependencies' features: `cargo build` would recompile the gateway,
+    # tokio and the rest for other features.
     build=(cargo test --locked --bench soak --no-run --message-format=json)
+    gateway=target/debug/mcpmux
     fixture=target/debug/mcpmux-fixture ;;
   *) echo "soak.sh: --profile is bench or test, not '$profile'" >&2; exit 64 ;;
 esac
@@ -48,10 +54,5 @@ if [ -z "$soak" ]; then
 fi
 if [ "$profile" = bench ]; then
   cargo build --release --locked --bin mcpmux --bin mcpmux-fixture
-else
-  # The fixture is the one `cargo test` built for the soak target above
-  # (with the dev-dependencies' features): building it again with
-  # `cargo build` would recompile tokio and the rest for other features.
-  cargo build --release --locked --bin mcpmux
 fi
-exec "$soak" --bench --mcpmux target/release/mcpmux --fixture "$fixture" "${args[@]}"
+exec "$soak" --bench --mcpmux "$gateway" --fixture "$fixture" "${args[@]}"
