@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The soak (docs/soak.md), from a fresh clone: builds the release gateway,
-# the test fixture and the soak binary, then runs it. Loopback only; it
-# stops by itself after the load, the idle check and the report.
+# The soak (docs/soak.md), from a fresh clone: builds the gateway, the test
+# fixture and the soak binary (release by default, see --profile below),
+# then runs it. Loopback only; it stops by itself after the load, the idle
+# check and the report.
 #   scripts/soak.sh --minutes 2
 #   scripts/soak.sh --minutes 30 --out docs/soak
 # Other arguments go to the soak: --clients C (default 200), --out DIR
