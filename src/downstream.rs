@@ -271,7 +271,9 @@ fn host_name(authority: &str) -> &str {
 
 /// `localhost`, `127.x.x.x` or `::1`.
 fn is_loopback_host(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
+    // The address most local clients send, compared before any is parsed.
+    host == "127.0.0.1"
+        || host.eq_ignore_ascii_case("localhost")
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())

@@ -69,6 +69,11 @@ pub(super) struct Connection {
     read: BytesMut,
     /// The request head being written, kept for the next one.
     head: Vec<u8>,
+    /// Room for the request's own fields: filled by its `add`, emptied once
+    /// its head is encoded and kept for the next one, so no request
+    /// allocates a map of its own. Boxed: a connection is moved in and out
+    /// of the pool on every request.
+    fields: Box<HeaderMap>,
 }
 
 /// An answer's status line and fields, and how its body is framed.
@@ -137,6 +142,7 @@ impl Connection {
             io,
             read: BytesMut::new(),
             head: Vec::new(),
+            fields: Box::default(),
         }
     }
 
@@ -165,7 +171,11 @@ impl Connection {
         post: &Post<'_>,
         host: &HeaderValue,
     ) -> Result<(), WriteFailed> {
-        encode_head(&mut self.head, post, host);
+        (post.add)(&mut self.fields);
+        encode_head(&mut self.head, post, &self.fields, host);
+        // Emptied at once: a credential among them is not kept in an idle
+        // connection.
+        self.fields.clear();
         let body = post.body;
         let (mut head_at, mut body_at) = (0, 0);
         while head_at < self.head.len() || body_at < body.len() {
@@ -357,8 +367,11 @@ impl Connection {
             let mut reading = Fields::default();
             let mut headers = HeaderMap::with_capacity(answer.headers.len());
             for field in answer.headers.iter() {
-                let name = HeaderName::from_bytes(field.name.as_bytes())
-                    .map_err(|_| WireError::Framing("a field name is not a token"))?;
+                let name = match common_name(field.name) {
+                    Some(name) => name,
+                    None => HeaderName::from_bytes(field.name.as_bytes())
+                        .map_err(|_| WireError::Framing("a field name is not a token"))?,
+                };
                 let value = HeaderValue::from_bytes(field.value)
                     .map_err(|_| WireError::Framing("a field value has a control character"))?;
                 reading.note(&name, &value)?;
@@ -375,6 +388,33 @@ impl Connection {
             }));
         }
     }
+}
+
+/// The fields nearly every answer of an MCP server has, each found by
+/// its length and a case-blind compare: `HeaderName::from_bytes` lowers
+/// each name into a buffer and then matches it against every standard
+/// name, which cost more than the rest of the head's parse.
+static COMMON_NAMES: [&HeaderName; 8] = [
+    &header::CONTENT_TYPE,
+    &header::CONTENT_LENGTH,
+    &header::DATE,
+    &header::TRANSFER_ENCODING,
+    &header::CONNECTION,
+    &header::CACHE_CONTROL,
+    &header::SERVER,
+    &crate::protocol::SESSION_HEADER,
+];
+
+/// `name` as one of [`COMMON_NAMES`], spelled in any case; `None` for
+/// another (which [`HeaderName::from_bytes`] then checks and names).
+fn common_name(name: &str) -> Option<HeaderName> {
+    COMMON_NAMES
+        .iter()
+        .find(|common| {
+            let common = common.as_str();
+            common.len() == name.len() && common.eq_ignore_ascii_case(name)
+        })
+        .map(|&common| common.clone())
 }
 
 /// What an answer's fields say of its framing and of the connection.
@@ -453,8 +493,9 @@ pub(super) struct Post<'a> {
     pub(super) target: &'a str,
     /// The fields every request of the link carries, encoded once.
     pub(super) fixed: &'a FixedFields,
-    /// This request's own fields; one named like a fixed field replaces it.
-    pub(super) extra: &'a HeaderMap,
+    /// Puts this request's own fields in the map it is handed (empty);
+    /// one named like a fixed field replaces it.
+    pub(super) add: &'a (dyn Fn(&mut HeaderMap) + Sync),
     pub(super) body: &'a [u8],
 }
 
@@ -490,8 +531,8 @@ fn push_field(out: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// The head of `post` under `host`, into `out`.
-fn encode_head(out: &mut Vec<u8>, post: &Post<'_>, host: &HeaderValue) {
+/// The head of `post` with its own `fields` under `host`, into `out`.
+fn encode_head(out: &mut Vec<u8>, post: &Post<'_>, fields: &HeaderMap, host: &HeaderValue) {
     out.clear();
     out.extend_from_slice(post.method.as_str().as_bytes());
     out.push(b' ');
@@ -500,11 +541,11 @@ fn encode_head(out: &mut Vec<u8>, post: &Post<'_>, host: &HeaderValue) {
     out.extend_from_slice(host.as_bytes());
     out.extend_from_slice(b"\r\n");
     for (name, line) in &post.fixed.0 {
-        if !post.extra.contains_key(name) {
+        if !fields.contains_key(name) {
             out.extend_from_slice(line);
         }
     }
-    for (name, value) in post.extra {
+    for (name, value) in fields {
         if !is_ours(name) {
             push_field(out, name, value);
         }

@@ -158,7 +158,7 @@ async fn send_with(
         method: request.method(),
         target,
         fixed: &fixed,
-        extra,
+        add: &|fields| fields.extend(extra.clone()),
         body: request.body(),
     };
     pool.send(post).await
@@ -440,5 +440,54 @@ async fn a_large_body_of_known_length_arrives_whole() {
         http_body::Body::size_hint(answer.body()).exact(),
         Some(text.len() as u64)
     );
+    assert_eq!(read(answer).await.expect("body"), text);
+}
+
+#[test]
+fn a_common_field_name_is_named_as_the_full_parse_names_it_in_any_case() {
+    for name in [
+        "content-type",
+        "Content-Type",
+        "CONTENT-LENGTH",
+        "Date",
+        "transfer-encoding",
+        "Connection",
+        "cache-control",
+        "Server",
+        "Mcp-Session-Id",
+    ] {
+        let parsed = http::HeaderName::from_bytes(name.as_bytes()).expect("a token");
+        assert_eq!(super::common_name(name), Some(parsed), "{name}");
+    }
+    // Others (a near miss too) are left to the full parse.
+    for name in [
+        "x-custom",
+        "content-typ",
+        "content-types",
+        "mcp-session",
+        "dat",
+    ] {
+        assert_eq!(super::common_name(name), None, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn an_answers_fields_are_kept_whatever_their_case() {
+    let text = r#"{"ok":true}"#;
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMCP-SESSION-ID: s-1\r\nX-Other: v\r\nContent-Length: {}\r\n\r\n",
+        text.len()
+    );
+    let server = scripted(vec![Answer {
+        pieces: vec![head.into_bytes(), text.as_bytes().to_vec()],
+        close: false,
+    }])
+    .await;
+    let answer = send(&server.pool, &post("x")).await.expect("answer");
+    let headers = answer.headers();
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(headers[&crate::protocol::SESSION_HEADER], "s-1");
+    assert_eq!(headers["x-other"], "v");
+    assert_eq!(headers.len(), 4);
     assert_eq!(read(answer).await.expect("body"), text);
 }

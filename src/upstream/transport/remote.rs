@@ -187,9 +187,36 @@ impl RemoteSession {
             && let Some(version) = value
                 .pointer("/result/protocolVersion")
                 .and_then(Value::as_str)
-            && let Ok(header) = HeaderValue::from_str(version)
+            && let Some(header) = version_header(version)
         {
             self.state().version = Some(header);
         }
+    }
+}
+
+/// `version` as the `MCP-Protocol-Version` value of every later request:
+/// a version the gateway knows is the static text, whose clone per request
+/// copies a pointer instead of counting a shared buffer's owners.
+fn version_header(version: &str) -> Option<HeaderValue> {
+    match crate::protocol::ALL_VERSIONS
+        .iter()
+        .find(|&&known| known == version)
+    {
+        Some(known) => Some(HeaderValue::from_static(known)),
+        None => HeaderValue::from_str(version).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_header;
+
+    #[test]
+    fn a_negotiated_version_becomes_its_header_value_known_or_not() {
+        for known in crate::protocol::ALL_VERSIONS {
+            assert_eq!(version_header(known).expect("a value"), *known);
+        }
+        assert_eq!(version_header("2099-01-01").expect("a value"), "2099-01-01");
+        assert!(version_header("bad\nvalue").is_none());
     }
 }
