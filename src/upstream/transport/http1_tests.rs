@@ -491,3 +491,29 @@ async fn an_answers_fields_are_kept_whatever_their_case() {
     assert_eq!(headers.len(), 4);
     assert_eq!(read(answer).await.expect("body"), text);
 }
+
+#[tokio::test]
+async fn a_reused_connection_carries_only_each_requests_own_fields() {
+    let server = scripted(vec![
+        answer("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na"),
+        answer("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nb"),
+    ])
+    .await;
+    for (name, body) in [("x-first", "a"), ("x-second", "b")] {
+        let mut extra = http::HeaderMap::new();
+        extra.insert(name, "yes".parse().unwrap());
+        let answer = send_with(&server.pool, &post("x"), &extra)
+            .await
+            .expect("answer");
+        assert_eq!(read(answer).await.expect("body"), body);
+    }
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
+    let seen = server.requests.lock().unwrap().clone();
+    for (request, name) in seen.iter().zip(["x-first", "x-second"]) {
+        let own: Vec<&str> = request
+            .lines()
+            .filter(|line| line.starts_with("x-"))
+            .collect();
+        assert_eq!(own, [format!("{name}: yes")], "{request}");
+    }
+}
