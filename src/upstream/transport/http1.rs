@@ -69,11 +69,6 @@ pub(super) struct Connection {
     read: BytesMut,
     /// The request head being written, kept for the next one.
     head: Vec<u8>,
-    /// Room for the request's own fields: filled by its `add`, emptied once
-    /// its head is encoded and kept for the next one, so no request
-    /// allocates a map of its own. Boxed: a connection is moved in and out
-    /// of the pool on every request.
-    fields: Box<HeaderMap>,
 }
 
 /// An answer's status line and fields, and how its body is framed.
@@ -142,7 +137,6 @@ impl Connection {
             io,
             read: BytesMut::new(),
             head: Vec::new(),
-            fields: Box::default(),
         }
     }
 
@@ -171,11 +165,7 @@ impl Connection {
         post: &Post<'_>,
         host: &HeaderValue,
     ) -> Result<(), WriteFailed> {
-        (post.add)(&mut self.fields);
-        encode_head(&mut self.head, post, &self.fields, host);
-        // Emptied at once: a credential among them is not kept in an idle
-        // connection.
-        self.fields.clear();
+        encode_head(&mut self.head, post, host);
         let body = post.body;
         let (mut head_at, mut body_at) = (0, 0);
         while head_at < self.head.len() || body_at < body.len() {
@@ -493,9 +483,8 @@ pub(super) struct Post<'a> {
     pub(super) target: &'a str,
     /// The fields every request of the link carries, encoded once.
     pub(super) fixed: &'a FixedFields,
-    /// Puts this request's own fields in the map it is handed (empty);
-    /// one named like a fixed field replaces it.
-    pub(super) add: &'a (dyn Fn(&mut HeaderMap) + Sync),
+    /// This request's own fields; one named like a fixed field replaces it.
+    pub(super) extra: &'a HeaderMap,
     pub(super) body: &'a [u8],
 }
 
@@ -531,8 +520,8 @@ fn push_field(out: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// The head of `post` with its own `fields` under `host`, into `out`.
-fn encode_head(out: &mut Vec<u8>, post: &Post<'_>, fields: &HeaderMap, host: &HeaderValue) {
+/// The head of `post` under `host`, into `out`.
+fn encode_head(out: &mut Vec<u8>, post: &Post<'_>, host: &HeaderValue) {
     out.clear();
     out.extend_from_slice(post.method.as_str().as_bytes());
     out.push(b' ');
@@ -541,11 +530,11 @@ fn encode_head(out: &mut Vec<u8>, post: &Post<'_>, fields: &HeaderMap, host: &He
     out.extend_from_slice(host.as_bytes());
     out.extend_from_slice(b"\r\n");
     for (name, line) in &post.fixed.0 {
-        if !fields.contains_key(name) {
+        if !post.extra.contains_key(name) {
             out.extend_from_slice(line);
         }
     }
-    for (name, value) in fields {
+    for (name, value) in post.extra {
         if !is_ours(name) {
             push_field(out, name, value);
         }

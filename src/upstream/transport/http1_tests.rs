@@ -158,7 +158,7 @@ async fn send_with(
         method: request.method(),
         target,
         fixed: &fixed,
-        add: &|fields| fields.extend(extra.clone()),
+        extra,
         body: request.body(),
     };
     pool.send(post).await

@@ -320,7 +320,7 @@ mod tests {
             method: &http::Method::POST,
             target: "/mcp",
             fixed: &fixed,
-            add: &|_| {},
+            extra: &none,
             body: text.as_bytes(),
         };
         pool.send(post).await

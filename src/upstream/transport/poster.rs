@@ -109,7 +109,7 @@ impl Poster {
     pub(super) async fn post(
         &self,
         body: Bytes,
-        add: impl Fn(&mut HeaderMap) + Sync,
+        add: impl Fn(&mut HeaderMap),
     ) -> Result<HttpAnswer, PostError> {
         // reqwest's request: the fixed headers and the POST's own in one
         // map.
@@ -126,12 +126,14 @@ impl Poster {
         };
         if let Some(fast) = &self.fast {
             // The fixed headers go as encoded once; only the POST's own
-            // are put in a map, the one its connection keeps for them.
+            // are put in a map.
+            let mut extra = HeaderMap::with_capacity(EXTRA_HEADERS);
+            add(&mut extra);
             let post = super::http1::Post {
                 method: &http::Method::POST,
                 target: &fast.target,
                 fixed: &fast.fixed,
-                add: &add,
+                extra: &extra,
                 body: &body,
             };
             let answer = fast.pool.send(post).await.map_err(|e| PostError {
