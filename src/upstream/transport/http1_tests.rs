@@ -478,11 +478,7 @@ async fn an_answers_fields_are_kept_whatever_their_case() {
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMCP-SESSION-ID: s-1\r\nX-Other: v\r\nContent-Length: {}\r\n\r\n",
         text.len()
     );
-    let server = scripted(vec![Answer {
-        pieces: vec![head.into_bytes(), text.as_bytes().to_vec()],
-        close: false,
-    }])
-    .await;
+    let server = scripted(vec![answer(&format!("{head}{text}"))]).await;
     let answer = send(&server.pool, &post("x")).await.expect("answer");
     let headers = answer.headers();
     assert_eq!(headers["content-type"], "application/json");
