@@ -421,16 +421,21 @@ pub(crate) fn error_frame(id: Option<&str>, error: &RpcError) -> String {
 /// `{"jsonrpc":"2.0","id":N,"method":M,"params":P}` with a numeric id.
 pub(crate) fn request_frame(id: u64, method: &str, params: Option<&str>) -> String {
     let mut out = String::with_capacity(64 + params.map_or(0, str::len));
-    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
-    out.push_str(itoa::Buffer::new().format(id));
-    out.push_str(r#","method":"#);
-    push_json_string(&mut out, method);
+    push_request_head(&mut out, id, method);
     if let Some(params) = params {
         out.push_str(r#","params":"#);
         out.push_str(params);
     }
     out.push('}');
     out
+}
+
+/// `{"jsonrpc":"2.0","id":ID,"method":M`: a request frame up to its params.
+pub(crate) fn push_request_head(out: &mut String, id: u64, method: &str) {
+    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    out.push_str(itoa::Buffer::new().format(id));
+    out.push_str(r#","method":"#);
+    push_json_string(out, method);
 }
 
 /// `{"jsonrpc":"2.0","id":"ID","method":M,"params":P}`: a request under a

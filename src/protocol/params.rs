@@ -215,15 +215,56 @@ impl<'a> Params<'a> {
 
     /// The params to send upstream: `key` replaced by `value` (JSON text),
     /// and the progress token replaced by `progress` or removed.
-    pub(crate) fn build(&self, key: &str, value: &str, progress: Option<u64>) -> Built {
-        let mut out = String::with_capacity(
-            64 + self
-                .members
-                .0
-                .iter()
-                .map(|(_, v)| v.get().len() + 16)
-                .sum::<usize>(),
-        );
+    pub(crate) fn build_text(&self, key: &str, value: &str, progress: Option<u64>) -> String {
+        let mut out = String::with_capacity(self.built_len());
+        self.write(&mut out, key, value, progress);
+        out
+    }
+
+    /// [`Params::build_text`] inside the whole request frame that `head`
+    /// begins, built once: the frame goes out as it is, and a retry (a new
+    /// id, a new token) takes the params from it.
+    pub(crate) fn build_request(
+        &self,
+        head: RequestHead<'_>,
+        key: &str,
+        value: &str,
+        progress: Option<u64>,
+    ) -> Built {
+        let mut out = String::with_capacity(self.built_len() + 48 + head.method.len());
+        super::push_request_head(&mut out, head.id, head.method);
+        out.push_str(r#","params":"#);
+        let start = out.len();
+        let token = self.write(&mut out, key, value, progress);
+        let params = start..out.len();
+        out.push('}');
+        Built {
+            frame: bytes::Bytes::from(out),
+            id: head.id,
+            params,
+            token,
+        }
+    }
+
+    /// Room for the built params: each member's text and some.
+    fn built_len(&self) -> usize {
+        64 + self
+            .members
+            .0
+            .iter()
+            .map(|(_, v)| v.get().len() + 16)
+            .sum::<usize>()
+    }
+
+    /// Appends the built params to `out`; where the progress token's digits
+    /// are in `out`, if it has one.
+    fn write(
+        &self,
+        out: &mut String,
+        key: &str,
+        value: &str,
+        progress: Option<u64>,
+    ) -> Option<std::ops::Range<usize>> {
         out.push('{');
         let mut first = true;
         let mut member = |out: &mut String, k: &str| {
@@ -237,7 +278,7 @@ impl<'a> Params<'a> {
         let mut replaced = false;
         for (k, v) in &self.members.0 {
             let k: &str = k;
-            member(&mut out, k);
+            member(out, k);
             if k == key {
                 out.push_str(value);
                 replaced = true;
@@ -246,7 +287,7 @@ impl<'a> Params<'a> {
             }
         }
         if !replaced {
-            member(&mut out, key);
+            member(out, key);
             out.push_str(value);
         }
         let mut token = None;
@@ -254,13 +295,13 @@ impl<'a> Params<'a> {
             let progress = progress.filter(|_| meta.contains_key("progressToken"));
             let others = meta.iter().filter(|(k, _)| k.as_str() != "progressToken");
             if progress.is_some() || meta.keys().any(|k| k != "progressToken") {
-                member(&mut out, "_meta");
+                member(out, "_meta");
                 out.push('{');
                 let mut inner = true;
                 if let Some(id) = progress {
                     out.push_str(r#""progressToken":"#);
                     let at = out.len();
-                    out.push_str(&id.to_string());
+                    out.push_str(itoa::Buffer::new().format(id));
                     token = Some(at..out.len());
                     inner = false;
                 }
@@ -269,7 +310,7 @@ impl<'a> Params<'a> {
                         out.push(',');
                     }
                     inner = false;
-                    crate::protocol::push_json_string(&mut out, k);
+                    crate::protocol::push_json_string(out, k);
                     out.push(':');
                     out.push_str(&v.to_string());
                 }
@@ -277,16 +318,28 @@ impl<'a> Params<'a> {
             }
         }
         out.push('}');
-        Built { text: out, token }
+        token
     }
 }
 
-/// Params as built for an upstream, and where the progress token's digits
-/// are in them, so a retry can send the same text with a new token
-/// without reading it again.
+/// What a request frame names before its params: the id it goes out
+/// under and its method.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestHead<'m> {
+    pub(crate) id: u64,
+    pub(crate) method: &'m str,
+}
+
+/// A request frame as built for an upstream, and where its params and the
+/// progress token's digits are in it, so a retry can send the same params
+/// with a new id and token without reading them again.
 #[derive(Debug, Clone)]
 pub(crate) struct Built {
-    pub(crate) text: String,
+    /// `{"jsonrpc":"2.0","id":ID,"method":M,"params":P}`, ready to write.
+    frame: bytes::Bytes,
+    /// The id the frame carries.
+    id: u64,
+    params: std::ops::Range<usize>,
     token: Option<std::ops::Range<usize>>,
 }
 
@@ -303,17 +356,30 @@ fn string_of(raw: Raw<'_>) -> Option<Cow<'_, str>> {
 }
 
 impl Built {
+    /// The frame, when it is to go out under `id` (the id it was built with).
+    pub(crate) fn frame_for(&self, id: u64) -> Option<bytes::Bytes> {
+        (id == self.id).then(|| self.frame.clone())
+    }
+
+    /// The params as they were built (with the first token).
+    pub(crate) fn params(&self) -> &str {
+        // Written as a `String` and cut next to ASCII punctuation.
+        std::str::from_utf8(&self.frame[self.params.clone()]).expect("params are built as text")
+    }
+
     /// The same params with the progress token (if any) set to `id`.
     pub(crate) fn with_token(&self, id: u64) -> String {
+        let params = self.params();
         match &self.token {
             Some(at) => {
-                let mut text = String::with_capacity(self.text.len() + 8);
-                text.push_str(&self.text[..at.start]);
-                text.push_str(&id.to_string());
-                text.push_str(&self.text[at.end..]);
+                let at = at.start - self.params.start..at.end - self.params.start;
+                let mut text = String::with_capacity(params.len() + 8);
+                text.push_str(&params[..at.start]);
+                text.push_str(itoa::Buffer::new().format(id));
+                text.push_str(&params[at.end..]);
                 text
             }
-            None => self.text.clone(),
+            None => params.to_owned(),
         }
     }
 }
@@ -335,24 +401,43 @@ mod tests {
         assert_eq!(params.string("name").unwrap(), "a__echo");
         assert_eq!(params.progress_token(), Some(&Value::from("tok")));
         let built: Value =
-            serde_json::from_str(&params.build("name", r#""echo""#, Some(42)).text).unwrap();
+            serde_json::from_str(&params.build_text("name", r#""echo""#, Some(42))).unwrap();
         assert_eq!(built["name"], "echo");
         assert_eq!(built["arguments"]["x"][1], 2);
         assert_eq!(built["_meta"]["progressToken"], 42);
         assert_eq!(built["_meta"]["k"], 1);
         let stripped: Value =
-            serde_json::from_str(&params.build("name", "\"echo\"", None).text).unwrap();
+            serde_json::from_str(&params.build_text("name", "\"echo\"", None)).unwrap();
         assert!(stripped["_meta"].get("progressToken").is_none());
-        // A retry sends the same text with a new token, read nowhere.
-        let first = params.build("name", r#""echo""#, Some(42));
+        // The frame is built around the same params, under its id.
+        let head = RequestHead {
+            id: 42,
+            method: "tools/call",
+        };
+        let first = params.build_request(head, "name", r#""echo""#, Some(42));
+        let frame = first.frame_for(42).expect("the frame's own id");
+        let frame: Value = serde_json::from_slice(&frame).unwrap();
+        assert_eq!(frame["jsonrpc"], "2.0");
+        assert_eq!(frame["id"], 42);
+        assert_eq!(frame["method"], "tools/call");
+        assert_eq!(frame["params"], built);
+        assert!(
+            first.frame_for(43).is_none(),
+            "another id needs another frame"
+        );
+        // A retry sends the same params with a new token, read nowhere.
         let again: Value = serde_json::from_str(&first.with_token(43)).unwrap();
         assert_eq!(again["_meta"]["progressToken"], 43);
         assert_eq!(again["arguments"], built["arguments"]);
-        assert_eq!(first.with_token(42), first.text);
+        assert_eq!(first.with_token(42), first.params());
+        assert_eq!(
+            first.params(),
+            params.build_text("name", r#""echo""#, Some(42))
+        );
         // Without a token there is nothing to change.
         let plain = raw(r#"{"name":"x"}"#);
         let plain = Params::parse(Some(crate::protocol::Raw::from(&*plain))).unwrap();
-        let built = plain.build("name", r#""y""#, Some(7));
+        let built = plain.build_request(head, "name", r#""y""#, Some(7));
         assert_eq!(built.with_token(8), r#"{"name":"y"}"#);
     }
 
@@ -365,7 +450,7 @@ mod tests {
         assert_eq!(params.string("name").unwrap(), "tool");
         assert_eq!(params.raw("arguments").unwrap().get(), r#"{"a":1}"#);
         assert_eq!(
-            params.build("name", r#""up""#, None).text,
+            params.build_text("name", r#""up""#, None),
             r#"{"name":"up","arguments":{"a":1}}"#
         );
     }
@@ -378,7 +463,7 @@ mod tests {
         let params = Params::parse(Some(crate::protocol::Raw::from(&*few))).unwrap();
         assert_eq!(params.string("name").unwrap(), "c");
         assert_eq!(
-            params.build("y", "0", None).text,
+            params.build_text("y", "0", None),
             r#"{"name":"c","arguments":{},"x":2,"y":0}"#
         );
         let mut members: Vec<String> = (0..40).map(|n| format!(r#""k{n}":{n}"#)).collect();
@@ -388,7 +473,7 @@ mod tests {
         let params = Params::parse(Some(crate::protocol::Raw::from(&*many))).unwrap();
         let built: Vec<(String, Value)> =
             serde_json::from_str::<indexmap::IndexMap<String, Value>>(
-                &params.build("name", r#""t""#, None).text,
+                &params.build_text("name", r#""t""#, None),
             )
             .unwrap()
             .into_iter()

@@ -15,7 +15,7 @@ mod connect;
 mod exchange;
 mod park;
 
-use exchange::{Exchange, LogTap};
+use exchange::{Exchange, LogTap, Sending};
 pub(crate) use park::Parking;
 
 use super::call::Call;
@@ -284,7 +284,7 @@ async fn send(
             .cloned(),
         false => None,
     };
-    let built = build_params(&mut call, ctx, &conn, streaming.then_some(upstream_id));
+    let built = build_params(&mut call, ctx, &conn, upstream_id, streaming);
     let guard = match admit_id(ctx, id, &conn, upstream_id) {
         Ok(guard) => guard,
         Err(refused) => return Reply::Ready(refused),
@@ -314,15 +314,17 @@ async fn send(
     }
 }
 
-/// The params as they go upstream, built once: the era's `_meta` (a
-/// session's log level and capabilities for a modern upstream; a modern
-/// client's keys stripped for a session-based one), the trace context,
-/// and the progress token as `progress`.
+/// The request as it goes upstream under `upstream_id`, its frame built
+/// once around the params: the era's `_meta` (a session's log level and
+/// capabilities for a modern upstream; a modern client's keys stripped for
+/// a session-based one), the trace context, and, when the reply
+/// `streaming`, the id as the progress token.
 fn build_params(
     call: &mut Call<'_>,
     ctx: &RequestContext,
     conn: &Connection,
-    progress: Option<u64>,
+    upstream_id: u64,
+    streaming: bool,
 ) -> exchange::BuiltParams {
     if conn.is_modern() {
         // A session's log level reaches a modern upstream as the per-request
@@ -353,8 +355,15 @@ fn build_params(
     // A modern upstream's own `_meta` goes in now, so the params are built
     // once and sent as they are.
     let prepared = conn.prepare_modern(&mut call.params, &call.method, call.target.as_deref());
+    let head = crate::protocol::params::RequestHead {
+        id: upstream_id,
+        method: call.method.name(),
+    };
+    let progress = streaming.then_some(upstream_id);
     exchange::BuiltParams {
-        params: call.params.build(call.key, &call.value, progress),
+        params: call
+            .params
+            .build_request(head, call.key, &call.value, progress),
         prepared,
         span,
     }
@@ -416,7 +425,12 @@ impl Flight {
         let route = self.exchange.route();
         let exchange = &self.exchange;
         exchange
-            .send(&self.conn, self.upstream_id, &exchange.params.text, route)
+            .send(
+                &self.conn,
+                self.upstream_id,
+                Sending::Built(&exchange.params),
+                route,
+            )
             .await
     }
 

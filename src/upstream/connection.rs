@@ -114,8 +114,12 @@ impl ListsChanged {
 /// A request for [`Connection::send_request`].
 pub(crate) struct Request<'a> {
     pub(crate) method: Method,
-    /// The params object as JSON text.
+    /// The params object as JSON text (taken from `built` when absent).
     pub(crate) params: Option<&'a str>,
+    /// The whole frame as the caller built it around the params: sent as
+    /// it is when it carries this request's id and was built for this
+    /// connection's era, so that neither is built again.
+    pub(crate) built: Option<&'a protocol::params::Built>,
     /// The tool or prompt name, or the URI, as the upstream knows it.
     pub(crate) target: Option<Arc<str>>,
     pub(crate) origin: Origin,
@@ -132,6 +136,7 @@ impl<'a> Request<'a> {
         Self {
             method,
             params,
+            built: None,
             target: None,
             origin: Origin::Gateway,
             progress: None,
@@ -443,6 +448,7 @@ impl Connection {
         let Request {
             method,
             params,
+            built,
             target,
             origin,
             progress,
@@ -463,17 +469,35 @@ impl Connection {
             self.pending.remove(&id);
             return Err(self.unavailable());
         }
-        let mut message = match prepared {
+        // A frame built for this id and for this connection's era (a
+        // modern one's `_meta` in, a session-based one's left alone).
+        let ready = built
+            .filter(|_| prepared.is_some() == self.is_modern())
+            .and_then(|built| built.frame_for(id));
+        // Otherwise the params are built into a frame here (rarely from `built`).
+        let params = || params.or_else(|| built.map(protocol::params::Built::params));
+        let mut message = match (prepared, ready) {
             // A client's params built for this (modern) upstream: as they are.
-            Some(prepared) if self.is_modern() => {
-                let frame = protocol::request_frame(id, method.name(), params);
-                let mut message = Outgoing::new(Some(method), frame);
+            (Some(prepared), ready) if self.is_modern() => {
+                let mut message = match ready {
+                    Some(frame) => Outgoing::with_frame(Some(method), frame),
+                    None => {
+                        let frame = protocol::request_frame(id, method.name(), params());
+                        Outgoing::new(Some(method), frame)
+                    }
+                };
                 message.id = Some(id);
                 message.version = prepared.version;
                 message.mirrored = prepared.mirrored;
                 message
             }
-            _ => self.outgoing(Some(id), method, params),
+            // Built for a session-based upstream, to which nothing is added.
+            (None, Some(frame)) if method != Method::Discover => {
+                let mut message = Outgoing::with_frame(Some(method), frame);
+                message.id = Some(id);
+                message
+            }
+            _ => self.outgoing(Some(id), method, params()),
         };
         message.origin = origin;
         message.traceparent = crate::telemetry::current_traceparent();

@@ -58,6 +58,11 @@ pub(crate) struct Outgoing {
 impl Outgoing {
     /// A message with only its frame and method set.
     pub(crate) fn new(method: Option<Method>, frame: String) -> Self {
+        Self::with_frame(method, Bytes::from(frame))
+    }
+
+    /// [`Outgoing::new`] with a frame already in bytes (shared, not copied).
+    pub(crate) fn with_frame(method: Option<Method>, frame: Bytes) -> Self {
         Self {
             method,
             id: None,
@@ -67,7 +72,7 @@ impl Outgoing {
             mirrored: Vec::new(),
             origin: Origin::Gateway,
             traceparent: None,
-            frame: Bytes::from(frame),
+            frame,
         }
     }
 

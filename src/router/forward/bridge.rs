@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{CallGuard, Exchange};
+use super::{CallGuard, Exchange, Sending};
 use crate::notify::NotifyHub;
 use crate::protocol::{self, Json, Method};
 use crate::router::RouteError;
@@ -143,10 +143,12 @@ impl Exchange {
                 let answer: Value = serde_json::from_str(answer.get()).unwrap_or(Value::Null);
                 responses.insert(key, answer);
             }
-            let params = with_input(&self.params.text, responses, state);
+            let params = with_input(self.params.params(), responses, state);
             let upstream_id = conn.next_id();
             guard.retarget_here(conn, upstream_id);
-            let rx = self.send(conn, upstream_id, &params, self.route()).await;
+            let rx = self
+                .send(conn, upstream_id, Sending::Params(&params), self.route())
+                .await;
             result = self.answer(conn, upstream_id, rx).await?;
         }
     }

@@ -57,7 +57,7 @@ pub(super) async fn first(
     let (sink, frames) = mpsc::channel(super::STREAM_CAPACITY);
     let _ = sink.try_send(elicitation_request(&ask.id, &upstream, &start));
     // The call goes on in a task: it owns its params from here.
-    let owned = RawValue::from_string(call.params.build(call.key, &call.value, None).text).ok();
+    let owned = RawValue::from_string(call.params.build_text(call.key, &call.value, None)).ok();
     let Call {
         method,
         handle,

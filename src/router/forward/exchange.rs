@@ -20,6 +20,15 @@ use crate::upstream::{
     CallStream, Connection, Origin, ProgressRoute, Request, Sent, UpstreamError, UpstreamHandle,
 };
 
+/// What an attempt sends: the frame built for the first (its params
+/// inside), or the params of another (a retry's new token, an input
+/// round's answers).
+#[derive(Clone, Copy)]
+pub(super) enum Sending<'a> {
+    Built(&'a crate::protocol::params::Built),
+    Params(&'a str),
+}
+
 /// The bookkeeping of one forwarded request while it waits.
 /// What [`super::build_params`] made of a call's params.
 pub(super) struct BuiltParams {
@@ -152,13 +161,18 @@ impl Exchange {
         &self,
         conn: &Connection,
         upstream_id: u64,
-        params: &str,
+        params: Sending<'_>,
         route: Option<ProgressRoute>,
     ) -> Result<Sent, UpstreamError> {
         let deadline = self.started + self.timeout;
+        let (params, built) = match params {
+            Sending::Built(built) => (None, Some(built)),
+            Sending::Params(text) => (Some(text), None),
+        };
         let request = Request {
             method: self.method.clone(),
-            params: Some(params),
+            params,
+            built,
             target: self.target.clone(),
             origin: self.origin.clone(),
             progress: route,
@@ -345,7 +359,9 @@ impl Exchange {
         let params = self.params.with_token(upstream_id);
         guard.retarget(&conn, upstream_id);
         tracing::info!(upstream = %self.handle.name(), method = self.method.name(), "retrying once on the reconnected upstream");
-        let rx = self.send(&conn, upstream_id, &params, self.route()).await;
+        let rx = self
+            .send(&conn, upstream_id, Sending::Params(&params), self.route())
+            .await;
         self.answer(&conn, upstream_id, rx).await
     }
 

@@ -59,6 +59,7 @@ async fn call_with_asks(
     let request = Request {
         method: Method::ToolsCall,
         params: Some(r#"{"name":"ask"}"#),
+        built: None,
         target: None,
         origin: Origin::Client {
             session,

@@ -481,3 +481,61 @@ async fn a_modern_connection_merges_its_meta_target_and_mirrored_headers() {
     let _rx = up.conn.send_request(id, request).await.unwrap();
     assert_eq!(up.next_sent().await.target.as_deref(), Some("renamed"));
 }
+
+/// A frame the router built around the params for this request's id and
+/// this connection's era goes out as it is: the same bytes, not a copy.
+/// Under another id, or built for the other era, the connection builds
+/// its own from the params inside it.
+#[tokio::test(start_paused = true)]
+async fn a_frame_built_for_the_request_goes_out_as_it_is() {
+    let text = serde_json::value::RawValue::from_string(
+        r#"{"name":"a__echo","arguments":{"n":1}}"#.to_owned(),
+    )
+    .unwrap();
+    let params = protocol::Params::parse(Some(protocol::Raw::from(&*text))).unwrap();
+    let mut up = FakeUpstream::new("alpha");
+    let id = up.conn.next_id();
+    let head = protocol::params::RequestHead {
+        id,
+        method: Method::ToolsCall.name(),
+    };
+    let built = params.build_request(head, "name", r#""echo""#, None);
+    let send = |id| {
+        let request = Request {
+            built: Some(&built),
+            ..Request::new(Method::ToolsCall, None)
+        };
+        up.conn.send_request(id, request)
+    };
+    let _first = send(id).await.unwrap();
+    let _second = send(id + 1).await.unwrap();
+    let sent = up.next_sent().await;
+    let frame = built.frame_for(id).unwrap();
+    assert_eq!(sent.frame, frame);
+    assert_eq!(sent.frame.as_ptr(), frame.as_ptr(), "shared, not copied");
+    assert_eq!(sent.id, Some(id));
+    let again = up.next_sent().await;
+    assert_eq!(frame_of(&again)["id"], id + 1);
+    assert_eq!(params_of(&again), params_of(&sent));
+    assert_eq!(params_of(&again)["name"], "echo");
+
+    // Built for a session-based upstream, it is not what a modern one gets.
+    up.conn.set_modern(
+        json!({ meta::PROTOCOL_VERSION: MODERN_VERSION })
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let request = Request {
+        built: Some(&built),
+        ..Request::new(Method::ToolsCall, None)
+    };
+    let _third = up.conn.send_request(id, request).await.unwrap();
+    let modern = up.next_sent().await;
+    assert_ne!(modern.frame, frame);
+    assert_eq!(
+        params_of(&modern)["_meta"][meta::PROTOCOL_VERSION],
+        MODERN_VERSION
+    );
+    assert_eq!(params_of(&modern)["arguments"]["n"], 1);
+}
