@@ -36,10 +36,10 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use serde_json::value::RawValue;
 use tokio::sync::watch;
 
-pub(crate) use connection::Request;
 pub(crate) use connection::{
     Answer, CallStream, Connection, ListsChanged, Prepared, ProgressRoute, Sent,
 };
+pub(crate) use connection::{Payload, Request};
 pub(crate) use events::{
     AskRefused, ClientAnswer, ClientAsk, InputAsk, UpstreamEvents, check_declared,
 };

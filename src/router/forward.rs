@@ -15,7 +15,7 @@ mod connect;
 mod exchange;
 mod park;
 
-use exchange::{Exchange, LogTap, Sending};
+use exchange::{Exchange, LogTap};
 pub(crate) use park::Parking;
 
 use super::call::Call;
@@ -428,7 +428,7 @@ impl Flight {
             .send(
                 &self.conn,
                 self.upstream_id,
-                Sending::Built(&exchange.params),
+                crate::upstream::Payload::Frame(&exchange.params),
                 route,
             )
             .await

@@ -114,12 +114,7 @@ impl ListsChanged {
 /// A request for [`Connection::send_request`].
 pub(crate) struct Request<'a> {
     pub(crate) method: Method,
-    /// The params object as JSON text (taken from `built` when absent).
-    pub(crate) params: Option<&'a str>,
-    /// The whole frame as the caller built it around the params: sent as
-    /// it is when it carries this request's id and was built for this
-    /// connection's era, so that neither is built again.
-    pub(crate) built: Option<&'a protocol::params::Built>,
+    pub(crate) params: Payload<'a>,
     /// The tool or prompt name, or the URI, as the upstream knows it.
     pub(crate) target: Option<Arc<str>>,
     pub(crate) origin: Origin,
@@ -130,13 +125,23 @@ pub(crate) struct Request<'a> {
     pub(crate) prepared: Option<Prepared>,
 }
 
+/// What a request carries.
+#[derive(Clone, Copy)]
+pub(crate) enum Payload<'a> {
+    /// The params object as JSON text, if any.
+    Params(Option<&'a str>),
+    /// The whole frame as the caller built it around the params: sent as
+    /// it is when it carries this request's id and was built for this
+    /// connection's era, so that neither is built again.
+    Frame(&'a protocol::params::Built),
+}
+
 impl<'a> Request<'a> {
     /// The gateway's own request, about nothing in particular.
     pub(crate) fn new(method: Method, params: Option<&'a str>) -> Self {
         Self {
             method,
-            params,
-            built: None,
+            params: Payload::Params(params),
             target: None,
             origin: Origin::Gateway,
             progress: None,
@@ -448,7 +453,6 @@ impl Connection {
         let Request {
             method,
             params,
-            built,
             target,
             origin,
             progress,
@@ -471,11 +475,15 @@ impl Connection {
         }
         // A frame built for this id and for this connection's era (a
         // modern one's `_meta` in, a session-based one's left alone).
-        let ready = built
-            .filter(|_| prepared.is_some() == self.is_modern())
-            .and_then(|built| built.frame_for(id));
-        // Otherwise the params are built into a frame here (rarely from `built`).
-        let params = || params.or_else(|| built.map(protocol::params::Built::params));
+        let ready = match params {
+            Payload::Frame(built) if prepared.is_some() == self.is_modern() => built.frame_for(id),
+            _ => None,
+        };
+        // Otherwise the params are built into a frame here.
+        let params = || match params {
+            Payload::Params(params) => params,
+            Payload::Frame(built) => Some(built.params()),
+        };
         let mut message = match (prepared, ready) {
             // A client's params built for this (modern) upstream: as they are.
             (Some(prepared), ready) if self.is_modern() => {

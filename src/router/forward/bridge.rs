@@ -14,11 +14,13 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{CallGuard, Exchange, Sending};
+use super::{CallGuard, Exchange};
 use crate::notify::NotifyHub;
 use crate::protocol::{self, Json, Method};
 use crate::router::RouteError;
-use crate::upstream::{CallStream, ClientAnswer, Connection, UpstreamError, UpstreamEvents};
+use crate::upstream::{
+    CallStream, ClientAnswer, Connection, Payload, UpstreamError, UpstreamEvents,
+};
 
 /// Asks one 2025-era session's client on behalf of a modern upstream.
 pub(super) struct Asker {
@@ -147,7 +149,12 @@ impl Exchange {
             let upstream_id = conn.next_id();
             guard.retarget_here(conn, upstream_id);
             let rx = self
-                .send(conn, upstream_id, Sending::Params(&params), self.route())
+                .send(
+                    conn,
+                    upstream_id,
+                    Payload::Params(Some(&params)),
+                    self.route(),
+                )
                 .await;
             result = self.answer(conn, upstream_id, rx).await?;
         }

@@ -17,19 +17,10 @@ use super::{CallGuard, bridge};
 use crate::metrics::{Metrics, Outcome};
 use crate::protocol::{self, Era, Json, Method};
 use crate::upstream::{
-    CallStream, Connection, Origin, ProgressRoute, Request, Sent, UpstreamError, UpstreamHandle,
+    CallStream, Connection, Origin, Payload, ProgressRoute, Request, Sent, UpstreamError,
+    UpstreamHandle,
 };
 
-/// What an attempt sends: the frame built for the first (its params
-/// inside), or the params of another (a retry's new token, an input
-/// round's answers).
-#[derive(Clone, Copy)]
-pub(super) enum Sending<'a> {
-    Built(&'a crate::protocol::params::Built),
-    Params(&'a str),
-}
-
-/// The bookkeeping of one forwarded request while it waits.
 /// What [`super::build_params`] made of a call's params.
 pub(super) struct BuiltParams {
     pub(super) params: crate::protocol::params::Built,
@@ -37,6 +28,7 @@ pub(super) struct BuiltParams {
     pub(super) span: crate::telemetry::UpstreamSpan,
 }
 
+/// The bookkeeping of one forwarded request while it waits.
 pub(super) struct Exchange {
     pub(super) method: Method,
     /// What the request names, as the upstream knows it.
@@ -44,7 +36,8 @@ pub(super) struct Exchange {
     /// The session and request that caused it.
     pub(super) origin: Origin,
     pub(super) handle: UpstreamHandle,
-    /// The params as sent upstream (with the first attempt's progress token).
+    /// The request as sent upstream (the first attempt's frame, id and
+    /// progress token).
     pub(super) params: crate::protocol::params::Built,
     /// Set when `params` were built for a modern upstream (its `_meta` in).
     pub(super) prepared: Option<crate::upstream::Prepared>,
@@ -161,18 +154,13 @@ impl Exchange {
         &self,
         conn: &Connection,
         upstream_id: u64,
-        params: Sending<'_>,
+        params: Payload<'_>,
         route: Option<ProgressRoute>,
     ) -> Result<Sent, UpstreamError> {
         let deadline = self.started + self.timeout;
-        let (params, built) = match params {
-            Sending::Built(built) => (None, Some(built)),
-            Sending::Params(text) => (Some(text), None),
-        };
         let request = Request {
             method: self.method.clone(),
             params,
-            built,
             target: self.target.clone(),
             origin: self.origin.clone(),
             progress: route,
@@ -360,7 +348,12 @@ impl Exchange {
         guard.retarget(&conn, upstream_id);
         tracing::info!(upstream = %self.handle.name(), method = self.method.name(), "retrying once on the reconnected upstream");
         let rx = self
-            .send(&conn, upstream_id, Sending::Params(&params), self.route())
+            .send(
+                &conn,
+                upstream_id,
+                Payload::Params(Some(&params)),
+                self.route(),
+            )
             .await;
         self.answer(&conn, upstream_id, rx).await
     }

@@ -58,8 +58,7 @@ async fn call_with_asks(
     let id = up.conn.next_id();
     let request = Request {
         method: Method::ToolsCall,
-        params: Some(r#"{"name":"ask"}"#),
-        built: None,
+        params: Payload::Params(Some(r#"{"name":"ask"}"#)),
         target: None,
         origin: Origin::Client {
             session,

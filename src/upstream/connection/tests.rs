@@ -502,7 +502,7 @@ async fn a_frame_built_for_the_request_goes_out_as_it_is() {
     let built = params.build_request(head, "name", r#""echo""#, None);
     let send = |id| {
         let request = Request {
-            built: Some(&built),
+            params: Payload::Frame(&built),
             ..Request::new(Method::ToolsCall, None)
         };
         up.conn.send_request(id, request)
@@ -527,7 +527,7 @@ async fn a_frame_built_for_the_request_goes_out_as_it_is() {
             .clone(),
     );
     let request = Request {
-        built: Some(&built),
+        params: Payload::Frame(&built),
         ..Request::new(Method::ToolsCall, None)
     };
     let _third = up.conn.send_request(id, request).await.unwrap();
