@@ -4,7 +4,7 @@
 # cache misses per call. A developer's tool for issue 30's work, not a test:
 # the benchmark (scripts/bench.sh) is what measures time.
 #
-#   scripts/profile-call.sh [--proxy] [--cache] [--calls N] [--out DIR] [--mcpmux PATH]
+#   scripts/profile-call.sh [--proxy] [--cache] [--d1 KB] [--calls N] [--out DIR] [--mcpmux PATH]
 #
 # The profiled process runs twice in front of the same HTTP floor (the
 # benchmark's): once for a short session of warm-up calls, once for as many
@@ -17,6 +17,12 @@
 # --cache   simulate the caches as well (32 KB L1 data and instruction
 #           caches, 8-way, 64-byte lines, as on the machines we bench on):
 #           L1 misses per call, reads and writes apart
+# --d1 KB   with --cache (which it implies), an L1 data cache of KB
+#           kilobytes instead (a power of two, 8-way). Misses that vanish
+#           at 64 or 128 KB are a call's data coming back after more than
+#           32 KB of other data: how much a call touches, not how much it
+#           reads anew. The bare proxy's per-call misses at 64 KB are near
+#           zero; compare the gateway's.
 # --calls N the calls the longer run makes beyond the shorter (1000); compare
 #           builds at the same N (the gateway's periodic work is in the count)
 # --out DIR keep both callgrind outputs there, for callgrind_annotate
@@ -30,13 +36,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 target=mcpmux
 mcpmux=""
 cache=()
+d1=32
 calls=1000
 warm=50
 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --proxy) target=proxy ;;
-    --cache) cache=(--cache-sim=yes --D1=32768,8,64 --I1=32768,8,64) ;;
+    --cache) cache=(--cache-sim=yes) ;;
+    --d1) d1="$2"; cache=(--cache-sim=yes); shift ;;
     --calls) calls="$2"; shift ;;
     --out) out="$2"; shift ;;
     --mcpmux) mcpmux="$2"; shift ;;
@@ -46,6 +54,16 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$calls" in ''|*[!0-9]*|0) echo "profile-call: --calls needs a positive number" >&2; exit 64 ;; esac
+case "$d1" in
+  ''|*[!0-9]*) echo "profile-call: --d1 needs a size in KB" >&2; exit 64 ;;
+esac
+if [ "$d1" -lt 8 ] || [ $((d1 & (d1 - 1))) -ne 0 ]; then
+  echo "profile-call: --d1 needs a power of two of at least 8 (KB)" >&2
+  exit 64
+fi
+if [ ${#cache[@]} -gt 0 ]; then
+  cache+=(--D1=$((d1 * 1024)),8,64 --I1=32768,8,64)
+fi
 
 if ! command -v valgrind >/dev/null 2>&1; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -254,8 +254,11 @@ Counting rather than timing: `scripts/profile-call.sh` runs the gateway
 (or, with `--proxy`, the bare proxy) under valgrind's callgrind in front
 of the same floor and prints what one 2 KB call costs it in instructions
 and, with `--cache`, in simulated L1 cache misses (32 KB, 8-way, 64-byte
-lines), as the difference of two runs of 50 and 50 + N calls. `--mcpmux
-PATH` profiles another build; `--out DIR` keeps the outputs for
+lines), as the difference of two runs of 50 and 50 + N calls. `--d1 KB`
+simulates a larger L1 data cache (a power of two): misses that vanish at
+64 or 128 KB are data a call touches again after more than 32 KB of other
+data, so it sizes a call's working set. `--mcpmux PATH` profiles another
+build; `--out DIR` keeps the outputs for
 `callgrind_annotate`. The counts vary by about ±2 % from run to run, far
 less than times do; they include the gateway's periodic work, which weighs
 more per call under valgrind's slowness and is not linear in N (300 calls
