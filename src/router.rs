@@ -407,12 +407,14 @@ impl Router {
                 None => {}
                 Some(search::GatewayCall::Answered(frame)) => return Reply::Ready(frame),
                 Some(search::GatewayCall::Call(inner)) => {
-                    let mut found = Request::new(
-                        request.id,
-                        Method::ToolsCall,
-                        Some(crate::protocol::Raw::from(&*inner)),
-                    );
-                    return self.traced_or_not(ctx, &mut found).await;
+                    // Boxed and type-erased (see `in_place::rare`): this
+                    // future would otherwise hold room for a second call.
+                    let found = || async move {
+                        let params = Some(crate::protocol::Raw::from(&*inner));
+                        let mut found = Request::new(request.id, Method::ToolsCall, params);
+                        self.traced_or_not(ctx, &mut found).await
+                    };
+                    return crate::in_place::rare(found).await;
                 }
             }
         }
@@ -422,7 +424,10 @@ impl Router {
     async fn traced_or_not(&self, ctx: &RequestContext, request: &mut Request<'_>) -> Reply {
         match &self.telemetry {
             None => self.serve(ctx, request).await,
-            Some(telemetry) => self.traced(telemetry, ctx, request).await,
+            // Boxed and type-erased (see `in_place::rare`): only a gateway
+            // with telemetry takes this path, and its spans cost more than
+            // the allocation.
+            Some(telemetry) => crate::in_place::rare(|| self.traced(telemetry, ctx, request)).await,
         }
     }
 

@@ -165,9 +165,10 @@ pub(super) async fn run(
                 tasks,
                 parking,
             };
-            return Box::pin(connect::first(
-                call, ctx, id, on, cached, upstream, *start, deadline,
-            ))
+            let start = *start;
+            return crate::in_place::rare(|| {
+                connect::first(call, ctx, id, on, cached, upstream, start, deadline)
+            })
             .await;
         }
         Err(e) => return refused(&call, ctx, id, metrics, e, asked),
@@ -267,9 +268,10 @@ async fn send(
             let client = ctx.identity.as_ref().map(|i| &*i.client);
             let (parking, tasks) = (on.parking, on.tasks);
             let (state, responses) = (state.get(), responses.map(Raw::get));
-            return Box::pin(park::resume(
-                parking, tasks, id, client, &call.item, state, responses,
-            ))
+            let item = &call.item;
+            return crate::in_place::rare(|| {
+                park::resume(parking, tasks, id, client, item, state, responses)
+            })
             .await;
         }
     }
@@ -305,12 +307,17 @@ async fn send(
     // A 2025-era session's call may be asked back by its upstream
     // (sampling, elicitation, roots): its reply then becomes a stream.
     let askable = ctx.can_stream && ctx.era == Era::Legacy && ctx.subscriber.is_some();
-    // The rare kinds are boxed: a future holds room for its largest await.
+    // The rare kinds are boxed and type-erased (see `in_place::rare`).
     match (parkable, streaming, askable) {
-        (true, ..) => Box::pin(flight.parked(ctx, on, client_token, capabilities, streaming)).await,
+        (true, ..) => {
+            let parked = || flight.parked(ctx, on, client_token, capabilities, streaming);
+            crate::in_place::rare(parked).await
+        }
         (false, false, false) => flight.plain().await,
         (false, false, true) => flight.asked(ctx, on).await,
-        (false, true, _) => Box::pin(flight.streamed(ctx, on, client_token, askable)).await,
+        (false, true, _) => {
+            crate::in_place::rare(|| flight.streamed(ctx, on, client_token, askable)).await
+        }
     }
 }
 
@@ -588,6 +595,18 @@ async fn answer_or_stream(
         frames = stream.opened() => frames,
     };
     drop(stream);
+    relay_asked(finishing, frames, tasks)
+}
+
+/// The asked call's reply as a stream, fed by a task with the upstream's
+/// requests until the answer. Not inlined: most calls are asked nothing,
+/// and the channel and the task's spawn would size their poll frame.
+#[inline(never)]
+fn relay_asked(
+    mut finishing: std::pin::Pin<Box<dyn std::future::Future<Output = Frame> + Send>>,
+    frames: mpsc::Receiver<String>,
+    tasks: &tokio_util::task::TaskTracker,
+) -> Reply {
     let (out, reply) = mpsc::channel(STREAM_CAPACITY);
     let feed = async move {
         let mut frames = Some(frames);

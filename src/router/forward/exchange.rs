@@ -209,16 +209,16 @@ impl Exchange {
             // A refused token leaves the connection up: the retry uses it
             // with a new token.
             let same = matches!(e, UpstreamError::Unauthorized { .. });
-            // Boxed, as are the other rare turns below: a future holds room
-            // for its largest await, and each level above copies it.
+            // Boxed and type-erased, as are the other rare turns below
+            // (see `in_place::rare`).
             answer = match next {
-                Ok(()) => Box::pin(self.retry(guard, conn, same)).await,
+                Ok(()) => crate::in_place::rare(|| self.retry(guard, conn, same)).await,
                 Err(e) => Err(RouteError::Upstream(e)),
             };
         }
         if let Err(RouteError::Upstream(UpstreamError::Credential { error, .. })) = &answer
             && error.is_final()
-            && let Some(frame) = Box::pin(self.connect_again()).await
+            && let Some(frame) = crate::in_place::rare(|| self.connect_again()).await
         {
             return frame;
         }
@@ -232,7 +232,7 @@ impl Exchange {
         }
         if let Ok(result) = answer {
             answer = match self.may_ask_input(&result) {
-                true => Box::pin(self.bridge_input(guard, conn, result)).await,
+                true => crate::in_place::rare(|| self.bridge_input(guard, conn, result)).await,
                 false => Ok(result),
             };
         }

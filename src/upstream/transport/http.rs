@@ -345,9 +345,11 @@ impl RemoteSession {
     async fn send(self: &Arc<Self>, sent: Outgoing) {
         let mode = self.state().mode.clone();
         if let Mode::Sse { post_url } = mode {
-            // Boxed: the legacy mode is rare, and its future would size
-            // every POST's.
-            if let Err(e) = Box::pin(legacy_sse::post(self, &post_url, sent.frame.clone())).await {
+            // Boxed and type-erased: the legacy mode is rare (see
+            // `in_place::rare`).
+            let frame = sent.frame.clone();
+            let posted = crate::in_place::rare(|| legacy_sse::post(self, &post_url, frame)).await;
+            if let Err(e) = posted {
                 self.fail(&sent, e);
             }
         } else {

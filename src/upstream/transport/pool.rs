@@ -103,9 +103,9 @@ impl Pool {
             let was_reused = reused.is_some();
             let mut connection = match reused.take() {
                 Some(connection) => connection,
-                // Boxed: opening a connection is rare, and its future
-                // would otherwise size every call's.
-                None => Box::pin(self.connect()).await?,
+                // Boxed and type-erased: opening a connection is rare
+                // (see `in_place::rare`).
+                None => crate::in_place::rare(|| self.connect()).await?,
             };
             match connection.write_request(&post, &self.shared.host).await {
                 Ok(()) => {}
