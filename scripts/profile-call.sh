@@ -4,7 +4,7 @@
 # cache misses per call. A developer's tool for issue 30's work, not a test:
 # the benchmark (scripts/bench.sh) is what measures time.
 #
-#   scripts/profile-call.sh [--proxy] [--cache] [--d1 KB] [--calls N] [--out DIR] [--mcpmux PATH]
+#   scripts/profile-call.sh [--proxy] [--cache] [--d1 KB] [--calls N] [--clients C] [--out DIR] [--mcpmux PATH]
 #
 # The profiled process runs twice in front of the same HTTP floor (the
 # benchmark's): once for a short session of warm-up calls, once for as many
@@ -25,6 +25,12 @@
 #           zero; compare the gateway's.
 # --calls N the calls the longer run makes beyond the shorter (1000); compare
 #           builds at the same N (the gateway's periodic work is in the count)
+# --clients C  C sessions calling at once, each on its own connection (1):
+#           the cost of a call under load, where work a call shares with
+#           others (a wake-up, a read that finds several requests) is
+#           shared. Each client makes the warm-up calls, and N / C more in
+#           the longer run. valgrind runs one thread at a time, so this
+#           counts the work, not how the threads overlap.
 # --out DIR keep both callgrind outputs there, for callgrind_annotate
 # --mcpmux PATH  profile that gateway binary (say, one built from an earlier
 #           commit) instead of building this tree's
@@ -38,6 +44,7 @@ mcpmux=""
 cache=()
 d1=32
 calls=1000
+clients=1
 warm=50
 out=""
 while [ $# -gt 0 ]; do
@@ -46,6 +53,7 @@ while [ $# -gt 0 ]; do
     --cache) cache=(--cache-sim=yes) ;;
     --d1) d1="$2"; cache=(--cache-sim=yes); shift ;;
     --calls) calls="$2"; shift ;;
+    --clients) clients="$2"; shift ;;
     --out) out="$2"; shift ;;
     --mcpmux) mcpmux="$2"; shift ;;
     -h|--help) sed -n '2,/^# Installs valgrind/p' "$0"; exit 0 ;;
@@ -54,6 +62,13 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$calls" in ''|*[!0-9]*|0) echo "profile-call: --calls needs a positive number" >&2; exit 64 ;; esac
+case "$clients" in ''|*[!0-9]*|0) echo "profile-call: --clients needs a positive number" >&2; exit 64 ;; esac
+if [ "$clients" -gt "$calls" ]; then
+  echo "profile-call: --clients may not exceed --calls" >&2
+  exit 64
+fi
+# Every client makes as many calls; the difference is what they add up to.
+calls=$(( calls / clients * clients ))
 case "$d1" in
   ''|*[!0-9]*) echo "profile-call: --d1 needs a size in KB" >&2; exit 64 ;;
 esac
@@ -145,7 +160,20 @@ profile() {
     done
   fi
   [ -n "$addr" ] || { echo "profile-call: $target did not start; its log:" >&2; cat "$work/target.err" >&2; exit 1; }
-  "$bench" calls --addr "$addr" --tool "$tool" --count "$n" "${wait[@]}"
+  if [ "$clients" -eq 1 ]; then
+    "$bench" calls --addr "$addr" --tool "$tool" --count "$n" "${wait[@]}"
+  else
+    # One call first waits for the upstream (the same in both runs), then
+    # the clients call at once, `n / clients` each.
+    "$bench" calls --addr "$addr" --tool "$tool" --count 1 "${wait[@]}"
+    local pids=() pid failed=0
+    for _ in $(seq 1 "$clients"); do
+      "$bench" calls --addr "$addr" --tool "$tool" --count "$((n / clients))" &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+    [ "$failed" -eq 0 ] || { echo "profile-call: a client's calls failed" >&2; exit 1; }
+  fi
   kill -TERM "$target_pid"
   wait "$target_pid" || true
   target_pid=""
@@ -167,9 +195,9 @@ totals() {
     END { for (i = 1; i <= n; i++) printf "%s %d\n", name[i], sum[i] }'
 }
 
-profile "$warm" "$out/short.callgrind"
-profile "$((warm + calls))" "$out/long.callgrind"
-echo "per 2 KB call through $target (callgrind, $calls calls):"
+profile "$((warm * clients))" "$out/short.callgrind"
+profile "$(((warm * clients) + calls))" "$out/long.callgrind"
+echo "per 2 KB call through $target (callgrind, $calls calls, $clients at once):"
 paste <(totals "$out/short.callgrind") <(totals "$out/long.callgrind") \
   | awk -v n="$calls" '{ v = ($4 - $2) / n; if (v > -0.5 && v < 0.5) v = 0; printf "  %-6s %10.0f\n", $1, v }'
 if [ "$out" != "$work" ]; then

@@ -257,8 +257,11 @@ and, with `--cache`, in simulated L1 cache misses (32 KB, 8-way, 64-byte
 lines), as the difference of two runs of 50 and 50 + N calls. `--d1 KB`
 simulates a larger L1 data cache (a power of two): misses that vanish at
 64 or 128 KB are data a call touches again after more than 32 KB of other
-data, so it sizes a call's working set. `--mcpmux PATH` profiles another
-build; `--out DIR` keeps the outputs for
+data, so it sizes a call's working set. `--clients C` has C sessions call
+at once, each on its own connection, N / C calls each: a call's cost under
+load, where a wake-up or a read is shared by several calls (valgrind runs
+one thread at a time, so it counts the work, not how threads overlap).
+`--mcpmux PATH` profiles another build; `--out DIR` keeps the outputs for
 `callgrind_annotate`. The counts vary by about ±2 % from run to run, far
 less than times do; they include the gateway's periodic work, which weighs
 more per call under valgrind's slowness and is not linear in N (300 calls
