@@ -268,9 +268,10 @@ more per call under valgrind's slowness and is not linear in N (300 calls
 count about 5 k fewer per call than 1,000), so compare builds at the same
 N. Work done at most so often in time weighs more too: jemalloc trims a
 thread's cache of freed blocks at most every 10 ms, which under valgrind
-comes to some 3 k instructions per call with 16 clients and at full speed
-to a small fraction of that (raising the allocation between trims cut the
-count by 5 % and the CPU per call by nothing measurable).
+comes to some 3 k instructions per call with 16 clients; at full speed,
+where 10 ms hold a hundred calls or more, to a small fraction of that
+(raising the allocation between trims cut the count by 5 % and the CPU per
+call in paired rounds by nothing beyond their spread).
 
 Read the figures with this in mind:
 
