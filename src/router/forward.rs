@@ -27,6 +27,10 @@ use crate::protocol::{Params, Raw};
 use crate::upstream::protect::limits::ClientKey;
 use crate::upstream::{CallStream, Connection, UpstreamError, UpstreamHandle};
 
+/// A call's answer being finished ([`Flight::finishing`]): on the heap, so
+/// a task or a select can hold it while the call's stream is relayed.
+type Finishing = std::pin::Pin<Box<dyn std::future::Future<Output = Frame> + Send>>;
+
 /// Frames buffered for a streaming reply. Progress beyond this is dropped
 /// (see [`ProgressRoute::sink`]); the final response always gets through.
 const STREAM_CAPACITY: usize = 64;
@@ -461,7 +465,7 @@ impl Flight {
     fn finishing(
         self,
         sent: Result<crate::upstream::Sent, crate::upstream::UpstreamError>,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Frame> + Send>> {
+    ) -> Finishing {
         Box::pin(self.finish(sent))
     }
 
@@ -585,7 +589,7 @@ impl Flight {
 /// requests and the answer, fed by a task (on the tracker) until the call
 /// ends.
 async fn answer_or_stream(
-    mut finishing: std::pin::Pin<Box<dyn std::future::Future<Output = Frame> + Send>>,
+    mut finishing: Finishing,
     stream: CallStream,
     tasks: &tokio_util::task::TaskTracker,
 ) -> Reply {
@@ -603,7 +607,7 @@ async fn answer_or_stream(
 /// and the channel and the task's spawn would size their poll frame.
 #[inline(never)]
 fn relay_asked(
-    mut finishing: std::pin::Pin<Box<dyn std::future::Future<Output = Frame> + Send>>,
+    mut finishing: Finishing,
     frames: mpsc::Receiver<String>,
     tasks: &tokio_util::task::TaskTracker,
 ) -> Reply {
