@@ -273,6 +273,16 @@ where 10 ms hold a hundred calls or more, to a small fraction of that
 (raising the allocation between trims cut the count by 5 % and the CPU per
 call in paired rounds by nothing beyond their spread).
 
+Sizes rather than counts: `scripts/future-sizes.sh` prints how large rustc
+lays out each `async fn` body on a call's path (`--layout NAME` shows one
+body's suspend points with the arguments and locals each holds). A call's
+request future lives in its connection's task, so with many connections a
+call writes its levels' states to memory no call touched since that
+connection's last one: an argument held both as an `upvar` and as a local
+is copied when its body starts, and a larger state is more such writes.
+It builds with rustc's unstable `-Zprint-type-sizes` (`RUSTC_BOOTSTRAP=1`,
+in its own target directory), for this diagnostic only.
+
 Read the figures with this in mind:
 
 - Issue 30's table is the gateway against the bare references as ratios
