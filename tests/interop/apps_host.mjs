@@ -358,6 +358,12 @@ try {
   for (const c of out.app_calls) delete c.done;
 
   stage = "screenshot";
+  // The answer is in the app's DOM; the screenshot waits until it has also
+  // been painted: two animation frames in the app's frame (the second
+  // starts after the first was drawn), then one in the page around it.
+  const painted = () => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)));
+  await appFrame.evaluate(painted);
+  await page.evaluate(painted);
   await page.screenshot({ path: screenshot, fullPage: true });
   out.screenshot = screenshot;
   await bridge.teardownResource({}, { timeout: 3000 }).catch(() => {});
