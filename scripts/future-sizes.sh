@@ -9,10 +9,13 @@
 #   scripts/future-sizes.sh [--all] [--layout NAME] [--match REGEX]
 #
 # Prints the size of every `async fn` body of the gateway on a 2 KB call's
-# path over HTTP (the default REGEX), largest first.
+# path over HTTP (the default REGEX), largest first, and of the `async`
+# blocks there, named by their file and line.
 #
-# --all          every `async fn` body of the gateway, not only the call path's
-# --match REGEX  those whose path (as `downstream::http::post`) matches REGEX
+# --all          every `async fn` body and block of the gateway, not only the
+#                call path's
+# --match REGEX  those whose path (as `downstream::http::post`, or
+#                `async block at src/router/forward.rs:121`) matches REGEX
 # --layout NAME  the whole layout of the one body named NAME (as
 #                `router::forward::send`): each suspend point's variant with
 #                the arguments (`upvar`) and locals it holds; an argument
@@ -28,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-pattern='downstream::http::post|downstream::dispatch::handle|router::Router::(request|request_here|traced_or_not|serve|serve_call|forward)$|router::forward::|upstream::transport::http::|upstream::connection::Connection::send_request_direct'
+pattern='async block at src/(downstream/(http|dispatch)|router/forward)\.rs|downstream::http::post|downstream::dispatch::handle|router::Router::(request|request_here|traced_or_not|serve|serve_call|forward)$|router::forward::|upstream::transport::http::|upstream::connection::Connection::send_request_direct'
 layout=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -77,8 +80,9 @@ if [ -n "$layout" ]; then
   exit 0
 fi
 
-echo "bytes  async fn body"
-sed -n 's/^print-type-size type: `{async fn body of \(.*\)()}`: \([0-9]*\) bytes.*/\2 \1/p' "$out" \
+echo "bytes  async fn body, or async block at its place in src/"
+sed -n -e 's/^print-type-size type: `{async fn body of \(.*\)()}`: \([0-9]*\) bytes.*/\2 \1/p' \
+  -e 's/^print-type-size type: `{async block@\(src\/[^ ]*\):[0-9]*: [^}]*}`: \([0-9]*\) bytes.*/\2 async block at \1/p' "$out" \
   | sort -u | sort -k1,1nr \
   | { grep -E " ($pattern)" || true; } \
   | awk '{ size = $1; sub(/^[0-9]+ /, ""); printf "%6d  %s\n", size, $0 }'

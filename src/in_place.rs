@@ -17,6 +17,15 @@
 //! 70 KB deep, more than the L1 data cache holds. [`rare`] erases the
 //! type, so the rare poll is an indirect call with a frame of its own,
 //! and builds the future in a frame of its own too.
+//!
+//! An `async fn` holds each argument twice: as passed, in the part of its
+//! state every suspend point keeps, and as bound in its body, where the
+//! first thing the body does is copy it. A function on the call path that
+//! takes a large value (the request, the resolved call, a flight) is
+//! therefore a plain function returning an `async move` block, which uses
+//! what it captured in place: `scripts/future-sizes.sh --layout NAME`
+//! shows an argument as both an `upvar` and a local when it is held
+//! twice.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -32,8 +32,8 @@ pub(crate) enum Outcome {
 /// this request (the session's owner, checked by the caller), carrying
 /// the token it sent this time; none: the session's identity. `request`
 /// is the message as a typed request, when the transport built it already.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn handle(
+#[allow(clippy::too_many_arguments, clippy::manual_async_fn)] // held once: see `in_place`
+pub(crate) fn handle(
     state: &AppState,
     session: &Session,
     caller: Option<&Arc<crate::auth::Identity>>,
@@ -41,58 +41,61 @@ pub(crate) async fn handle(
     kind: MessageKind,
     can_stream: bool,
     request: Option<Request<'_>>,
-) -> Outcome {
-    let method = envelope.method.as_deref().unwrap_or_default();
-    let ctx = RequestContext {
-        inflight: session.inflight.clone(),
-        subscriber: Some(session.subscriber.clone()),
-        can_stream,
-        era: protocol::Era::Legacy,
-        log_level: None,
-        identity: caller.or(session.identity.as_ref()).cloned(),
-        session_id: Some(session.id.clone()),
-        endpoint: session.subscriber.endpoint().map(Arc::from),
-    };
-    match (kind, envelope.id) {
-        (MessageKind::Notification, _) => {
-            state.router.notification(&ctx, method, envelope.params);
-            Outcome::Accepted
-        }
-        // A client's answer to a request an upstream asked of it, by the
-        // gateway-issued id; only this session's own requests match.
-        (MessageKind::Response, Some(id)) => {
-            let answer = match (envelope.result, envelope.error) {
-                (Some(result), _) => Ok(result.to_owned()),
-                (None, Some(error)) => Err(error.to_owned()),
-                (None, None) => return Outcome::Accepted,
-            };
-            let id: String = serde_json::from_str(id.get()).unwrap_or_default();
-            let hub = state.router.hub();
-            if let Err(answer) = hub.answer(session.subscriber.id, &id, answer)
-                && !super::shared::relay_answer(state, session, &id, answer).await
-            {
-                tracing::debug!(parent: &session.span, id, "answer to no request of this session; ignored");
+) -> impl Future<Output = Outcome> {
+    async move {
+        let method = envelope.method.as_deref().unwrap_or_default();
+        let ctx = RequestContext {
+            inflight: session.inflight.clone(),
+            subscriber: Some(session.subscriber.clone()),
+            can_stream,
+            era: protocol::Era::Legacy,
+            log_level: None,
+            identity: caller.or(session.identity.as_ref()).cloned(),
+            session_id: Some(session.id.clone()),
+            endpoint: session.subscriber.endpoint().map(Arc::from),
+        };
+        match (kind, envelope.id) {
+            (MessageKind::Notification, _) => {
+                state.router.notification(&ctx, method, envelope.params);
+                Outcome::Accepted
             }
-            Outcome::Accepted
-        }
-        (MessageKind::Response, None) | (MessageKind::Request, None) => Outcome::Accepted,
-        (MessageKind::Request, Some(id)) if method == protocol::method::INITIALIZE => {
-            Outcome::Reply(Reply::Ready(initialize(
-                state,
-                session,
-                id,
-                envelope.params,
-            )))
-        }
-        (MessageKind::Request, Some(id)) => {
-            let span = tracing::debug_span!(parent: &session.span, "request", method);
-            let mut request = request
-                .unwrap_or_else(|| Request::new(id, Method::from_name(method), envelope.params));
-            let reply =
-                tracing::Instrument::instrument(state.router.request(&ctx, &mut request), span)
-                    .await;
-            super::shared::after_request(state, session, &mut request, &reply).await;
-            Outcome::Reply(reply)
+            // A client's answer to a request an upstream asked of it, by the
+            // gateway-issued id; only this session's own requests match.
+            (MessageKind::Response, Some(id)) => {
+                let answer = match (envelope.result, envelope.error) {
+                    (Some(result), _) => Ok(result.to_owned()),
+                    (None, Some(error)) => Err(error.to_owned()),
+                    (None, None) => return Outcome::Accepted,
+                };
+                let id: String = serde_json::from_str(id.get()).unwrap_or_default();
+                let hub = state.router.hub();
+                if let Err(answer) = hub.answer(session.subscriber.id, &id, answer)
+                    && !super::shared::relay_answer(state, session, &id, answer).await
+                {
+                    tracing::debug!(parent: &session.span, id, "answer to no request of this session; ignored");
+                }
+                Outcome::Accepted
+            }
+            (MessageKind::Response, None) | (MessageKind::Request, None) => Outcome::Accepted,
+            (MessageKind::Request, Some(id)) if method == protocol::method::INITIALIZE => {
+                Outcome::Reply(Reply::Ready(initialize(
+                    state,
+                    session,
+                    id,
+                    envelope.params,
+                )))
+            }
+            (MessageKind::Request, Some(id)) => {
+                let span = tracing::debug_span!(parent: &session.span, "request", method);
+                let mut request = request.unwrap_or_else(|| {
+                    Request::new(id, Method::from_name(method), envelope.params)
+                });
+                let reply =
+                    tracing::Instrument::instrument(state.router.request(&ctx, &mut request), span)
+                        .await;
+                super::shared::after_request(state, session, &mut request, &reply).await;
+                Outcome::Reply(reply)
+            }
         }
     }
 }

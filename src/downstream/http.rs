@@ -74,20 +74,23 @@ fn accepts(accept: Option<&HeaderValue>) -> Accepts {
 /// extractor runs (no endpoint is named), then [`post`].
 ///
 /// [`Caller`]: super::endpoint::Caller
-pub(crate) async fn post_root(
+#[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+pub(crate) fn post_root(
     state: Arc<AppState>,
     peer: super::listener::Peer,
     http_request: axum::extract::Request,
-) -> Response {
-    let at = super::endpoint::At(None);
-    let ip = Some(peer.addr.ip());
-    let caller = super::endpoint::Caller::admit(at, http_request.headers(), &state, ip).await;
-    match caller {
-        Ok(caller) => {
-            let peer = Some(axum::Extension(axum::extract::ConnectInfo(peer)));
-            post(State(state), caller, peer, http_request).await
+) -> impl Future<Output = Response> {
+    async move {
+        let at = super::endpoint::At(None);
+        let ip = Some(peer.addr.ip());
+        let caller = super::endpoint::Caller::admit(at, http_request.headers(), &state, ip).await;
+        match caller {
+            Ok(caller) => {
+                let peer = Some(axum::Extension(axum::extract::ConnectInfo(peer)));
+                post(State(state), caller, peer, http_request).await
+            }
+            Err(refused) => refused,
         }
-        Err(refused) => refused,
     }
 }
 

@@ -277,8 +277,8 @@ fn check_method_headers(
 
 /// Serves one modern message; `request` is it as a typed request, when the
 /// edge built it already.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn handle(
+#[allow(clippy::too_many_arguments, clippy::manual_async_fn)] // held once: see `in_place`
+pub(crate) fn handle(
     state: &Arc<AppState>,
     headers: &HeaderMap,
     envelope: &Envelope<'_>,
@@ -287,74 +287,78 @@ pub(crate) async fn handle(
     identity: Option<Arc<crate::auth::Identity>>,
     endpoint: Option<Arc<str>>,
     request: Option<Request<'_>>,
-) -> Response {
-    // The modern HTTP transport has no client notifications; accept and ignore.
-    if kind != MessageKind::Request {
-        return StatusCode::ACCEPTED.into_response();
-    }
-    let Some(id) = envelope.id else {
-        return StatusCode::BAD_REQUEST.into_response();
-    };
-    let method = envelope.method.as_deref().unwrap_or_default();
-    let mut request =
-        request.unwrap_or_else(|| Request::new(id, Method::from_name(method), envelope.params));
-    let validated = match validate(headers, &mut request) {
-        Ok(v) => v,
-        Err(rejected) => return rejected,
-    };
-    if !METHODS.contains(&method) {
-        let error = RpcError::new(
-            code::METHOD_NOT_FOUND,
-            format!("method not found: {method} (not part of 2026-07-28)"),
-        );
-        return reject(StatusCode::NOT_FOUND, Some(id), error);
-    }
-    if method == method::TOOLS_CALL
-        && let Err(rejected) = check_param_headers(
-            state,
-            headers,
-            &mut request,
-            endpoint.as_deref(),
-            identity.as_deref(),
-        )
-    {
-        return rejected;
-    }
-    match method {
-        method::DISCOVER => json(protocol::response_frame(
-            id.get(),
-            &discover(state, endpoint.as_deref(), identity.as_deref()),
-        )),
-        method::LISTEN => super::listen::open(state, identity, endpoint, id, envelope.params).await,
-        _ => {
-            let ctx = RequestContext {
-                inflight: Arc::default(),
-                subscriber: None,
-                can_stream,
-                era: Era::Modern,
-                log_level: validated.log_level,
-                identity,
-                session_id: None,
-                endpoint,
-            };
-            match state.router.request(&ctx, &mut request).await {
-                Reply::Ready(frame) => match frame.ended() {
-                    Ended::Result => json(frame.into_text()),
-                    Ended::Error {
-                        code,
-                        retry_after_ms,
-                    } => match retry_after(code, retry_after_ms) {
-                        Some(secs) => (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            [(axum::http::header::RETRY_AFTER, secs.to_string())],
-                            json(frame.into_text()),
-                        )
-                            .into_response(),
-                        None => (status_of(code), json(frame.into_text())).into_response(),
+) -> impl Future<Output = Response> {
+    async move {
+        // The modern HTTP transport has no client notifications; accept and ignore.
+        if kind != MessageKind::Request {
+            return StatusCode::ACCEPTED.into_response();
+        }
+        let Some(id) = envelope.id else {
+            return StatusCode::BAD_REQUEST.into_response();
+        };
+        let method = envelope.method.as_deref().unwrap_or_default();
+        let mut request =
+            request.unwrap_or_else(|| Request::new(id, Method::from_name(method), envelope.params));
+        let validated = match validate(headers, &mut request) {
+            Ok(v) => v,
+            Err(rejected) => return rejected,
+        };
+        if !METHODS.contains(&method) {
+            let error = RpcError::new(
+                code::METHOD_NOT_FOUND,
+                format!("method not found: {method} (not part of 2026-07-28)"),
+            );
+            return reject(StatusCode::NOT_FOUND, Some(id), error);
+        }
+        if method == method::TOOLS_CALL
+            && let Err(rejected) = check_param_headers(
+                state,
+                headers,
+                &mut request,
+                endpoint.as_deref(),
+                identity.as_deref(),
+            )
+        {
+            return rejected;
+        }
+        match method {
+            method::DISCOVER => json(protocol::response_frame(
+                id.get(),
+                &discover(state, endpoint.as_deref(), identity.as_deref()),
+            )),
+            method::LISTEN => {
+                super::listen::open(state, identity, endpoint, id, envelope.params).await
+            }
+            _ => {
+                let ctx = RequestContext {
+                    inflight: Arc::default(),
+                    subscriber: None,
+                    can_stream,
+                    era: Era::Modern,
+                    log_level: validated.log_level,
+                    identity,
+                    session_id: None,
+                    endpoint,
+                };
+                match state.router.request(&ctx, &mut request).await {
+                    Reply::Ready(frame) => match frame.ended() {
+                        Ended::Result => json(frame.into_text()),
+                        Ended::Error {
+                            code,
+                            retry_after_ms,
+                        } => match retry_after(code, retry_after_ms) {
+                            Some(secs) => (
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                [(axum::http::header::RETRY_AFTER, secs.to_string())],
+                                json(frame.into_text()),
+                            )
+                                .into_response(),
+                            None => (status_of(code), json(frame.into_text())).into_response(),
+                        },
                     },
-                },
-                Reply::Page(page) => page_response(page),
-                Reply::Streaming(frames) => sse_response(ReceiverStream::new(frames)),
+                    Reply::Page(page) => page_response(page),
+                    Reply::Streaming(frames) => sse_response(ReceiverStream::new(frames)),
+                }
             }
         }
     }

@@ -108,88 +108,90 @@ impl Drop for CallGuard {
 
 /// Sends the call and produces its reply: inline when there is no progress
 /// to stream, otherwise as a stream of frames fed by a task.
-pub(super) async fn run(
-    call: Call<'_>,
+#[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+pub(super) fn run(
+    mut call: Call<'_>,
     ctx: &RequestContext,
     id: &RawValue,
     hub: &Arc<crate::notify::NotifyHub>,
     metrics: &Arc<Metrics>,
     tasks: &tokio_util::task::TaskTracker,
     parking: &Arc<Parking>,
-) -> Reply {
-    let mut call = call;
-    connect::strip_own_round(&mut call.params);
-    let asked = std::time::Instant::now();
-    let deadline = tokio::time::Instant::now() + call.handle.timeout();
-    // A kept answer, or one being asked for by an identical request.
-    let cached = match super::cached::before(&call, ctx, id, hub.results(), deadline).await {
-        super::cached::Before::Hit(frame) => {
-            let took = asked.elapsed();
-            let upstream = call.handle.name();
-            metrics.observe(call.method.name(), upstream, Outcome::Ok, took);
-            let client = ctx.identity.as_ref().map(|i| &*i.client);
-            audit(
-                client,
-                call.method.name(),
-                upstream,
-                &call.item,
-                Outcome::Ok,
-                took,
-                id.get(),
-            );
-            return Reply::Ready(Frame::result(frame));
-        }
-        super::cached::Before::Miss(plan) => plan,
-    };
-    // The upstream's breaker and concurrency cap first (see `upstream::protect`).
-    let admitted = call
-        .handle
-        .protection()
-        .admit(client_key(ctx), deadline)
-        .await;
-    let connected = match &admitted {
-        Ok(_) => {
-            call.handle
-                .connection_for(
-                    ctx.subscriber.as_ref().map(|s| s.id),
-                    ctx.identity.as_deref(),
-                    deadline,
-                )
-                .await
-        }
-        Err(e) => Err(e.clone()),
-    };
-    let (conn, via) = match connected {
-        Ok(connected) => connected,
-        Err(UpstreamError::AuthorizationRequired { upstream, start }) => {
-            drop(admitted);
-            let on = Served {
-                hub,
-                metrics,
-                tasks,
-                parking,
-            };
-            let start = *start;
-            return crate::in_place::rare(|| {
-                connect::first(call, ctx, id, on, cached, upstream, start, deadline)
-            })
+) -> impl Future<Output = Reply> {
+    async move {
+        connect::strip_own_round(&mut call.params);
+        let asked = std::time::Instant::now();
+        let deadline = tokio::time::Instant::now() + call.handle.timeout();
+        // A kept answer, or one being asked for by an identical request.
+        let cached = match super::cached::before(&call, ctx, id, hub.results(), deadline).await {
+            super::cached::Before::Hit(frame) => {
+                let took = asked.elapsed();
+                let upstream = call.handle.name();
+                metrics.observe(call.method.name(), upstream, Outcome::Ok, took);
+                let client = ctx.identity.as_ref().map(|i| &*i.client);
+                audit(
+                    client,
+                    call.method.name(),
+                    upstream,
+                    &call.item,
+                    Outcome::Ok,
+                    took,
+                    id.get(),
+                );
+                return Reply::Ready(Frame::result(frame));
+            }
+            super::cached::Before::Miss(plan) => plan,
+        };
+        // The upstream's breaker and concurrency cap first (see `upstream::protect`).
+        let admitted = call
+            .handle
+            .protection()
+            .admit(client_key(ctx), deadline)
             .await;
-        }
-        Err(e) => return refused(&call, ctx, id, metrics, e, asked),
-    };
-    let on = Served {
-        hub,
-        metrics,
-        tasks,
-        parking,
-    };
-    let connected = Connected {
-        conn,
-        via,
-        admission: admitted.ok(),
-        cached,
-    };
-    send(call, ctx, id, on, connected).await
+        let connected = match &admitted {
+            Ok(_) => {
+                call.handle
+                    .connection_for(
+                        ctx.subscriber.as_ref().map(|s| s.id),
+                        ctx.identity.as_deref(),
+                        deadline,
+                    )
+                    .await
+            }
+            Err(e) => Err(e.clone()),
+        };
+        let (conn, via) = match connected {
+            Ok(connected) => connected,
+            Err(UpstreamError::AuthorizationRequired { upstream, start }) => {
+                drop(admitted);
+                let on = Served {
+                    hub,
+                    metrics,
+                    tasks,
+                    parking,
+                };
+                let start = *start;
+                return crate::in_place::rare(|| {
+                    connect::first(call, ctx, id, on, cached, upstream, start, deadline)
+                })
+                .await;
+            }
+            Err(e) => return refused(&call, ctx, id, metrics, e, asked),
+        };
+        let on = Served {
+            hub,
+            metrics,
+            tasks,
+            parking,
+        };
+        let connected = Connected {
+            conn,
+            via,
+            admission: admitted.ok(),
+            cached,
+        };
+        send(call, ctx, id, on, connected).await
+    }
 }
 
 /// What a call is served with: the router's parts.
@@ -238,89 +240,91 @@ fn refused(
 }
 
 /// Sends an admitted, connected call and produces its reply.
-async fn send(
-    call: Call<'_>,
+#[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+fn send(
+    mut call: Call<'_>,
     ctx: &RequestContext,
     id: &RawValue,
     on: Served<'_>,
     connected: Connected,
-) -> Reply {
-    let conn = connected.conn.clone();
-    // The placeholder `connect` tool of an upstream that acts as each user:
-    // reaching here, the caller has connected.
-    if call.method == Method::ToolsCall
-        && call.target.as_deref() == Some(crate::upstream::CONNECT_TOOL)
-        && call.handle.holds_place()
-    {
-        let result = connect::connected_result(call.handle.name());
-        return Reply::Ready(Frame::result(protocol::response_frame(id.get(), &result)));
-    }
-    // A stateless client's call to a 2025-era upstream may be asked for
-    // input; the client's retry then continues it (see `park`).
-    let parkable = ctx.era == Era::Modern
-        && !conn.is_modern()
-        && matches!(
-            call.method,
-            Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead
-        );
-    let mut call = call;
-    if !conn.is_modern() {
-        // Input rounds are the gateway's business with a 2025-era upstream.
-        let state = call.params.take("requestState");
-        let responses = call.params.take("inputResponses");
-        if let (true, Some(state)) = (parkable, state) {
-            let client = ctx.identity.as_ref().map(|i| &*i.client);
-            let (parking, tasks) = (on.parking, on.tasks);
-            let (state, responses) = (state.get(), responses.map(Raw::get));
-            let item = &call.item;
-            return crate::in_place::rare(|| {
-                park::resume(parking, tasks, id, client, item, state, responses)
-            })
-            .await;
+) -> impl Future<Output = Reply> {
+    async move {
+        let conn = connected.conn.clone();
+        // The placeholder `connect` tool of an upstream that acts as each user:
+        // reaching here, the caller has connected.
+        if call.method == Method::ToolsCall
+            && call.target.as_deref() == Some(crate::upstream::CONNECT_TOOL)
+            && call.handle.holds_place()
+        {
+            let result = connect::connected_result(call.handle.name());
+            return Reply::Ready(Frame::result(protocol::response_frame(id.get(), &result)));
         }
-    }
-    let upstream_id = conn.next_id();
-    let client_token = call.params.progress_token().cloned();
-    let streaming = ctx.can_stream && (client_token.is_some() || ctx.log_level.is_some());
-    let capabilities = match parkable {
-        true => call
-            .params
-            .meta(protocol::meta::CLIENT_CAPABILITIES)
-            .and_then(Value::as_object)
-            .cloned(),
-        false => None,
-    };
-    let built = build_params(&mut call, ctx, &conn, upstream_id, streaming);
-    let guard = match admit_id(ctx, id, &conn, upstream_id) {
-        Ok(guard) => guard,
-        Err(refused) => return Reply::Ready(refused),
-    };
-    // The client's id as it spelled it, shared with the in-flight entry
-    // when that is the same text (nearly always).
-    let client_id = match &*guard.client_id == id.get() {
-        true => guard.client_id.clone(),
-        false => id.get().into(),
-    };
-    let exchange = exchange::Exchange::new(call, ctx, client_id, built, on.metrics, connected);
-    let flight = Flight {
-        exchange,
-        guard,
-        conn,
-        upstream_id,
-    };
-    // A 2025-era session's call may be asked back by its upstream
-    // (sampling, elicitation, roots): its reply then becomes a stream.
-    let askable = ctx.can_stream && ctx.era == Era::Legacy && ctx.subscriber.is_some();
-    // The rare kinds are boxed and type-erased (see `in_place::rare`).
-    match (parkable, streaming, askable) {
-        (true, ..) => {
-            let parked = || flight.parked(ctx, on, client_token, capabilities, streaming);
-            crate::in_place::rare(parked).await
+        // A stateless client's call to a 2025-era upstream may be asked for
+        // input; the client's retry then continues it (see `park`).
+        let parkable = ctx.era == Era::Modern
+            && !conn.is_modern()
+            && matches!(
+                call.method,
+                Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead
+            );
+        if !conn.is_modern() {
+            // Input rounds are the gateway's business with a 2025-era upstream.
+            let state = call.params.take("requestState");
+            let responses = call.params.take("inputResponses");
+            if let (true, Some(state)) = (parkable, state) {
+                let client = ctx.identity.as_ref().map(|i| &*i.client);
+                let (parking, tasks) = (on.parking, on.tasks);
+                let (state, responses) = (state.get(), responses.map(Raw::get));
+                let item = &call.item;
+                return crate::in_place::rare(|| {
+                    park::resume(parking, tasks, id, client, item, state, responses)
+                })
+                .await;
+            }
         }
-        (false, false, false) => flight.plain().await,
-        (false, false, true) => flight.asked(ctx, on).await,
-        (false, true, _) => {
-            crate::in_place::rare(|| flight.streamed(ctx, on, client_token, askable)).await
+        let upstream_id = conn.next_id();
+        let client_token = call.params.progress_token().cloned();
+        let streaming = ctx.can_stream && (client_token.is_some() || ctx.log_level.is_some());
+        let capabilities = match parkable {
+            true => call
+                .params
+                .meta(protocol::meta::CLIENT_CAPABILITIES)
+                .and_then(Value::as_object)
+                .cloned(),
+            false => None,
+        };
+        let built = build_params(&mut call, ctx, &conn, upstream_id, streaming);
+        let guard = match admit_id(ctx, id, &conn, upstream_id) {
+            Ok(guard) => guard,
+            Err(refused) => return Reply::Ready(refused),
+        };
+        // The client's id as it spelled it, shared with the in-flight entry
+        // when that is the same text (nearly always).
+        let client_id = match &*guard.client_id == id.get() {
+            true => guard.client_id.clone(),
+            false => id.get().into(),
+        };
+        let exchange = exchange::Exchange::new(call, ctx, client_id, built, on.metrics, connected);
+        let flight = Flight {
+            exchange,
+            guard,
+            conn,
+            upstream_id,
+        };
+        // A 2025-era session's call may be asked back by its upstream
+        // (sampling, elicitation, roots): its reply then becomes a stream.
+        let askable = ctx.can_stream && ctx.era == Era::Legacy && ctx.subscriber.is_some();
+        // The rare kinds are boxed and type-erased (see `in_place::rare`).
+        match (parkable, streaming, askable) {
+            (true, ..) => {
+                let parked = || flight.parked(ctx, on, client_token, capabilities, streaming);
+                crate::in_place::rare(parked).await
+            }
+            (false, false, false) => flight.plain().await,
+            (false, false, true) => flight.asked(ctx, on).await,
+            (false, true, _) => {
+                crate::in_place::rare(|| flight.streamed(ctx, on, client_token, askable)).await
+            }
         }
     }
 }
@@ -470,21 +474,27 @@ impl Flight {
     }
 
     /// No progress and nobody to ask: the answer, awaited here.
-    async fn plain(self) -> Reply {
-        let sent = self.sent().await;
-        Reply::Ready(self.finish(sent).await)
+    #[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+    fn plain(self) -> impl Future<Output = Reply> {
+        async move {
+            let sent = self.sent().await;
+            Reply::Ready(self.finish(sent).await)
+        }
     }
 
     /// A 2025-era session's call that its upstream may ask things of
     /// (sampling, elicitation, roots): a plain answer unless it does.
-    async fn asked(mut self, ctx: &RequestContext, on: Served<'_>) -> Reply {
-        self.ask_back(ctx, on);
-        // No channel until the upstream asks something: most calls are
-        // asked nothing.
-        let stream = CallStream::lazy(STREAM_CAPACITY);
-        self.exchange.progress = Some((None, stream.clone()));
-        let sent = self.sent().await;
-        answer_or_stream(self.finishing(sent), stream, on.tasks).await
+    #[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+    fn asked(mut self, ctx: &RequestContext, on: Served<'_>) -> impl Future<Output = Reply> {
+        async move {
+            self.ask_back(ctx, on);
+            // No channel until the upstream asks something: most calls are
+            // asked nothing.
+            let stream = CallStream::lazy(STREAM_CAPACITY);
+            self.exchange.progress = Some((None, stream.clone()));
+            let sent = self.sent().await;
+            answer_or_stream(self.finishing(sent), stream, on.tasks).await
+        }
     }
 
     /// A call whose client asked for progress (or a modern log level):

@@ -342,28 +342,32 @@ impl RemoteSession {
     }
 
     /// Sends one message in the link's mode and handles the answer.
-    async fn send(self: &Arc<Self>, sent: Outgoing) {
-        let mode = self.state().mode.clone();
-        if let Mode::Sse { post_url } = mode {
-            // Boxed and type-erased: the legacy mode is rare (see
-            // `in_place::rare`).
-            let frame = sent.frame.clone();
-            let posted = crate::in_place::rare(|| legacy_sse::post(self, &post_url, frame)).await;
-            if let Err(e) = posted {
-                self.fail(&sent, e);
+    #[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+    fn send(self: &Arc<Self>, sent: Outgoing) -> impl Future<Output = ()> {
+        async move {
+            let mode = self.state().mode.clone();
+            if let Mode::Sse { post_url } = mode {
+                // Boxed and type-erased: the legacy mode is rare (see
+                // `in_place::rare`).
+                let frame = sent.frame.clone();
+                let posted =
+                    crate::in_place::rare(|| legacy_sse::post(self, &post_url, frame)).await;
+                if let Err(e) = posted {
+                    self.fail(&sent, e);
+                }
+            } else {
+                match self.post(&sent).await {
+                    Ok((response, used)) => self.handle_response(&sent, response, used).await,
+                    Err(e) => self.fail(&sent, e),
+                }
             }
-        } else {
-            match self.post(&sent).await {
-                Ok((response, used)) => self.handle_response(&sent, response, used).await,
-                Err(e) => self.fail(&sent, e),
+            // Its POST is over (in the legacy mode the answer comes on the
+            // stream): the handle to abort it goes, or the link would keep one
+            // task per request it ever sent (the soak saw memory grow for as
+            // long as an HTTP+SSE upstream stayed connected).
+            if let Some(id) = sent.id {
+                self.posts.remove(&id);
             }
-        }
-        // Its POST is over (in the legacy mode the answer comes on the
-        // stream): the handle to abort it goes, or the link would keep one
-        // task per request it ever sent (the soak saw memory grow for as
-        // long as an HTTP+SSE upstream stayed connected).
-        if let Some(id) = sent.id {
-            self.posts.remove(&id);
         }
     }
 
@@ -453,93 +457,96 @@ impl RemoteSession {
         }
     }
 
-    async fn handle_response(
+    #[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+    fn handle_response(
         self: &Arc<Self>,
         sent: &Outgoing,
         response: HttpAnswer,
         used: Option<HeaderValue>,
-    ) {
-        let status = response.status();
-        let had_session = {
-            let mut state = self.state();
-            // Cloned only when it changed: a clone of a header's bytes
-            // allocates, and the id stays the same call after call.
-            if let Some(session) = response.headers().get(&SESSION_HEADER)
-                && state.session_id.as_ref() != Some(session)
-            {
-                state.session_id = Some(session.clone());
-            }
-            state.session_id.is_some()
-        };
-        if status == StatusCode::NOT_FOUND && self.lost_session(status, had_session, sent) {
-            // Failed first: closing the link would fail it as merely pending.
-            self.fail(sent, self.conn_error());
-            return self.expire_session(status);
-        }
-        if status.is_success() && had_session {
-            self.session_confirmed.store(true, Ordering::Relaxed);
-        }
-        if status == StatusCode::UNAUTHORIZED
-            && let (Some(bearer), Some(used)) = (&self.bearer, &used)
-        {
-            // The token is dropped; the next request (or the retry of a
-            // request that is safe to repeat) fetches a new one.
-            bearer.rejected(used);
-            tracing::info!(upstream = %self.upstream, "the upstream refused the gateway's token (401); a new one is fetched for the next request");
-            return self.fail(
-                sent,
-                UpstreamError::Unauthorized {
-                    upstream: self.upstream.to_string(),
-                    detail: "it refused the gateway's token (HTTP 401)".into(),
-                },
-            );
-        }
-        if !status.is_success() {
-            let bytes = read_limited(response, MAX_BODY).await.unwrap_or_default();
-            let body = body_text(&bytes).unwrap_or_default();
-            // A JSON-RPC error answering our request says more than the status.
-            let answers = sent.id.is_some_and(|id| {
-                serde_json::from_str::<Value>(body).ok().is_some_and(|v| {
-                    v.get("error").is_some() && v.get("id").and_then(Value::as_u64) == Some(id)
-                })
-            });
-            if answers {
-                return self.deliver(body, sent.id).await;
-            }
-            if self.lost_session(status, had_session, sent) {
-                let snippet: String = body.chars().take(200).collect();
-                tracing::info!(upstream = %self.upstream, %status, body = %snippet, "the server no longer knows our session; re-initializing");
+    ) -> impl Future<Output = ()> {
+        async move {
+            let status = response.status();
+            let had_session = {
+                let mut state = self.state();
+                // Cloned only when it changed: a clone of a header's bytes
+                // allocates, and the id stays the same call after call.
+                if let Some(session) = response.headers().get(&SESSION_HEADER)
+                    && state.session_id.as_ref() != Some(session)
+                {
+                    state.session_id = Some(session.clone());
+                }
+                state.session_id.is_some()
+            };
+            if status == StatusCode::NOT_FOUND && self.lost_session(status, had_session, sent) {
+                // Failed first: closing the link would fail it as merely pending.
                 self.fail(sent, self.conn_error());
                 return self.expire_session(status);
             }
-            let snippet: String = body.chars().take(200).collect();
-            return self.fail(sent, self.protocol(format!("HTTP {status}: {snippet}")));
-        }
-        if sent.is(&Method::Initialized) && !self.listening.swap(true, Ordering::Relaxed) {
-            self.spawn(self.clone().listen());
-        }
-        let content_type = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .map_or(&b""[..], HeaderValue::as_bytes);
-        let is = |media: &str| {
-            content_type
-                .get(..media.len())
-                .is_some_and(|head| head.eq_ignore_ascii_case(media.as_bytes()))
-        };
-        if is("text/event-stream") {
-            self.post_stream(sent, response).await;
-        } else if is("application/json") {
-            match read_limited(response, MAX_BODY).await {
-                Ok(bytes) => match body_text(&bytes) {
-                    Ok(body) => self.deliver_json(body, sent.id).await,
-                    Err(e) => self.fail(sent, self.protocol(e.to_string())),
-                },
-                Err(e) => self.fail(sent, self.protocol(e.to_string())),
+            if status.is_success() && had_session {
+                self.session_confirmed.store(true, Ordering::Relaxed);
             }
-        } else if let Some(id) = sent.id {
-            // 202 or an empty 200 to a request: the answer must come on a stream.
-            tracing::debug!(upstream = %self.upstream, id, %status, "request accepted without a body");
+            if status == StatusCode::UNAUTHORIZED
+                && let (Some(bearer), Some(used)) = (&self.bearer, &used)
+            {
+                // The token is dropped; the next request (or the retry of a
+                // request that is safe to repeat) fetches a new one.
+                bearer.rejected(used);
+                tracing::info!(upstream = %self.upstream, "the upstream refused the gateway's token (401); a new one is fetched for the next request");
+                return self.fail(
+                    sent,
+                    UpstreamError::Unauthorized {
+                        upstream: self.upstream.to_string(),
+                        detail: "it refused the gateway's token (HTTP 401)".into(),
+                    },
+                );
+            }
+            if !status.is_success() {
+                let bytes = read_limited(response, MAX_BODY).await.unwrap_or_default();
+                let body = body_text(&bytes).unwrap_or_default();
+                // A JSON-RPC error answering our request says more than the status.
+                let answers = sent.id.is_some_and(|id| {
+                    serde_json::from_str::<Value>(body).ok().is_some_and(|v| {
+                        v.get("error").is_some() && v.get("id").and_then(Value::as_u64) == Some(id)
+                    })
+                });
+                if answers {
+                    return self.deliver(body, sent.id).await;
+                }
+                if self.lost_session(status, had_session, sent) {
+                    let snippet: String = body.chars().take(200).collect();
+                    tracing::info!(upstream = %self.upstream, %status, body = %snippet, "the server no longer knows our session; re-initializing");
+                    self.fail(sent, self.conn_error());
+                    return self.expire_session(status);
+                }
+                let snippet: String = body.chars().take(200).collect();
+                return self.fail(sent, self.protocol(format!("HTTP {status}: {snippet}")));
+            }
+            if sent.is(&Method::Initialized) && !self.listening.swap(true, Ordering::Relaxed) {
+                self.spawn(self.clone().listen());
+            }
+            let content_type = response
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .map_or(&b""[..], HeaderValue::as_bytes);
+            let is = |media: &str| {
+                content_type
+                    .get(..media.len())
+                    .is_some_and(|head| head.eq_ignore_ascii_case(media.as_bytes()))
+            };
+            if is("text/event-stream") {
+                self.post_stream(sent, response).await;
+            } else if is("application/json") {
+                match read_limited(response, MAX_BODY).await {
+                    Ok(bytes) => match body_text(&bytes) {
+                        Ok(body) => self.deliver_json(body, sent.id).await,
+                        Err(e) => self.fail(sent, self.protocol(e.to_string())),
+                    },
+                    Err(e) => self.fail(sent, self.protocol(e.to_string())),
+                }
+            } else if let Some(id) = sent.id {
+                // 202 or an empty 200 to a request: the answer must come on a stream.
+                tracing::debug!(upstream = %self.upstream, id, %status, "request accepted without a body");
+            }
         }
     }
 
