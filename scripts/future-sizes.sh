@@ -16,11 +16,11 @@
 #                call path's
 # --match REGEX  those whose path (as `downstream::http::post`, or
 #                `async block at src/router/forward.rs:121`) matches REGEX
-# --layout NAME  the whole layout of the one body named NAME (as
-#                `router::forward::send`): each suspend point's variant with
-#                the arguments (`upvar`) and locals it holds; an argument
-#                listed both as an upvar and as a local is copied from one
-#                to the other when the body starts
+# --layout NAME  the whole layout of the one `async fn` body named NAME
+#                (as `router::forward::Flight::finish`): each suspend
+#                point's variant with the arguments (`upvar`) and locals it
+#                holds; an argument listed both as an upvar and as a local
+#                is copied from one to the other when the body starts
 #
 # rustc prints layouts only with its unstable -Zprint-type-sizes, which the
 # stable toolchain accepts when RUSTC_BOOTSTRAP=1 is set. That is for this
