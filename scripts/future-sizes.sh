@@ -84,5 +84,5 @@ echo "bytes  async fn body, or async block at its place in src/"
 sed -n -e 's/^print-type-size type: `{async fn body of \(.*\)()}`: \([0-9]*\) bytes.*/\2 \1/p' \
   -e 's/^print-type-size type: `{async block@\(src\/[^ ]*\):[0-9]*: [^}]*}`: \([0-9]*\) bytes.*/\2 async block at \1/p' "$out" \
   | sort -u | sort -k1,1nr \
-  | { grep -E " ($pattern)" || true; } \
+  | { grep -E "^[0-9]+ .*($pattern)" || true; } \
   | awk '{ size = $1; sub(/^[0-9]+ /, ""); printf "%6d  %s\n", size, $0 }'
