@@ -74,7 +74,7 @@ fn accepts(accept: Option<&HeaderValue>) -> Accepts {
 /// extractor runs (no endpoint is named), then [`post`].
 ///
 /// [`Caller`]: super::endpoint::Caller
-#[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+#[allow(clippy::manual_async_fn)] // held once: see `in_place`
 pub(crate) fn post_root(
     state: Arc<AppState>,
     peer: super::listener::Peer,

@@ -108,7 +108,7 @@ impl Drop for CallGuard {
 
 /// Sends the call and produces its reply: inline when there is no progress
 /// to stream, otherwise as a stream of frames fed by a task.
-#[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+#[allow(clippy::manual_async_fn)] // held once: see `in_place`
 pub(super) fn run(
     mut call: Call<'_>,
     ctx: &RequestContext,
@@ -240,7 +240,7 @@ fn refused(
 }
 
 /// Sends an admitted, connected call and produces its reply.
-#[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+#[allow(clippy::manual_async_fn)] // held once: see `in_place`
 fn send(
     mut call: Call<'_>,
     ctx: &RequestContext,
@@ -474,7 +474,7 @@ impl Flight {
     }
 
     /// No progress and nobody to ask: the answer, awaited here.
-    #[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+    #[allow(clippy::manual_async_fn)] // held once: see `in_place`
     fn plain(self) -> impl Future<Output = Reply> {
         async move {
             let sent = self.sent().await;
@@ -484,7 +484,7 @@ impl Flight {
 
     /// A 2025-era session's call that its upstream may ask things of
     /// (sampling, elicitation, roots): a plain answer unless it does.
-    #[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+    #[allow(clippy::manual_async_fn)] // held once: see `in_place`
     fn asked(mut self, ctx: &RequestContext, on: Served<'_>) -> impl Future<Output = Reply> {
         async move {
             self.ask_back(ctx, on);

@@ -360,7 +360,7 @@ try {
   stage = "screenshot";
   // The answer is in the app's DOM; the screenshot waits until it has also
   // been painted: two animation frames in the app's frame (the second
-  // starts after the first was drawn), then one in the page around it.
+  // starts after the first was drawn), then two in the page around it.
   const painted = () => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)));
   await appFrame.evaluate(painted);
   await page.evaluate(painted);

@@ -342,7 +342,7 @@ impl RemoteSession {
     }
 
     /// Sends one message in the link's mode and handles the answer.
-    #[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+    #[allow(clippy::manual_async_fn)] // held once: see `in_place`
     fn send(self: &Arc<Self>, sent: Outgoing) -> impl Future<Output = ()> {
         async move {
             let mode = self.state().mode.clone();
@@ -457,7 +457,7 @@ impl RemoteSession {
         }
     }
 
-    #[allow(clippy::manual_async_fn)] // arguments held once (see `in_place`)
+    #[allow(clippy::manual_async_fn)] // held once: see `in_place`
     fn handle_response(
         self: &Arc<Self>,
         sent: &Outgoing,
