@@ -394,6 +394,12 @@ pub fn machine(mcpmux: &Path) -> Vec<(String, String)> {
         ("kernel".to_owned(), format!("Linux {kernel}")),
         ("rustc".to_owned(), output_of("rustc", &["--version"])),
         ("mcpmux".to_owned(), output_of(mcpmux, &["--version"])),
+        // scripts/bench.sh says which build it measures.
+        (
+            "gateway build".to_owned(),
+            std::env::var("MCPMUX_BUILD")
+                .unwrap_or_else(|_| "not named (not run by scripts/bench.sh)".to_owned()),
+        ),
         (
             "commit".to_owned(),
             output_of("git", &["describe", "--always", "--dirty", "--abbrev=10"]),
