@@ -20,19 +20,8 @@ for arg in "$@"; do
   esac
 done
 
-# `cargo bench` builds the package's binaries with the dev-dependencies'
-# features too (tokio's test-util among them), so build the benchmark first
-# and the gateway after it: target/release/mcpmux is then the binary that
-# `cargo build --release` ships.
-bench=$(cargo bench --locked --bench gateway --no-run --message-format=json \
-  | grep '"kind":\["bench"\]' \
-  | grep -o '"executable":"[^"]*"' \
-  | tail -n 1 \
-  | cut -d'"' -f4)
-if [ -z "$bench" ]; then
-  echo "bench.sh: cargo did not report the benchmark's executable" >&2
-  exit 1
-fi
+# The benchmark binary first, then the gateway (see scripts/bench-exe.sh).
+bench=$(bash scripts/bench-exe.sh gateway)
 if $plain; then
   cargo build --release --locked --bin mcpmux
   gateway=target/release/mcpmux

@@ -25,13 +25,14 @@
 # profile, so the dependencies on the call path (hyper, tokio) are laid out
 # for it too. The profile's file name carries a hash of its contents, so a
 # new profile rebuilds everything and an unchanged one rebuilds nothing.
-# About 20 minutes from a fresh clone on two cores (two release builds).
+# About half an hour from a fresh clone on two cores (the benchmark binary
+# and two release builds); about 20 minutes once the benchmark is built.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,/^# About/p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,/^# and two release builds/p' "$0"; exit 0 ;;
   *) echo "pgo-build: unknown argument $1" >&2; exit 64 ;;
 esac
 
@@ -65,15 +66,7 @@ fi
 
 # The training driver: the benchmark binary (floors, bare proxy, load
 # client). It is built as scripts/bench.sh builds it.
-bench=$(cargo bench --locked --bench gateway --no-run --message-format=json \
-  | grep '"kind":\["bench"\]' \
-  | grep -o '"executable":"[^"]*"' \
-  | tail -n 1 \
-  | cut -d'"' -f4)
-if [ -z "$bench" ]; then
-  echo "pgo-build: cargo did not report the benchmark's executable" >&2
-  exit 1
-fi
+bench=$(bash scripts/bench-exe.sh gateway)
 
 raw="$out/raw"
 rm -rf "$raw"

@@ -91,12 +91,7 @@ if ! command -v valgrind >/dev/null 2>&1; then
 fi
 
 # As scripts/bench.sh: the benchmark binary first, then the release gateway.
-bench=$(cargo bench --locked --bench gateway --no-run --message-format=json \
-  | grep '"kind":\["bench"\]' \
-  | grep -o '"executable":"[^"]*"' \
-  | tail -n 1 \
-  | cut -d'"' -f4)
-[ -n "$bench" ] || { echo "profile-call: cargo did not report the benchmark's executable" >&2; exit 1; }
+bench=$(bash scripts/bench-exe.sh gateway)
 if [ -z "$mcpmux" ]; then
   cargo build --release --locked --bin mcpmux
   mcpmux=target/release/mcpmux

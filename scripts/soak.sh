@@ -32,27 +32,18 @@ case "$profile" in
   bench)
     # As in bench.sh: the bench target first (cargo builds it with the
     # dev-dependencies' features), the shipped binary after it.
-    build=(cargo bench --locked --bench soak --no-run --message-format=json)
+    soak=$(bash scripts/bench-exe.sh soak)
     gateway=target/release/mcpmux
     fixture=target/release/mcpmux-fixture ;;
   test)
     # cargo builds both binaries for the soak target, with the
     # dev-dependencies' features: `cargo build` would recompile the gateway,
     # tokio and the rest for other features.
-    build=(cargo test --locked --bench soak --no-run --message-format=json)
+    soak=$(bash scripts/bench-exe.sh --test soak)
     gateway=target/debug/mcpmux
     fixture=target/debug/mcpmux-fixture ;;
   *) echo "soak.sh: --profile is bench or test, not '$profile'" >&2; exit 64 ;;
 esac
-soak=$("${build[@]}" \
-  | grep '"kind":\["bench"\]' \
-  | grep -o '"executable":"[^"]*"' \
-  | tail -n 1 \
-  | cut -d'"' -f4)
-if [ -z "$soak" ]; then
-  echo "soak.sh: cargo did not report the soak's executable" >&2
-  exit 1
-fi
 if [ "$profile" = bench ]; then
   cargo build --release --locked --bin mcpmux --bin mcpmux-fixture
 fi
