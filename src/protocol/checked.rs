@@ -32,6 +32,11 @@ pub(crate) struct Json {
     /// `uri` and none has an escape that could spell it): learned on the
     /// way by the one-pass check, so the URI rewrite need not search.
     no_uri_key: bool,
+    /// Known to have none of the members a 2026-07-28 result carries
+    /// (`resultType`, `ttlMs`, `cacheScope`) at its own top level: learned
+    /// on the way by the one-pass check, so a modern client's result need
+    /// not be parsed again to learn that they are to be added.
+    no_result_hints: bool,
 }
 
 impl Json {
@@ -44,6 +49,13 @@ impl Json {
     /// depth; `false` says only that it was not checked for one.
     pub(crate) fn has_no_uri_key(&self) -> bool {
         self.no_uri_key
+    }
+
+    /// Whether the text is known to have no `resultType`, `ttlMs` or
+    /// `cacheScope` member of its own; `false` says only that it was not
+    /// checked for them.
+    pub(crate) fn has_no_result_hints(&self) -> bool {
+        self.no_result_hints
     }
 }
 
@@ -60,6 +72,7 @@ impl From<&RawValue> for Json {
         Json {
             text: raw.get().into(),
             no_uri_key: false,
+            no_result_hints: false,
         }
     }
 }
@@ -69,6 +82,7 @@ impl From<Box<RawValue>> for Json {
         Json {
             text: raw.into(),
             no_uri_key: false,
+            no_result_hints: false,
         }
     }
 }
@@ -147,6 +161,9 @@ pub(crate) fn response(text: &str) -> Option<Answered> {
             // Only the result nests keys: `id` is a number and `jsonrpc`
             // a string (any other member only makes this cautious).
             no_uri_key: !keys.maybe_uri,
+            // Any member's own keys count, not only the result's: a hint
+            // in another member only makes this cautious.
+            no_result_hints: !keys.maybe_hint,
         },
     })
 }
@@ -344,6 +361,10 @@ pub(crate) fn value_end(bytes: &[u8], start: usize) -> Option<usize> {
 struct NestedKeys {
     /// A key was `uri`, or had an escape (which could spell it).
     maybe_uri: bool,
+    /// A key of a value's own top level (an object's member, not one
+    /// nested deeper) was `resultType`, `ttlMs` or `cacheScope`, or had an
+    /// escape.
+    maybe_hint: bool,
 }
 
 /// [`value_end`] of a value that nests arrays and objects at most
@@ -370,7 +391,7 @@ fn value_end_within(
                     at + 1
                 } else {
                     open.push(true);
-                    at = member_value(bytes, at, keys)?;
+                    at = member_value(bytes, at, open.len() == 1, keys)?;
                     continue;
                 }
             }
@@ -397,7 +418,8 @@ fn value_end_within(
             at = skip_space(bytes, at);
             match (*bytes.get(at)?, object) {
                 (b',', true) => {
-                    at = member_value(bytes, skip_space(bytes, at + 1), keys)?;
+                    let top = open.len() == 1;
+                    at = member_value(bytes, skip_space(bytes, at + 1), top, keys)?;
                     break;
                 }
                 (b',', false) => {
@@ -454,13 +476,16 @@ impl Open {
     }
 }
 
-/// At a member's key: where its value starts. The key is noted in `keys`.
-fn member_value(bytes: &[u8], at: usize, keys: &mut NestedKeys) -> Option<usize> {
+/// At a member's key: where its value starts. The key is noted in `keys`
+/// (`top`: as one of the checked value's own members).
+fn member_value(bytes: &[u8], at: usize, top: bool, keys: &mut NestedKeys) -> Option<usize> {
     if bytes.get(at) != Some(&b'"') {
         return None;
     }
     let (end, escaped) = key_end(bytes, at + 1)?;
-    keys.maybe_uri |= escaped || &bytes[at + 1..end] == b"uri";
+    let key = &bytes[at + 1..end];
+    keys.maybe_uri |= escaped || key == b"uri";
+    keys.maybe_hint |= top && (escaped || matches!(key, b"resultType" | b"ttlMs" | b"cacheScope"));
     let at = skip_space(bytes, end + 1);
     if bytes.get(at) != Some(&b':') {
         return None;

@@ -191,6 +191,42 @@ fn a_result_is_known_to_have_no_uri_key_only_when_it_has_none() {
     assert!(!Json::from(raw).has_no_uri_key());
 }
 
+/// The one pass notes whether a result may have a member a modern
+/// client's result carries, so the result is not parsed again to add them.
+#[test]
+fn a_result_is_known_to_have_no_hints_only_when_it_has_none_of_its_own() {
+    let has_none = |result: &str| {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
+        response(&text)
+            .expect("a plain answer")
+            .result
+            .has_no_result_hints()
+    };
+    assert!(has_none(
+        r#"{"content":[{"type":"text","text":"resultType"}]}"#
+    ));
+    // Nested deeper, they are another object's members.
+    assert!(has_none(r#"{"a":{"resultType":"x"},"b":[{"ttlMs":1}]}"#));
+    assert!(has_none("{}"));
+    assert!(has_none("[]"));
+    assert!(!has_none(r#"{"resultType":"input_required"}"#));
+    assert!(!has_none(r#"{"contents":[],"ttlMs":5}"#));
+    assert!(!has_none(r#"{"a":1,"cacheScope":"public"}"#));
+    // An escaped key may spell one.
+    assert!(!has_none(r#"{"resultType":"x"}"#));
+    // Another member's own keys make it cautious.
+    let text = r#"{"jsonrpc":"2.0","id":1,"extra":{"ttlMs":1},"result":{}}"#;
+    assert!(
+        !response(text)
+            .expect("a plain answer")
+            .result
+            .has_no_result_hints()
+    );
+    // Taken from serde's text, nothing is known.
+    let raw = serde_json::value::RawValue::from_string("{}".into()).unwrap();
+    assert!(!Json::from(raw).has_no_result_hints());
+}
+
 #[test]
 fn anything_but_a_plain_response_is_left_to_the_full_parse() {
     for text in [

@@ -85,11 +85,16 @@ fn gateway(timeout: Duration) -> Gateway {
 
 /// A legacy session's context; `can_stream` as asked.
 fn session(router: &Router, can_stream: bool) -> Arc<RequestContext> {
+    session_in(router, can_stream, Era::Legacy)
+}
+
+/// [`session`] of a client of `era`.
+fn session_in(router: &Router, can_stream: bool, era: Era) -> Arc<RequestContext> {
     Arc::new(RequestContext {
         inflight: Arc::default(),
         subscriber: Some(router.hub().register()),
         can_stream,
-        era: Era::Legacy,
+        era,
         log_level: None,
         identity: None,
         session_id: None,
@@ -155,11 +160,17 @@ fn cancel(router: &Router, ctx: &RequestContext, request_id: Value) {
 /// or by whichever layer first reads them: see `protocol::Request`), and
 /// the upstream's answer once on the way back (its envelope, by the
 /// connection); the gateway reads neither again, whichever era the
-/// upstream speaks. The counters are per thread, and this test's tasks all
-/// run on its one thread.
+/// upstream and the client speak (a modern client's result gets its
+/// `resultType` without being read again). The counters are per thread,
+/// and this test's tasks all run on its one thread.
 #[tokio::test(start_paused = true)]
 async fn a_call_is_parsed_once_on_the_way_up_and_its_answer_once_on_the_way_back() {
-    for modern in [false, true] {
+    for (modern, client) in [
+        (false, Era::Legacy),
+        (true, Era::Legacy),
+        (false, Era::Modern),
+        (true, Era::Modern),
+    ] {
         let mut gw = gateway(PATIENT);
         if modern {
             gw.alpha.conn.set_modern(object(json!({
@@ -167,7 +178,7 @@ async fn a_call_is_parsed_once_on_the_way_up_and_its_answer_once_on_the_way_back
                 "io.modelcontextprotocol/clientCapabilities": {},
             })));
         }
-        let ctx = session(&gw.router, false);
+        let ctx = session_in(&gw.router, false, client);
         let params_before = crate::protocol::params::parses();
         let envelopes_before = crate::protocol::envelopes_parsed();
         let reply = call(
@@ -186,12 +197,12 @@ async fn a_call_is_parsed_once_on_the_way_up_and_its_answer_once_on_the_way_back
         assert_eq!(
             crate::protocol::params::parses() - params_before,
             1,
-            "the client's params, parsed once (modern upstream: {modern})"
+            "the client's params, parsed once (modern upstream: {modern}, client: {client:?})"
         );
         assert_eq!(
             crate::protocol::envelopes_parsed() - envelopes_before,
             1,
-            "the upstream's answer, parsed once (modern upstream: {modern})"
+            "the upstream's answer, parsed once (modern upstream: {modern}, client: {client:?})"
         );
         // What went up and what came back are whole.
         let frame = frame_of(&sent);
@@ -208,7 +219,13 @@ async fn a_call_is_parsed_once_on_the_way_up_and_its_answer_once_on_the_way_back
         if modern {
             assert_eq!(sent.version.as_deref(), Some("2026-07-28"));
         }
-        assert_eq!(ready(reply)["result"]["content"][0]["text"], "hi");
+        let reply = ready(reply);
+        assert_eq!(reply["result"]["content"][0]["text"], "hi");
+        assert_eq!(
+            reply["result"].get("resultType").and_then(Value::as_str),
+            (client == Era::Modern).then_some("complete"),
+            "a modern client's result says it is complete"
+        );
     }
 }
 

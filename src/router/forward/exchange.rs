@@ -299,12 +299,20 @@ impl Exchange {
             true => rewrite::namespace_result(self.method.name(), self.handle.name(), result.get()),
             false => std::borrow::Cow::Borrowed(result.get()),
         };
+        // The check's word on the result's own members holds for its text
+        // as the upstream sent it, which is what a modern client gets
+        // unless a rewrite or the cache made another.
+        let as_sent = matches!(body, std::borrow::Cow::Borrowed(_)) && self.cached.is_none();
         let body = match &self.cached {
             Some(plan) => plan.store(body, self.era),
             None => body,
         };
         Frame::result(match self.era {
             Era::Legacy => protocol::response_frame(&self.client_id, &body),
+            Era::Modern if as_sent && result.has_no_result_hints() => protocol::response_frame(
+                &self.client_id,
+                &rewrite::modern_result_without_hints(self.method.name(), &body),
+            ),
             Era::Modern => protocol::response_frame(
                 &self.client_id,
                 &rewrite::modern_result(self.method.name(), &body),
