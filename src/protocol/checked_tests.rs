@@ -167,17 +167,18 @@ fn names_uri(value: &serde_json::Value) -> bool {
     }
 }
 
+/// The result of a plain answer whose result is `result`, as read by the
+/// one pass.
+fn answered(result: &str) -> Json {
+    let text = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
+    response(&text).expect("a plain answer").result
+}
+
 /// The one pass notes whether a result may name a URI, so the rewrite of
 /// URIs skips the results it knows have none.
 #[test]
 fn a_result_is_known_to_have_no_uri_key_only_when_it_has_none() {
-    let has_none = |result: &str| {
-        let text = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
-        response(&text)
-            .expect("a plain answer")
-            .result
-            .has_no_uri_key()
-    };
+    let has_none = |result: &str| answered(result).has_no_uri_key();
     assert!(has_none(r#"{"content":[{"type":"text","text":"uri"}]}"#));
     assert!(has_none(r#"{"uris":["\"uri\""],"xuri":{"ur":1}}"#));
     assert!(has_none("[]"));
@@ -195,13 +196,7 @@ fn a_result_is_known_to_have_no_uri_key_only_when_it_has_none() {
 /// client's result carries, so the result is not parsed again to add them.
 #[test]
 fn a_result_is_known_to_have_no_hints_only_when_it_has_none_of_its_own() {
-    let has_none = |result: &str| {
-        let text = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
-        response(&text)
-            .expect("a plain answer")
-            .result
-            .has_no_result_hints()
-    };
+    let has_none = |result: &str| answered(result).has_no_result_hints();
     assert!(has_none(
         r#"{"content":[{"type":"text","text":"resultType"}]}"#
     ));
