@@ -208,7 +208,8 @@ fn a_result_is_known_to_have_no_hints_only_when_it_has_none_of_its_own() {
     assert!(!has_none(r#"{"contents":[],"ttlMs":5}"#));
     assert!(!has_none(r#"{"a":1,"cacheScope":"public"}"#));
     // An escaped key may spell one.
-    assert!(!has_none(r#"{"resultType":"x"}"#));
+    assert!(!has_none(r#"{"result\u0054ype":"x"}"#));
+    assert!(!has_none(r#"{"a\n":1}"#));
     // Another member's own keys make it cautious.
     let text = r#"{"jsonrpc":"2.0","id":1,"extra":{"ttlMs":1},"result":{}}"#;
     assert!(
