@@ -17,6 +17,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::protocol::hints::HintSpans;
+
 /// What a cached result answers, for evictions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Item {
@@ -30,6 +32,8 @@ pub(crate) enum Item {
 #[derive(Debug, Clone)]
 pub(crate) struct Hit {
     pub body: Arc<str>,
+    /// Where the body's own hint members are.
+    pub hints: HintSpans,
     /// Left of its time to live.
     pub remaining: Duration,
     /// Kept for one identity only (`cacheScope: private`).
@@ -44,12 +48,15 @@ pub(crate) struct Store<'a> {
     /// `Some`: private to this identity.
     pub identity: Option<&'a Arc<str>>,
     pub body: &'a str,
+    /// Where the body's own hint members are.
+    pub hints: &'a HintSpans,
     pub ttl: Duration,
     pub max_entries: u64,
 }
 
 struct Entry {
     body: Arc<str>,
+    hints: HintSpans,
     item: Item,
     expires: Instant,
     tick: u64,
@@ -183,6 +190,7 @@ impl ResultCache {
             }
             let hit = Hit {
                 body: entry.body.clone(),
+                hints: entry.hints.clone(),
                 remaining: entry.expires - now,
                 private: entry_key.1.is_some(),
             };
@@ -217,6 +225,7 @@ impl ResultCache {
             key,
             Entry {
                 body: store.body.into(),
+                hints: store.hints.clone(),
                 item: store.item,
                 expires: Instant::now() + store.ttl,
                 tick,
@@ -288,6 +297,8 @@ impl ResultCache {
 mod tests {
     use super::*;
 
+    static NO_HINTS: HintSpans = HintSpans::none();
+
     fn store<'a>(
         upstream: &'a Arc<str>,
         key: &'a str,
@@ -300,6 +311,7 @@ mod tests {
             item: Item::Resource(key.to_owned()),
             identity,
             body: "{\"contents\":[]}",
+            hints: &NO_HINTS,
             ttl: Duration::from_secs(30),
             max_entries: max,
         }

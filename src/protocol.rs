@@ -532,6 +532,7 @@ fn needs_escape(bytes: &[u8]) -> bool {
 
 /// MCP method names the gateway treats specially.
 pub(crate) mod checked;
+pub(crate) mod hints;
 pub(crate) mod method;
 pub(crate) mod params;
 mod request;

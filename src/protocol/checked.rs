@@ -20,6 +20,7 @@ use std::borrow::Cow;
 
 use serde_json::value::RawValue;
 
+use super::hints::{Hint, HintSpans};
 use super::{Envelope, skip_space};
 
 /// JSON text of one value, checked: by serde (taken from a `RawValue`) or
@@ -32,11 +33,11 @@ pub(crate) struct Json {
     /// `uri` and none has an escape that could spell it): learned on the
     /// way by the one-pass check, so the URI rewrite need not search.
     no_uri_key: bool,
-    /// Known to have none of the members a 2026-07-28 result carries
-    /// (`resultType`, `ttlMs`, `cacheScope`) at its own top level: learned
-    /// on the way by the one-pass check, so a modern client's result need
-    /// not be parsed again to learn that they are to be added.
-    no_result_hints: bool,
+    /// Where the members a 2026-07-28 result carries (`resultType`,
+    /// `ttlMs`, `cacheScope`) are at its own top level, if known: learned
+    /// on the way by the one-pass check, so neither a modern client's
+    /// result nor the cache reads the result again for them.
+    hints: Option<HintSpans>,
 }
 
 impl Json {
@@ -51,11 +52,11 @@ impl Json {
         self.no_uri_key
     }
 
-    /// Whether the text is known to have no `resultType`, `ttlMs` or
-    /// `cacheScope` member of its own; `false` says only that it was not
-    /// checked for them.
-    pub(crate) fn has_no_result_hints(&self) -> bool {
-        self.no_result_hints
+    /// Where the text's own `resultType`, `ttlMs` and `cacheScope`
+    /// members are, if it was checked for them; `None` says only that it
+    /// was not.
+    pub(crate) fn hints(&self) -> Option<&HintSpans> {
+        self.hints.as_ref()
     }
 }
 
@@ -72,7 +73,7 @@ impl From<&RawValue> for Json {
         Json {
             text: raw.get().into(),
             no_uri_key: false,
-            no_result_hints: false,
+            hints: None,
         }
     }
 }
@@ -82,7 +83,7 @@ impl From<Box<RawValue>> for Json {
         Json {
             text: raw.into(),
             no_uri_key: false,
-            no_result_hints: false,
+            hints: None,
         }
     }
 }
@@ -154,6 +155,14 @@ pub(crate) fn response(text: &str) -> Option<Answered> {
     // This read is the message's one parse, as `Envelope::parse` would be.
     #[cfg(test)]
     super::ENVELOPES.with(|n| n.set(n.get() + 1));
+    // The spans were noted in the whole message: the result's own are the
+    // ones inside it (a hint member of another member's object makes them
+    // all unknown, as a repeated one does).
+    let offset = result.as_ptr() as usize - text.as_ptr() as usize;
+    let hints = match keys.hints_unknown {
+        true => None,
+        false => keys.hints.within(offset, result.len()),
+    };
     Some(Answered {
         id,
         result: Json {
@@ -161,9 +170,7 @@ pub(crate) fn response(text: &str) -> Option<Answered> {
             // Only the result nests keys: `id` is a number and `jsonrpc`
             // a string (any other member only makes this cautious).
             no_uri_key: !keys.maybe_uri,
-            // Any member's own keys count, not only the result's: a hint
-            // in another member only makes this cautious.
-            no_result_hints: !keys.maybe_hint,
+            hints,
         },
     })
 }
@@ -361,10 +368,15 @@ pub(crate) fn value_end(bytes: &[u8], start: usize) -> Option<usize> {
 struct NestedKeys {
     /// A key was `uri`, or had an escape (which could spell it).
     maybe_uri: bool,
-    /// A key of a value's own top level (an object's member, not one
-    /// nested deeper) was `resultType`, `ttlMs` or `cacheScope`, or had an
-    /// escape.
-    maybe_hint: bool,
+    /// Where the values of the walked values' own (top-level, not nested
+    /// deeper) `resultType`, `ttlMs` and `cacheScope` members are.
+    hints: HintSpans,
+    /// One of those came twice, or a top-level key had an escape (which
+    /// could spell one): `hints` cannot be trusted.
+    hints_unknown: bool,
+    /// A top-level hint member whose value is being walked, and where its
+    /// value starts.
+    open_hint: Option<(Hint, usize)>,
 }
 
 /// [`value_end`] of a value that nests arrays and objects at most
@@ -415,6 +427,14 @@ fn value_end_within(
             let Some(object) = open.last() else {
                 return Some(at);
             };
+            // A value just ended at the top level: a hint member's, if one
+            // was open.
+            if keys.open_hint.is_some()
+                && open.len() == 1
+                && let Some((hint, start)) = keys.open_hint.take()
+            {
+                keys.hints_unknown |= !keys.hints.note(hint, start..at);
+            }
             at = skip_space(bytes, at);
             match (*bytes.get(at)?, object) {
                 (b',', true) => {
@@ -485,12 +505,20 @@ fn member_value(bytes: &[u8], at: usize, top: bool, keys: &mut NestedKeys) -> Op
     let (end, escaped) = key_end(bytes, at + 1)?;
     let key = &bytes[at + 1..end];
     keys.maybe_uri |= escaped || key == b"uri";
-    keys.maybe_hint |= top && (escaped || matches!(key, b"resultType" | b"ttlMs" | b"cacheScope"));
+    let hint = match top {
+        true => Hint::of(key),
+        false => None,
+    };
+    keys.hints_unknown |= top && escaped;
     let at = skip_space(bytes, end + 1);
     if bytes.get(at) != Some(&b':') {
         return None;
     }
-    Some(skip_space(bytes, at + 1))
+    let start = skip_space(bytes, at + 1);
+    if let Some(hint) = hint {
+        keys.open_hint = Some((hint, start));
+    }
+    Some(start)
 }
 
 /// The closing quote of the string whose contents start at `from`: no

@@ -192,35 +192,63 @@ fn a_result_is_known_to_have_no_uri_key_only_when_it_has_none() {
     assert!(!Json::from(raw).has_no_uri_key());
 }
 
-/// The one pass notes whether a result may have a member a modern
-/// client's result carries, so the result is not parsed again to add them.
+/// The one pass notes where a result's own members that a modern client's
+/// result carries are, so the result is not parsed again to read or set
+/// them.
 #[test]
-fn a_result_is_known_to_have_no_hints_only_when_it_has_none_of_its_own() {
-    let has_none = |result: &str| answered(result).has_no_result_hints();
-    assert!(has_none(
-        r#"{"content":[{"type":"text","text":"resultType"}]}"#
-    ));
+fn the_one_pass_notes_where_a_results_own_hints_are() {
+    use crate::protocol::hints::Hint;
+    // Each hint's value as the spans find it, or `None` when unknown.
+    let values = |result: &str| {
+        let json = answered(result);
+        let spans = json.hints()?.clone();
+        let text = json.get();
+        Some(Hint::ALL.map(|hint| spans.value(text, hint).map(str::to_owned)))
+    };
+    let none = Some([None, None, None]);
+    assert_eq!(
+        values(r#"{"content":[{"type":"text","text":"resultType"}]}"#),
+        none
+    );
     // Nested deeper, they are another object's members.
-    assert!(has_none(r#"{"a":{"resultType":"x"},"b":[{"ttlMs":1}]}"#));
-    assert!(has_none("{}"));
-    assert!(has_none("[]"));
-    assert!(!has_none(r#"{"resultType":"input_required"}"#));
-    assert!(!has_none(r#"{"contents":[],"ttlMs":5}"#));
-    assert!(!has_none(r#"{"a":1,"cacheScope":"public"}"#));
-    // An escaped key may spell one.
-    assert!(!has_none(r#"{"result\u0054ype":"x"}"#));
-    assert!(!has_none(r#"{"a\n":1}"#));
+    assert_eq!(
+        values(r#"{"a":{"resultType":"x"},"b":[{"ttlMs":1}]}"#),
+        none
+    );
+    assert_eq!(values("{}"), none);
+    assert_eq!(values("[]"), none);
+    assert_eq!(values(r#"[{"ttlMs":1}]"#), none);
+    let some = |r: Option<&str>, t: Option<&str>, c: Option<&str>| {
+        Some([r, t, c].map(|v| v.map(str::to_owned)))
+    };
+    assert_eq!(
+        values(r#"{"resultType":"input_required"}"#),
+        some(Some(r#""input_required""#), None, None)
+    );
+    assert_eq!(
+        values(r#"{"contents":[{"ttlMs":2}],"ttlMs":5}"#),
+        some(None, Some("5"), None)
+    );
+    assert_eq!(
+        values(r#"{ "cacheScope" : "public" , "ttlMs" : 3e4 ,"a":{"cacheScope":1}}"#),
+        some(None, Some("3e4"), Some(r#""public""#))
+    );
+    // Values of any kind, ending where they end.
+    assert_eq!(
+        values(r#"{"ttlMs":{"a":[1,{"b":2}]},"cacheScope":[null],"resultType":null}"#),
+        some(Some("null"), Some(r#"{"a":[1,{"b":2}]}"#), Some("[null]"))
+    );
+    // An escaped key may spell one; a repeated one is read from its last.
+    assert_eq!(values(r#"{"result\u0054ype":"x"}"#), None);
+    assert_eq!(values(r#"{"a\n":1}"#), None);
+    assert_eq!(values(r#"{"ttlMs":1,"ttlMs":2}"#), None);
     // Another member's own keys make it cautious.
     let text = r#"{"jsonrpc":"2.0","id":1,"extra":{"ttlMs":1},"result":{}}"#;
-    assert!(
-        !response(text)
-            .expect("a plain answer")
-            .result
-            .has_no_result_hints()
-    );
+    let answer = response(text).expect("a plain answer");
+    assert!(answer.result.hints().is_none());
     // Taken from serde's text, nothing is known.
     let raw = serde_json::value::RawValue::from_string("{}".into()).unwrap();
-    assert!(!Json::from(raw).has_no_result_hints());
+    assert!(Json::from(raw).hints().is_none());
 }
 
 #[test]

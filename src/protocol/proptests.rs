@@ -1,7 +1,10 @@
 //! Property tests for the JSON-RPC envelope reader ([`Envelope::parse`] and
 //! [`Envelope::kind`]): arbitrary text and arbitrary JSON never panic, and
-//! every message is classified as JSON-RPC 2.0 says. The JSON strategies
-//! here are shared with the HTTP endpoint's property tests.
+//! every message is classified as JSON-RPC 2.0 says; and where the one-pass
+//! read of an answer finds its result's own hint members, and the result
+//! edited there, are what serde finds and what setting them in the parsed
+//! result gives. The JSON strategies here are shared with the HTTP
+//! endpoint's property tests.
 
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -25,11 +28,22 @@ pub(crate) fn chars(max: usize) -> impl Strategy<Value = String> {
     prop::collection::vec(any::<char>(), 0..=max).prop_map(String::from_iter)
 }
 
-/// Object keys: mostly the envelope's own members.
+/// Object keys: mostly the envelope's own members, and a result's.
 fn key() -> impl Strategy<Value = String> {
+    const KEYS: [&str; 10] = [
+        "jsonrpc",
+        "id",
+        "method",
+        "params",
+        "result",
+        "error",
+        "uri",
+        "resultType",
+        "ttlMs",
+        "cacheScope",
+    ];
     prop_oneof![
-        3 => prop::sample::select(&["jsonrpc", "id", "method", "params", "result", "error", "uri"][..])
-            .prop_map(str::to_owned),
+        3 => prop::sample::select(&KEYS[..]).prop_map(str::to_owned),
         1 => chars(6),
     ]
 }
@@ -244,6 +258,61 @@ proptest! {
             .collect();
         let text = Value::Array(members).to_string();
         prop_assert!(Envelope::parse(&text).is_err(), "{}", text);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The one pass finds a result's own `resultType`, `ttlMs` and
+    /// `cacheScope` where serde finds them, and an edit there gives what
+    /// setting them in the parsed result gives.
+    #[test]
+    fn hint_spans_agree_with_serde(
+        base in json(),
+        hints in prop::collection::vec((0..3usize, json()), 0..4),
+        style in any::<u8>(),
+    ) {
+        use super::hints::{Hint, Put};
+        const HINTS: [(Hint, &str); 3] = [
+            (Hint::ResultType, "resultType"),
+            (Hint::TtlMs, "ttlMs"),
+            (Hint::CacheScope, "cacheScope"),
+        ];
+        let mut result = match base {
+            Value::Object(members) => members,
+            other => Map::from_iter([("v".to_owned(), other)]),
+        };
+        for (which, value) in hints {
+            result.insert(HINTS[which].1.to_owned(), value);
+        }
+        let result = Value::Object(result);
+        let message = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "result": result });
+        let text = render(&message, style);
+        let answered = checked::response(&text).expect("a plain answer");
+        let body = answered.result.get();
+        let Some(spans) = answered.result.hints() else {
+            // Unknown only when a top-level key is written with an escape.
+            let escaped = |key: &String| serde_json::to_string(key).unwrap() != format!("\"{key}\"");
+            prop_assert!(result.as_object().unwrap().keys().any(escaped), "{}", body);
+            return Ok(());
+        };
+        // Read back from text, as serde reads floats (not always exactly).
+        let reread = |v: &Value| serde_json::from_str::<Value>(&v.to_string()).unwrap();
+        for (hint, key) in HINTS {
+            let found = spans.value(body, hint).map(|v| serde_json::from_str::<Value>(v).unwrap());
+            prop_assert_eq!(found, result.get(key).map(reread), "{} in {}", key, body);
+        }
+        let puts = [
+            Put { hint: Hint::ResultType, value: "\"complete\"", replace: false },
+            Put { hint: Hint::TtlMs, value: "7", replace: true },
+        ];
+        let edited: Value = serde_json::from_str(&spans.edit(body, &puts)).unwrap();
+        let mut expected = result.clone();
+        let members = expected.as_object_mut().unwrap();
+        members.entry("resultType").or_insert("complete".into());
+        members.insert("ttlMs".into(), 7.into());
+        prop_assert_eq!(edited, reread(&expected));
     }
 }
 

@@ -12,19 +12,18 @@
 //! `user`) answers each with its own token: every result it gives is kept
 //! as private to the caller, whatever its hints say.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use indexmap::IndexMap;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
 use super::RequestContext;
 use super::call::Call;
+use super::reply::CacheHints;
 use super::rewrite;
 use crate::cache::{Flight, FlightGuard, Hit, Item, ResultCache, Store};
+use crate::protocol::hints::{Hint, HintSpans};
 use crate::protocol::{self, Era, Method};
 
 /// What the cache says before a call is sent.
@@ -50,15 +49,6 @@ pub(crate) struct Plan {
     max_entries: u64,
     /// Held while this call is the one asking upstream.
     _flight: Option<FlightGuard>,
-}
-
-/// The caching members of a result.
-#[derive(Deserialize)]
-struct Hints {
-    #[serde(rename = "ttlMs")]
-    ttl_ms: Option<u64>,
-    #[serde(rename = "cacheScope")]
-    cache_scope: Option<String>,
 }
 
 /// Looks the call up; a miss becomes the leader of identical misses, or
@@ -126,45 +116,65 @@ pub(super) async fn before(
 }
 
 impl Plan {
-    /// Keeps the (namespaced) result `body` if the upstream allows, and
-    /// returns it as it goes to the client: a 2026-07-28 client's read of
-    /// a 2025-era upstream with a configured `cache.ttl` gets that TTL and
-    /// `cacheScope: public`.
-    pub(super) fn store<'b>(&self, body: Cow<'b, str>, era: Era) -> Cow<'b, str> {
+    /// Keeps the (namespaced) result `text` if the upstream allows, its
+    /// own hint members read where `spans` says they are; for a
+    /// 2026-07-28 client's read of a 2025-era upstream with a configured
+    /// `cache.ttl`, the hints its answer carries: that TTL, and
+    /// `cacheScope: public` unless the upstream acts as each caller.
+    pub(super) fn store(
+        &self,
+        text: &str,
+        spans: &HintSpans,
+        era: Era,
+    ) -> Option<CacheHints<'static>> {
         let (ttl, private) = match self.legacy_ttl {
             Some(ttl) => (ttl, false),
-            None => match serde_json::from_str::<Hints>(&body) {
-                Ok(Hints {
-                    ttl_ms: Some(ms),
-                    cache_scope,
-                }) => (
-                    Duration::from_millis(ms),
-                    cache_scope.as_deref() != Some("public"),
-                ),
-                _ => return body,
-            },
+            None => {
+                let ttl_ms = spans.value(text, Hint::TtlMs)?;
+                let ttl_ms = serde_json::from_str::<u64>(ttl_ms).ok()?;
+                // An explicit `null` is no scope; any other non-string
+                // makes the hints unreadable, and the result is not kept.
+                let scope = match spans.value(text, Hint::CacheScope) {
+                    Some(scope) => serde_json::from_str::<Option<String>>(scope).ok()?,
+                    None => None,
+                };
+                (
+                    Duration::from_millis(ttl_ms),
+                    scope.as_deref() != Some("public"),
+                )
+            }
         };
         let identity = match (private || self.per_identity, &self.identity) {
             (false, _) => None,
             (true, Some(identity)) => Some(identity),
             // Private to a client the gateway cannot tell apart: not kept.
-            (true, None) => return body,
+            (true, None) => return None,
         };
         self.cache.put(Store {
             upstream: &self.upstream,
             key: &self.key,
             item: self.item.clone(),
             identity,
-            body: &body,
+            body: text,
+            hints: spans,
             ttl,
             max_entries: self.max_entries,
         });
         match (self.legacy_ttl, era, &self.item) {
-            (Some(ttl), Era::Modern, Item::Resource(_)) => {
-                Cow::Owned(with_hints(&body, ttl.as_millis() as u64, self.per_identity))
-            }
-            _ => body,
+            (Some(ttl), Era::Modern, Item::Resource(_)) => Some(CacheHints {
+                ttl_ms: ttl.as_millis() as u64,
+                scope: scope_name(self.per_identity),
+            }),
+            _ => None,
         }
+    }
+}
+
+/// `cacheScope` of a result kept for one identity, or for all.
+fn scope_name(private: bool) -> &'static str {
+    match private {
+        true => "private",
+        false => "public",
     }
 }
 
@@ -174,25 +184,14 @@ fn frame(method: &str, hit: &Hit, id: &str, era: Era) -> String {
     match era {
         Era::Legacy => protocol::response_frame(id, &hit.body),
         Era::Modern => {
-            let hinted = match method == "resources/read" || hit.body.contains("\"ttlMs\"") {
-                true => with_hints(&hit.body, hit.remaining.as_millis() as u64, hit.private),
-                false => hit.body.to_string(),
-            };
-            protocol::response_frame(id, &rewrite::modern_result(method, &hinted))
+            let hinted = method == protocol::method::RESOURCES_READ || hit.hints.has(Hint::TtlMs);
+            let cache = hinted.then(|| CacheHints {
+                ttl_ms: hit.remaining.as_millis() as u64,
+                scope: scope_name(hit.private),
+            });
+            rewrite::modern_frame(id, method, &hit.body, &hit.hints, cache)
         }
     }
-}
-
-/// `body` with its `ttlMs` and `cacheScope` set.
-fn with_hints(body: &str, ttl_ms: u64, private: bool) -> String {
-    let Ok(mut members) = serde_json::from_str::<IndexMap<String, Box<RawValue>>>(body) else {
-        return body.to_owned();
-    };
-    let raw = |s: String| RawValue::from_string(s).expect("valid JSON literal");
-    let scope = if private { "private" } else { "public" };
-    members.insert("ttlMs".into(), raw(ttl_ms.to_string()));
-    members.insert("cacheScope".into(), raw(format!("\"{scope}\"")));
-    serde_json::to_string(&members).unwrap_or_else(|_| body.to_owned())
 }
 
 #[cfg(test)]
@@ -201,8 +200,11 @@ mod tests {
 
     #[test]
     fn hits_carry_the_time_left_and_their_scope_to_modern_clients() {
+        let (body, hints) =
+            crate::protocol::hints::learn(r#"{"contents":[],"ttlMs":30000,"cacheScope":"public"}"#);
         let hit = Hit {
-            body: r#"{"contents":[],"ttlMs":30000,"cacheScope":"public"}"#.into(),
+            body: body.into(),
+            hints,
             remaining: Duration::from_millis(1200),
             private: false,
         };

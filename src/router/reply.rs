@@ -101,6 +101,7 @@ pub(crate) struct PageFrame {
 }
 
 /// The caching hints a 2026-07-28 result carries.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct CacheHints<'a> {
     pub ttl_ms: u64,
     pub scope: &'a str,

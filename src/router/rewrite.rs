@@ -4,18 +4,20 @@
 //! Params are split into top-level members with raw values, so only the
 //! members that change (`name`, `uri`, `ref`, `_meta.progressToken`) are
 //! touched. Results are scanned for `"uri"` first; a body without one (the
-//! common `tools/call` result) is forwarded byte for byte.
+//! common `tools/call` result) is forwarded byte for byte. What a modern
+//! client's result carries besides (`resultType`, caching hints) is
+//! spliced in where the one-pass check or the URI rewrite found its own
+//! members, not by parsing it again.
 
-use std::borrow::Cow;
 use std::sync::LazyLock;
 
-use indexmap::IndexMap;
 use memchr::memmem::Finder;
 
 use serde_json::Value;
-use serde_json::value::RawValue;
 
+use super::reply::CacheHints;
 use crate::catalog::naming;
+use crate::protocol::hints::{self, Hint, HintSpans, Put};
 
 /// JSON text of a string.
 pub(crate) fn json_string(s: &str) -> String {
@@ -24,8 +26,16 @@ pub(crate) fn json_string(s: &str) -> String {
     out
 }
 
-/// The result with every upstream URI namespaced under `upstream`.
-pub(crate) fn namespace_result<'r>(method: &str, upstream: &str, text: &'r str) -> Cow<'r, str> {
+/// The result with every upstream URI namespaced under `upstream`, as
+/// the gateway writes it, and where its own hint members are in that
+/// text; `None` when it has no URI to rewrite and is kept as it is. This
+/// is the one read of a result by the router, for the one rewrite that has
+/// to look inside it (tests count it as a parse).
+pub(crate) fn namespace_result(
+    method: &str,
+    upstream: &str,
+    text: &str,
+) -> Option<(String, HintSpans)> {
     // A fast pre-check, not a parse: a body that cannot hold a "uri" key is
     // passed through without being parsed. Escaped keys could spell "uri"
     // without the literal bytes; treat them as possible.
@@ -37,10 +47,12 @@ pub(crate) fn namespace_result<'r>(method: &str, upstream: &str, text: &'r str) 
     let unicode_escape =
         || memchr::memchr_iter(b'\\', bytes).any(|at| bytes.get(at + 1) == Some(&b'u'));
     if URI_KEY.find(bytes).is_none() && !unicode_escape() {
-        return Cow::Borrowed(text);
+        return None;
     }
-    let Ok(mut value) = serde_json::from_str::<Value>(text) else {
-        return Cow::Borrowed(text);
+    #[cfg(test)]
+    crate::protocol::note_envelope_parse();
+    let Ok(Value::Object(mut value)) = serde_json::from_str::<Value>(text) else {
+        return None;
     };
     match method {
         "tools/call" => namespace_blocks(value.get_mut("content"), upstream),
@@ -60,46 +72,58 @@ pub(crate) fn namespace_result<'r>(method: &str, upstream: &str, text: &'r str) 
         }
         _ => {}
     }
-    Cow::Owned(value.to_string())
+    Some(hints::write_object(&value))
 }
 
-/// A result as a modern (2026-07-28) client expects it: with `resultType`
-/// (legacy upstreams send none), and for `resources/read` with caching
-/// hints. Without hints from the upstream a read is `private` and
-/// immediately stale: the gateway cannot know who may share it.
-pub(crate) fn modern_result(method: &str, body: &str) -> String {
-    // A second read of an answer's result (tests count it as one).
-    #[cfg(test)]
-    crate::protocol::note_envelope_parse();
-    let Ok(mut members) = serde_json::from_str::<IndexMap<String, Box<RawValue>>>(body) else {
-        return body.to_owned();
+/// The response frame to request `id` (raw JSON) of a modern (2026-07-28)
+/// client whose result is `text`, with `spans` where its own hint members
+/// are: with `resultType` (legacy upstreams send none), and with `cache`
+/// hints set, or for `resources/read` without them its own or defaults.
+/// Without hints from the upstream a read is `private` and immediately
+/// stale: the gateway cannot know who may share it. The members are
+/// spliced in; the result is not parsed again.
+pub(crate) fn modern_frame(
+    id: &str,
+    method: &str,
+    text: &str,
+    spans: &HintSpans,
+    cache: Option<CacheHints<'_>>,
+) -> String {
+    let ttl_ms;
+    let scope;
+    let complete = Put {
+        hint: Hint::ResultType,
+        value: "\"complete\"",
+        replace: false,
     };
-    let raw = |s: &str| RawValue::from_string(s.to_owned()).expect("valid JSON literal");
-    if !members.contains_key("resultType") {
-        members.shift_insert(0, "resultType".into(), raw("\"complete\""));
-    }
-    if method == "resources/read" {
-        members.entry("ttlMs".into()).or_insert_with(|| raw("0"));
-        members
-            .entry("cacheScope".into())
-            .or_insert_with(|| raw("\"private\""));
-    }
-    serde_json::to_string(&members).unwrap_or_else(|_| body.to_owned())
-}
-
-/// [`modern_result`] of a result object known to have none of the members
-/// it adds (`Json::has_no_result_hints`): they are spliced in front of its
-/// members, and the rest of its text is kept as it came, not parsed again.
-/// Anything but an object is kept as it is, as `modern_result` keeps it.
-pub(crate) fn modern_result_without_hints(method: &str, body: &str) -> String {
-    let Some(rest) = body.strip_prefix('{') else {
-        return body.to_owned();
+    let (ttl_value, scope_value, replace) = match cache {
+        Some(cache) => {
+            ttl_ms = cache.ttl_ms.to_string();
+            scope = json_string(cache.scope);
+            (ttl_ms.as_str(), scope.as_str(), true)
+        }
+        None => ("0", "\"private\"", false),
     };
-    let mut out = match method {
-        crate::protocol::method::RESOURCES_READ => hinted_opening(rest, 0, "private"),
-        _ => format!("{{\"resultType\":\"complete\"{}", separator(rest)),
+    let hinted = [
+        complete,
+        Put {
+            hint: Hint::TtlMs,
+            value: ttl_value,
+            replace,
+        },
+        Put {
+            hint: Hint::CacheScope,
+            value: scope_value,
+            replace,
+        },
+    ];
+    let puts = match replace || method == crate::protocol::method::RESOURCES_READ {
+        true => &hinted[..],
+        false => &hinted[..1],
     };
-    out.push_str(rest);
+    let mut out = crate::protocol::response_head(id, text.len() + 96);
+    spans.edit_into(&mut out, text, puts);
+    out.push('}');
     out
 }
 
@@ -162,53 +186,66 @@ fn namespace_member(object: &mut Value, key: &str, upstream: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+    use serde_json::value::RawValue;
 
     fn raw(s: &str) -> Box<RawValue> {
         RawValue::from_string(s.to_owned()).unwrap()
     }
 
-    #[test]
-    fn modern_results_get_result_type_and_read_hints() {
-        let out: Value =
-            serde_json::from_str(&modern_result("tools/call", r#"{"content":[]}"#)).unwrap();
-        assert_eq!(out["resultType"], "complete");
-        let kept: Value = serde_json::from_str(&modern_result(
-            "tools/call",
-            r#"{"resultType":"input_required","requestState":"s"}"#,
-        ))
-        .unwrap();
-        assert_eq!(kept["resultType"], "input_required");
-        assert_eq!(kept["requestState"], "s");
-        let read: Value = serde_json::from_str(&modern_result(
-            "resources/read",
-            r#"{"contents":[],"ttlMs":5}"#,
-        ))
-        .unwrap();
-        assert_eq!(
-            (read["ttlMs"].as_u64(), read["cacheScope"].as_str()),
-            (Some(5), Some("private"))
-        );
+    /// A modern frame of `body` (spans learned by parsing it) as a value.
+    fn modern(method: &str, body: &str, cache: Option<CacheHints<'_>>) -> Value {
+        let (text, spans) = hints::learn(body);
+        let frame: Value =
+            serde_json::from_str(&modern_frame("7", method, &text, &spans, cache)).unwrap();
+        assert_eq!(frame["id"], 7);
+        frame["result"].clone()
     }
 
-    /// Splicing the hints in front of a result known to have none gives
-    /// what parsing it does, member for member.
     #[test]
-    fn hints_spliced_in_front_match_the_parsed_rewrite() {
-        for method in ["tools/call", "resources/read", "prompts/get"] {
-            for body in [
-                r#"{"content":[{"type":"text","text":"hi"}],"isError":false}"#,
-                "{}",
-                "{ }",
-                r#"{ "a" : {"resultType":"nested"} }"#,
-                "[1,2]",
-                "5",
-            ] {
-                let spliced = modern_result_without_hints(method, body);
-                let parsed = modern_result(method, body);
-                let as_value = |text: &str| serde_json::from_str::<Value>(text).unwrap();
-                assert_eq!(as_value(&spliced), as_value(&parsed), "{method} {body}");
-            }
-        }
+    fn modern_results_get_result_type_and_read_hints() {
+        let call = modern("tools/call", r#"{"content":[]}"#, None);
+        assert_eq!(call, json!({"resultType":"complete","content":[]}));
+        let kept = modern(
+            "tools/call",
+            r#"{"resultType":"input_required","requestState":"s"}"#,
+            None,
+        );
+        assert_eq!(
+            kept,
+            json!({"resultType":"input_required","requestState":"s"})
+        );
+        let read = modern("resources/read", r#"{"contents":[],"ttlMs":5}"#, None);
+        assert_eq!(
+            read,
+            json!({"resultType":"complete","contents":[],"ttlMs":5,"cacheScope":"private"})
+        );
+        let empty = modern("resources/read", "{ }", None);
+        assert_eq!(
+            empty,
+            json!({"resultType":"complete","ttlMs":0,"cacheScope":"private"})
+        );
+        assert_eq!(modern("tools/call", "[1,2]", None), json!([1, 2]));
+    }
+
+    /// Hints from the cache replace the result's own.
+    #[test]
+    fn cache_hints_replace_the_results_own() {
+        let hints = || CacheHints {
+            ttl_ms: 1200,
+            scope: "public",
+        };
+        let read = modern(
+            "resources/read",
+            r#"{"contents":[],"ttlMs":30000,"cacheScope":"private"}"#,
+            Some(hints()),
+        );
+        assert_eq!(
+            read,
+            json!({"resultType":"complete","contents":[],"ttlMs":1200,"cacheScope":"public"})
+        );
+        let prompt = modern("prompts/get", r#"{"messages":[]}"#, Some(hints()));
+        assert_eq!(prompt["ttlMs"], 1200);
     }
 
     #[test]
@@ -226,32 +263,39 @@ mod tests {
         assert_eq!(empty["cacheScope"], "private");
     }
 
+    /// The namespaced result, checked to have its hint spans right.
+    fn namespaced(method: &str, upstream: &str, text: &str) -> Value {
+        let (out, spans) = namespace_result(method, upstream, text).expect("rewritten");
+        let value: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            spans
+                .value(&out, Hint::TtlMs)
+                .map(|v| v.parse::<u64>().unwrap()),
+            value["ttlMs"].as_u64()
+        );
+        value
+    }
+
     #[test]
     fn namespaces_links_and_embedded_resources() {
         let result = raw(
             r#"{"content":[{"type":"text","text":"hi"},{"type":"resource_link","uri":"file:///a","name":"a"},{"type":"resource","resource":{"uri":"mem://b","text":"b"}}]}"#,
         );
-        let out: Value =
-            serde_json::from_str(&namespace_result("tools/call", "fs", result.get())).unwrap();
+        let out = namespaced("tools/call", "fs", result.get());
         assert_eq!(out["content"][1]["uri"], "fs+file:///a");
         assert_eq!(out["content"][2]["resource"]["uri"], "fs+mem://b");
 
         let plain = raw(r#"{"content":[{"type":"text","text":"no links"}]}"#);
-        assert!(matches!(
-            namespace_result("tools/call", "fs", plain.get()),
-            Cow::Borrowed(_)
-        ));
+        assert!(namespace_result("tools/call", "fs", plain.get()).is_none());
 
-        let read = raw(r#"{"contents":[{"uri":"file:///a","text":"x"}]}"#);
-        let out: Value =
-            serde_json::from_str(&namespace_result("resources/read", "fs", read.get())).unwrap();
+        let read = raw(r#"{"contents":[{"uri":"file:///a","text":"x"}],"ttlMs":9}"#);
+        let out = namespaced("resources/read", "fs", read.get());
         assert_eq!(out["contents"][0]["uri"], "fs+file:///a");
 
         let prompt = raw(
             r#"{"messages":[{"role":"user","content":{"type":"resource","resource":{"uri":"x://1","text":""}}}]}"#,
         );
-        let out: Value =
-            serde_json::from_str(&namespace_result("prompts/get", "p", prompt.get())).unwrap();
+        let out = namespaced("prompts/get", "p", prompt.get());
         assert_eq!(out["messages"][0]["content"]["resource"]["uri"], "p+x://1");
     }
 }

@@ -69,9 +69,13 @@ impl Router {
         Some(GatewayCall::Answered(match answer {
             Ok(result) => Frame::result(match ctx.era {
                 Era::Legacy => protocol::response_frame(id.get(), &result),
-                Era::Modern => protocol::response_frame(
+                // The gateway wrote it: it has no hint member of its own.
+                Era::Modern => rewrite::modern_frame(
                     id.get(),
-                    &rewrite::modern_result(protocol::method::TOOLS_CALL, &result),
+                    protocol::method::TOOLS_CALL,
+                    &result,
+                    &crate::protocol::hints::HintSpans::none(),
+                    None,
                 ),
             }),
             Err(e) => e.to_frame(id.get(), ctx.era),

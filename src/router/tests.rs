@@ -27,7 +27,8 @@ use crate::upstream::{Interest, Origin, UpstreamHandle};
 const PATIENT: Duration = Duration::from_secs(60);
 
 /// A router over two upstreams, `alpha` and `beta`, each offering the tool
-/// `echo` (exposed as `alpha__echo` and `beta__echo`) and `file:///a`.
+/// `echo` (exposed as `alpha__echo` and `beta__echo`), the prompt `p` and
+/// `file:///a`.
 struct Gateway {
     router: Arc<Router>,
     alpha: FakeUpstream,
@@ -62,6 +63,7 @@ fn gateway(timeout: Duration) -> Gateway {
                         "annotations": { "readOnlyHint": true, "idempotentHint": true } })),
                 ],
                 resources: vec![object(json!({ "uri": "file:///a", "name": "a" }))],
+                prompts: vec![object(json!({ "name": "p" }))],
                 ..UpstreamLists::default()
             },
             instructions: None,
@@ -226,6 +228,86 @@ async fn a_call_is_parsed_once_on_the_way_up_and_its_answer_once_on_the_way_back
             (client == Era::Modern).then_some("complete"),
             "a modern client's result says it is complete"
         );
+    }
+}
+
+/// Issue 30: a result the router has to change on its way is read again
+/// only to rewrite the URIs in it (once), and the cache keeps it without
+/// reading it: its own `ttlMs` and `cacheScope` are where the one pass
+/// found them, and a modern client's `resultType` and hints are spliced in,
+/// on the way through and from the cache.
+#[tokio::test(start_paused = true)]
+async fn a_result_is_read_again_only_to_rewrite_its_uris_and_not_to_be_cached() {
+    for client in [Era::Legacy, Era::Modern] {
+        let mut gw = gateway(PATIENT);
+        gw.alpha.conn.set_modern(object(json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        })));
+        let alpha = gw.router.upstreams().get("alpha").unwrap();
+        alpha.set_hello(crate::upstream::handshake::ServerHello {
+            protocol_version: "2026-07-28".into(),
+            modern: true,
+            capabilities: Map::new(),
+            instructions: None,
+            server_name: None,
+        });
+        let ctx = session_in(&gw.router, false, client);
+        // (method, params, the upstream's result, reads of it expected)
+        let cases = [
+            (
+                "resources/read",
+                json!({ "uri": "alpha+file:///a" }),
+                r#"{"contents":[{"uri":"file:///a","text":"x"}],"ttlMs":60000,"cacheScope":"public"}"#,
+                2,
+            ),
+            (
+                "prompts/get",
+                json!({ "name": "alpha__p" }),
+                r#"{"messages":[],"cacheScope":"public","ttlMs":60000}"#,
+                1,
+            ),
+        ];
+        for (method, params, result, reads) in cases {
+            let mut answers = Vec::new();
+            for round in ["upstream", "cache"] {
+                let before = crate::protocol::envelopes_parsed();
+                let reply = call(&gw.router, &ctx, "3", method, params.clone());
+                if round == "upstream" {
+                    let sent = gw.alpha.next_sent().await;
+                    gw.alpha.answer(sent.id.expect("a request"), result).await;
+                }
+                let reply = ready(within(reply).await.unwrap());
+                let expected = if round == "upstream" { reads } else { 0 };
+                assert_eq!(
+                    crate::protocol::envelopes_parsed() - before,
+                    expected,
+                    "{method} from the {round}, client {client:?}"
+                );
+                answers.push(reply["result"].clone());
+            }
+            if let Some(sent) = gw.alpha.try_sent() {
+                panic!("the second came from the cache: {}", frame_of(&sent));
+            }
+            for (answer, round) in answers.iter().zip(["upstream", "cache"]) {
+                let why = format!("{method} from the {round}, client {client:?}");
+                if method == "resources/read" {
+                    assert_eq!(answer["contents"][0]["uri"], "alpha+file:///a", "{why}");
+                }
+                assert_eq!(answer["cacheScope"], "public", "{why}");
+                match client {
+                    Era::Legacy => {
+                        assert_eq!(answer["ttlMs"], 60000, "as the upstream sent it: {why}");
+                        assert!(answer.get("resultType").is_none(), "{why}");
+                    }
+                    Era::Modern => {
+                        assert_eq!(answer["resultType"], "complete", "{why}");
+                        let ttl = answer["ttlMs"].as_u64().unwrap_or_default();
+                        assert!(ttl > 0 && ttl <= 60000, "{why}: {ttl}");
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -262,6 +262,12 @@ impl UpstreamHandle {
         handle
     }
 
+    /// Says what the upstream answered to its handshake, as the supervisor
+    /// does once it is connected.
+    pub(crate) fn set_hello(&self, hello: super::handshake::ServerHello) {
+        self.shared.hello.store(Some(Arc::new(hello)));
+    }
+
     /// Swaps the live connection, as the supervisor does after a restart,
     /// and says the upstream is ready again (or down without one).
     pub(crate) fn replace_connection(&self, conn: Option<Arc<Connection>>) {

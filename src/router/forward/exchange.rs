@@ -3,6 +3,7 @@
 //! client's stream and log tap, and turning the answer into the client's
 //! frame and its reports.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -291,32 +292,37 @@ impl Exchange {
     }
 
     /// The client's response frame for the upstream's `result`: its URIs
-    /// namespaced, kept if it may be, in the client's era.
+    /// namespaced, kept if it may be, in the client's era. The result is
+    /// read again only to rewrite URIs in it; its hint members are found
+    /// where the one-pass check (or the rewrite's writing) noted them.
     fn result_frame(&self, result: &Json) -> Frame {
+        let method = self.method.name();
         // A result the one-pass check found no `uri` key in has none to
         // rewrite.
-        let body = match self.handle.namespaces_uris() && !result.has_no_uri_key() {
-            true => rewrite::namespace_result(self.method.name(), self.handle.name(), result.get()),
-            false => std::borrow::Cow::Borrowed(result.get()),
+        let rewritten = match self.handle.namespaces_uris() && !result.has_no_uri_key() {
+            true => rewrite::namespace_result(method, self.handle.name(), result.get()),
+            false => None,
         };
-        // The check's word on the result's own members holds for its text
-        // as the upstream sent it, which is what a modern client gets
-        // unless a rewrite or the cache made another.
-        let as_sent = matches!(body, std::borrow::Cow::Borrowed(_)) && self.cached.is_none();
-        let body = match &self.cached {
-            Some(plan) => plan.store(body, self.era),
-            None => body,
+        let (text, spans) = match (rewritten, result.hints()) {
+            (Some((text, spans)), _) => (Cow::Owned(text), Cow::Owned(spans)),
+            (None, Some(spans)) => (Cow::Borrowed(result.get()), Cow::Borrowed(spans)),
+            // A result serde read (not the common answer): a 2025-era
+            // client that nothing keeps it for needs nothing of it.
+            (None, None) if self.era == Era::Legacy && self.cached.is_none() => {
+                return Frame::result(protocol::response_frame(&self.client_id, result.get()));
+            }
+            (None, None) => {
+                let (text, spans) = crate::protocol::hints::learn(result.get());
+                (Cow::Owned(text), Cow::Owned(spans))
+            }
+        };
+        let cache = match &self.cached {
+            Some(plan) => plan.store(&text, &spans, self.era),
+            None => None,
         };
         Frame::result(match self.era {
-            Era::Legacy => protocol::response_frame(&self.client_id, &body),
-            Era::Modern if as_sent && result.has_no_result_hints() => protocol::response_frame(
-                &self.client_id,
-                &rewrite::modern_result_without_hints(self.method.name(), &body),
-            ),
-            Era::Modern => protocol::response_frame(
-                &self.client_id,
-                &rewrite::modern_result(self.method.name(), &body),
-            ),
+            Era::Legacy => protocol::response_frame(&self.client_id, &text),
+            Era::Modern => rewrite::modern_frame(&self.client_id, method, &text, &spans, cache),
         })
     }
 
