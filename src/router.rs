@@ -14,6 +14,8 @@ mod call;
 mod error;
 mod forward;
 mod observe;
+#[cfg(test)]
+mod reads_tests;
 mod reply;
 mod resolve;
 mod retry;

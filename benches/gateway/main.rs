@@ -67,7 +67,7 @@ usage: cargo bench --bench gateway -- [--quick] [--rounds N] [--out FILE]
                                       [--floor-threads N] [--fanout N,M]
                                       [--baseline PATH [--baseline-label TEXT]]
   --quick    a short run (well under a minute) to check the pipeline
-  --rounds   rounds of the interleaved per-call measurements (default 5)
+  --rounds   rounds of the interleaved per-call measurements (default 9)
   --out      also write the Markdown report to FILE (docs/benchmark.md)
   --mcpmux   the gateway binary (default: $MCPMUX_BIN, else the one cargo built)
   --only     run only these parts
@@ -101,7 +101,7 @@ struct Plan {
 impl Plan {
     fn full() -> Plan {
         Plan {
-            rounds: 5,
+            rounds: 9,
             warmup: 500,
             calls_2k: 5000,
             calls_32k: 1000,
@@ -113,7 +113,7 @@ impl Plan {
                 tools_each: 100,
                 fetches: 20,
             },
-            catalog_rounds: 5,
+            catalog_rounds: 9,
             search: search::Shape {
                 upstreams: 50,
                 tools_each: 100,
