@@ -43,6 +43,14 @@ pub(crate) fn namespace_result(
     // Backslashes are found by the one-byte search, which is the cheaper,
     // and only a `\u` among them counts.
     static URI_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"uri\""));
+    // Only these results have URIs where the gateway rewrites them (a
+    // task's result is the result of the `tools/call` that created it).
+    if !matches!(
+        method,
+        "tools/call" | "tasks/result" | "prompts/get" | "resources/read"
+    ) {
+        return None;
+    }
     let bytes = text.as_bytes();
     let unicode_escape =
         || memchr::memchr_iter(b'\\', bytes).any(|at| bytes.get(at + 1) == Some(&b'u'));
@@ -55,7 +63,7 @@ pub(crate) fn namespace_result(
         return None;
     };
     match method {
-        "tools/call" => namespace_blocks(value.get_mut("content"), upstream),
+        "tools/call" | "tasks/result" => namespace_blocks(value.get_mut("content"), upstream),
         "prompts/get" => {
             if let Some(Value::Array(messages)) = value.get_mut("messages") {
                 for message in messages {
@@ -287,6 +295,13 @@ mod tests {
 
         let plain = raw(r#"{"content":[{"type":"text","text":"no links"}]}"#);
         assert!(namespace_result("tools/call", "fs", plain.get()).is_none());
+        // A result of another method is not read: nothing in it is rewritten.
+        let parses = crate::protocol::envelopes_parsed();
+        assert!(namespace_result("tasks/get", "fs", result.get()).is_none());
+        assert_eq!(crate::protocol::envelopes_parsed(), parses);
+        // A task's result is its tool call's.
+        let out = namespaced("tasks/result", "fs", result.get());
+        assert_eq!(out["content"][1]["uri"], "fs+file:///a");
 
         let read = raw(r#"{"contents":[{"uri":"file:///a","text":"x"}],"ttlMs":9}"#);
         let out = namespaced("resources/read", "fs", read.get());
