@@ -23,7 +23,7 @@ mod upstream_auth;
 
 #[cfg(test)]
 pub(crate) use auth::ApiKey;
-pub(crate) use auth::{AdminAccess, AuthConfig, AuthSettings, JwtConfig, JwtKeys, sha256};
+pub(crate) use auth::{AdminAccess, AuthConfig, AuthSettings, JwtConfig, JwtKeys};
 pub(crate) use endpoints::{
     EndpointConfig, MAX_SEARCH_RESULTS, Naming, PrefixMode, SearchConfig, naming_issue,
 };
@@ -52,7 +52,7 @@ pub(crate) use pages::PageSizes;
 pub(crate) use policy::{Access, PolicyConfig, RuleConfig};
 use problems::Problems;
 pub(crate) use protect::{BreakerConfig, CacheConfig, LimitsConfig, ProtectConfig};
-pub(crate) use secret::{Secret, StateKey};
+pub(crate) use secret::{Secret, StateKey, sha256};
 pub(crate) use shape::{ItemOverride, ListShape, ShapeConfig};
 
 /// The config `mcpmux serve` runs when no `--config` is given: two copies of

@@ -32,13 +32,14 @@ use serde_json::{Value, json};
 
 pub(crate) use error::RouteError;
 pub(crate) use forward::InflightCall;
-pub(crate) use reply::{CacheHints, Ended, Frame, PageFrame, Reply};
+pub(crate) use reply::{Ended, Frame, PageFrame, Reply};
 
 use crate::auth::Identity;
 use crate::catalog::{Catalog, CatalogStore, ListKind, Page};
 use crate::metrics::{Metrics, Outcome};
 use crate::notify::{LogLevel, NotifyHub, Subscriber};
 use crate::policy::Grant;
+use crate::protocol::hints::CacheHints;
 use crate::protocol::{self, Era, Method};
 use crate::protocol::{Params, ParamsError, Request};
 use crate::upstream::{Subscribed, SubscriberId};

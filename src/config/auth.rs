@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::oauth_server::{OAuthServerConfig, RawOAuthServer};
+use super::secret::sha256;
 use super::{Lookup, Problems};
 
 /// How clients authenticate.
@@ -99,14 +100,6 @@ pub(super) const JWT_ALGORITHMS: &[&str] = &[
 ];
 /// Accepted by default.
 const DEFAULT_ALGORITHMS: &[&str] = &["RS256", "ES256", "EdDSA"];
-
-/// The SHA-256 digest of `text`.
-pub(crate) fn sha256(text: &[u8]) -> [u8; 32] {
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(digest.as_ref());
-    out
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use super::auth::sha256;
+use super::secret::sha256;
 use super::{Lookup, Problems, Secret};
 
 /// The validated `auth.oauth_server` section.

@@ -1,4 +1,5 @@
-//! A string that never shows itself in `Debug` or `Display` output.
+//! A string that never shows itself in `Debug` or `Display` output, and
+//! the SHA-256 digest secrets are kept and compared as.
 
 use std::fmt;
 
@@ -61,4 +62,12 @@ impl fmt::Debug for StateKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("StateKey(***)")
     }
+}
+
+/// The SHA-256 digest of `text`.
+pub(crate) fn sha256(text: &[u8]) -> [u8; 32] {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
 }

@@ -47,6 +47,14 @@ impl Hint {
     }
 }
 
+/// The caching hints a 2026-07-28 result carries, as the gateway sets
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CacheHints<'a> {
+    pub ttl_ms: u64,
+    pub scope: &'a str,
+}
+
 /// The byte ranges of a result object's own hint members' values in its
 /// text (none: it has no such member).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

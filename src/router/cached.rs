@@ -20,10 +20,9 @@ use tokio::time::Instant;
 
 use super::RequestContext;
 use super::call::Call;
-use super::reply::CacheHints;
 use super::rewrite;
 use crate::cache::{Flight, FlightGuard, Hit, Item, ResultCache, Store};
-use crate::protocol::hints::{Hint, HintSpans};
+use crate::protocol::hints::{CacheHints, Hint, HintSpans};
 use crate::protocol::{self, Era, Method};
 
 /// What the cache says before a call is sent.

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use super::rewrite;
 use crate::catalog::Page;
 use crate::protocol;
+use crate::protocol::hints::CacheHints;
 
 /// The answer to one request.
 pub(crate) enum Reply {
@@ -98,13 +99,6 @@ pub(crate) struct PageFrame {
     head: String,
     page: Page,
     skip: usize,
-}
-
-/// The caching hints a 2026-07-28 result carries.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CacheHints<'a> {
-    pub ttl_ms: u64,
-    pub scope: &'a str,
 }
 
 impl PageFrame {

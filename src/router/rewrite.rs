@@ -15,9 +15,8 @@ use memchr::memmem::Finder;
 
 use serde_json::Value;
 
-use super::reply::CacheHints;
 use crate::catalog::naming;
-use crate::protocol::hints::{self, Hint, HintSpans, Put};
+use crate::protocol::hints::{self, CacheHints, Hint, HintSpans, Put};
 
 /// JSON text of a string.
 pub(crate) fn json_string(s: &str) -> String {
