@@ -31,6 +31,11 @@ pub const MAX_QUEUED: usize = 4;
 const SATURATED: i64 = -32053;
 /// A refusal that comes back within this time counts as "at once".
 pub const AT_ONCE: Duration = Duration::from_millis(100);
+/// The slow upstream's `timeout`: longer than any round, so the holders'
+/// stalled calls keep their slots until the round deletes their sessions.
+/// (At 30 s, a round slowed by a busy host outlived them: a slot freed, a
+/// probe waiting in the queue took it and stalled, and the run failed.)
+const HOLD_TIMEOUT: &str = "600s";
 /// Bounds on waiting for the slow upstream to fill up and to drain.
 const SETTLE_BOUND: Duration = Duration::from_secs(20);
 /// Most `stall` calls one holder makes in a round.
@@ -59,7 +64,7 @@ pub async fn run(
     let (fast, fast_addr) = procs::floor_http(exe, 2, floor_threads).await?;
     let (slow, slow_addr) = procs::floor_http_with(exe, 2, floor_threads, &["--stall"]).await?;
     let upstreams = format!(
-        "{}{}    timeout: \"30s\"\n    limits: {{ max_in_flight: {MAX_IN_FLIGHT}, max_queued: {MAX_QUEUED}, queue_timeout: \"1s\" }}\n    circuit_breaker: {{ failures: 1000000 }}\n",
+        "{}{}    timeout: \"{HOLD_TIMEOUT}\"\n    limits: {{ max_in_flight: {MAX_IN_FLIGHT}, max_queued: {MAX_QUEUED}, queue_timeout: \"1s\" }}\n    circuit_breaker: {{ failures: 1000000 }}\n",
         crate::http_upstream("fast", fast_addr),
         crate::http_upstream("slow", slow_addr),
     );
