@@ -10,6 +10,9 @@
 
 use std::ops::Range;
 
+use indexmap::IndexMap;
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// A member a 2026-07-28 result carries at its own top level.
@@ -181,10 +184,18 @@ impl HintSpans {
 /// The JSON text of an object, as `serde_json` writes it, and where its
 /// hint members' values are in it.
 pub(crate) fn write_object(members: &Map<String, Value>) -> (String, HintSpans) {
+    write_members(members.iter())
+}
+
+/// [`write_object`] of members in order, each value as it serializes (a
+/// `RawValue` as its text).
+fn write_members<'m, V: Serialize + 'm>(
+    members: impl Iterator<Item = (&'m String, &'m V)>,
+) -> (String, HintSpans) {
     let mut out = Vec::with_capacity(256);
     let mut spans = HintSpans::default();
     out.push(b'{');
-    for (n, (key, value)) in members.iter().enumerate() {
+    for (n, (key, value)) in members.enumerate() {
         if n > 0 {
             out.push(b',');
         }
@@ -202,15 +213,17 @@ pub(crate) fn write_object(members: &Map<String, Value>) -> (String, HintSpans) 
 }
 
 /// A result's text and its hint spans, for a text whose spans are not
-/// known (read by serde, not by the one-pass check): parsed once (tests
-/// count it) and written again with them. A text that is not an object
+/// known (read by serde, not by the one-pass check): its top-level members
+/// parsed once (tests count it), their values kept as they came, and
+/// written again with the spans. A repeated member keeps its first place
+/// and its last value, as serde keeps it; a text that is not an object
 /// has no members, and is kept as it is.
 pub(crate) fn learn(text: &str) -> (String, HintSpans) {
     #[cfg(test)]
     super::note_envelope_parse();
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(members)) => write_object(&members),
-        _ => (text.to_owned(), HintSpans::default()),
+    match serde_json::from_str::<IndexMap<String, Box<RawValue>>>(text) {
+        Ok(members) => write_members(members.iter()),
+        Err(_) => (text.to_owned(), HintSpans::default()),
     }
 }
 
@@ -279,6 +292,20 @@ mod tests {
             assert_eq!(edited, expected, "{body}");
         }
         assert_eq!(HintSpans::default().edit("[1]", &puts), "[1]");
+    }
+
+    /// A result serde took is written again with its values as they came:
+    /// a number too large for any integer type keeps its digits.
+    #[test]
+    fn learning_a_results_spans_keeps_its_values_as_they_came() {
+        let body = r#"{ "big" : 123456789012345678901234567890, "x":1.0e5, "ttlMs" : 5 }"#;
+        let (text, spans) = learn(body);
+        assert_eq!(
+            text,
+            r#"{"big":123456789012345678901234567890,"x":1.0e5,"ttlMs":5}"#
+        );
+        assert_eq!(spans.value(&text, Hint::TtlMs), Some("5"));
+        assert_eq!(learn("[1, 2]"), ("[1, 2]".to_owned(), HintSpans::none()));
     }
 
     #[test]
