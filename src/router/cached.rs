@@ -87,16 +87,15 @@ pub(super) async fn before(
     );
     let upstream = call.handle.name().clone();
     let identity = ctx.identity.as_ref().map(|i| i.client.clone());
-    let method = call.method.name();
     if let Some(hit) = cache.get(&upstream, &key, identity.as_ref()) {
-        return Before::Hit(frame(method, &hit, id.get(), ctx.era));
+        return Before::Hit(frame(&call.method, &hit, id.get(), ctx.era));
     }
     let flight = match cache.flight(&upstream, &key) {
         Flight::Leader(guard) => Some(guard),
         Flight::Follower(mut leader) => {
             Flight::wait(&mut leader, deadline).await;
             if let Some(hit) = cache.get(&upstream, &key, identity.as_ref()) {
-                return Before::Hit(frame(method, &hit, id.get(), ctx.era));
+                return Before::Hit(frame(&call.method, &hit, id.get(), ctx.era));
             }
             None
         }
@@ -179,11 +178,11 @@ fn scope_name(private: bool) -> &'static str {
 
 /// The answer frame of a hit: what was kept, and for a 2026-07-28 client
 /// the time it has left and its scope.
-fn frame(method: &str, hit: &Hit, id: &str, era: Era) -> String {
+fn frame(method: &Method, hit: &Hit, id: &str, era: Era) -> String {
     match era {
         Era::Legacy => protocol::response_frame(id, &hit.body),
         Era::Modern => {
-            let hinted = method == protocol::method::RESOURCES_READ || hit.hints.has(Hint::TtlMs);
+            let hinted = *method == Method::ResourcesRead || hit.hints.has(Hint::TtlMs);
             let cache = hinted.then(|| CacheHints {
                 ttl_ms: hit.remaining.as_millis() as u64,
                 scope: scope_name(hit.private),
@@ -208,12 +207,12 @@ mod tests {
             private: false,
         };
         let modern: serde_json::Value =
-            serde_json::from_str(&frame("resources/read", &hit, "7", Era::Modern)).unwrap();
+            serde_json::from_str(&frame(&Method::ResourcesRead, &hit, "7", Era::Modern)).unwrap();
         assert_eq!(modern["result"]["ttlMs"], 1200);
         assert_eq!(modern["result"]["cacheScope"], "public");
         assert_eq!(modern["result"]["resultType"], "complete");
         let legacy: serde_json::Value =
-            serde_json::from_str(&frame("resources/read", &hit, "7", Era::Legacy)).unwrap();
+            serde_json::from_str(&frame(&Method::ResourcesRead, &hit, "7", Era::Legacy)).unwrap();
         assert_eq!(
             legacy["result"]["ttlMs"], 30000,
             "kept as the upstream sent it"

@@ -16,6 +16,7 @@ use memchr::memmem::Finder;
 use serde_json::Value;
 
 use crate::catalog::naming;
+use crate::protocol::Method;
 use crate::protocol::hints::{self, CacheHints, Hint, HintSpans, Put};
 
 /// JSON text of a string.
@@ -31,7 +32,7 @@ pub(crate) fn json_string(s: &str) -> String {
 /// is the one read of a result by the router, for the one rewrite that has
 /// to look inside it (tests count it as a parse).
 pub(crate) fn namespace_result(
-    method: &str,
+    method: &Method,
     upstream: &str,
     text: &str,
 ) -> Option<(String, HintSpans)> {
@@ -44,12 +45,12 @@ pub(crate) fn namespace_result(
     static URI_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"uri\""));
     // Only these results have URIs where the gateway rewrites them (a
     // task's result is the result of the `tools/call` that created it).
-    if !matches!(
-        method,
-        "tools/call" | "tasks/result" | "prompts/get" | "resources/read"
-    ) {
-        return None;
-    }
+    let places = match method {
+        Method::ToolsCall | Method::TasksResult => UriPlaces::Blocks,
+        Method::PromptsGet => UriPlaces::Messages,
+        Method::ResourcesRead => UriPlaces::Contents,
+        _ => return None,
+    };
     let bytes = text.as_bytes();
     let unicode_escape =
         || memchr::memchr_iter(b'\\', bytes).any(|at| bytes.get(at + 1) == Some(&b'u'));
@@ -61,25 +62,34 @@ pub(crate) fn namespace_result(
     let Ok(Value::Object(mut value)) = serde_json::from_str::<Value>(text) else {
         return None;
     };
-    match method {
-        "tools/call" | "tasks/result" => namespace_blocks(value.get_mut("content"), upstream),
-        "prompts/get" => {
+    match places {
+        UriPlaces::Blocks => namespace_blocks(value.get_mut("content"), upstream),
+        UriPlaces::Messages => {
             if let Some(Value::Array(messages)) = value.get_mut("messages") {
                 for message in messages {
                     namespace_blocks(message.get_mut("content"), upstream);
                 }
             }
         }
-        "resources/read" => {
+        UriPlaces::Contents => {
             if let Some(Value::Array(contents)) = value.get_mut("contents") {
                 for content in contents {
                     namespace_member(content, "uri", upstream);
                 }
             }
         }
-        _ => {}
     }
     Some(hints::write_object(&value))
+}
+
+/// Where a result holds the URIs [`namespace_result`] rewrites.
+enum UriPlaces {
+    /// Its `content` blocks (a tool's result).
+    Blocks,
+    /// The content blocks of its `messages` (a prompt).
+    Messages,
+    /// Its `contents` (a read resource).
+    Contents,
 }
 
 /// The response frame to request `id` (raw JSON) of a modern (2026-07-28)
@@ -91,7 +101,7 @@ pub(crate) fn namespace_result(
 /// spliced in; the result is not parsed again.
 pub(crate) fn modern_frame(
     id: &str,
-    method: &str,
+    method: &Method,
     text: &str,
     spans: &HintSpans,
     cache: Option<CacheHints<'_>>,
@@ -124,7 +134,7 @@ pub(crate) fn modern_frame(
             replace,
         },
     ];
-    let puts = match replace || method == crate::protocol::method::RESOURCES_READ {
+    let puts = match replace || *method == Method::ResourcesRead {
         true => &hinted[..],
         false => &hinted[..1],
     };
@@ -203,8 +213,14 @@ mod tests {
     /// A modern frame of `body` (spans learned by parsing it) as a value.
     fn modern(method: &str, body: &str, cache: Option<CacheHints<'_>>) -> Value {
         let (text, spans) = hints::learn(body);
-        let frame: Value =
-            serde_json::from_str(&modern_frame("7", method, &text, &spans, cache)).unwrap();
+        let frame: Value = serde_json::from_str(&modern_frame(
+            "7",
+            &Method::from_name(method),
+            &text,
+            &spans,
+            cache,
+        ))
+        .unwrap();
         assert_eq!(frame["id"], 7);
         frame["result"].clone()
     }
@@ -272,7 +288,8 @@ mod tests {
 
     /// The namespaced result, checked to have its hint spans right.
     fn namespaced(method: &str, upstream: &str, text: &str) -> Value {
-        let (out, spans) = namespace_result(method, upstream, text).expect("rewritten");
+        let (out, spans) =
+            namespace_result(&Method::from_name(method), upstream, text).expect("rewritten");
         let value: Value = serde_json::from_str(&out).unwrap();
         assert_eq!(
             spans
@@ -293,10 +310,10 @@ mod tests {
         assert_eq!(out["content"][2]["resource"]["uri"], "fs+mem://b");
 
         let plain = raw(r#"{"content":[{"type":"text","text":"no links"}]}"#);
-        assert!(namespace_result("tools/call", "fs", plain.get()).is_none());
+        assert!(namespace_result(&Method::ToolsCall, "fs", plain.get()).is_none());
         // A result of another method is not read: nothing in it is rewritten.
         let parses = crate::protocol::envelopes_parsed();
-        assert!(namespace_result("tasks/get", "fs", result.get()).is_none());
+        assert!(namespace_result(&Method::TasksGet, "fs", result.get()).is_none());
         assert_eq!(crate::protocol::envelopes_parsed(), parses);
         // A task's result is its tool call's.
         let out = namespaced("tasks/result", "fs", result.get());

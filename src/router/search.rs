@@ -72,7 +72,7 @@ impl Router {
                 // The gateway wrote it: it has no hint member of its own.
                 Era::Modern => rewrite::modern_frame(
                     id.get(),
-                    protocol::method::TOOLS_CALL,
+                    &crate::protocol::Method::ToolsCall,
                     &result,
                     &crate::protocol::hints::HintSpans::none(),
                     None,

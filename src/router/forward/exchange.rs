@@ -296,11 +296,10 @@ impl Exchange {
     /// read again only to rewrite URIs in it; its hint members are found
     /// where the one-pass check (or the rewrite's writing) noted them.
     fn result_frame(&self, result: &Json) -> Frame {
-        let method = self.method.name();
         // A result the one-pass check found no `uri` key in has none to
         // rewrite.
         let rewritten = match self.handle.namespaces_uris() && !result.has_no_uri_key() {
-            true => rewrite::namespace_result(method, self.handle.name(), result.get()),
+            true => rewrite::namespace_result(&self.method, self.handle.name(), result.get()),
             false => None,
         };
         let (text, spans) = match (rewritten, result.hints()) {
@@ -322,7 +321,9 @@ impl Exchange {
         };
         Frame::result(match self.era {
             Era::Legacy => protocol::response_frame(&self.client_id, &text),
-            Era::Modern => rewrite::modern_frame(&self.client_id, method, &text, &spans, cache),
+            Era::Modern => {
+                rewrite::modern_frame(&self.client_id, &self.method, &text, &spans, cache)
+            }
         })
     }
 
